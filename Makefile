@@ -1,0 +1,26 @@
+# Two entry points for a fresh machine (see README): `make demo` and `make test`.
+# Both create the virtualenv from pyproject.toml first; nothing else needs installing.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/benchledger demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) benchledger-demo .pytest_cache

@@ -1,0 +1,274 @@
+"""The measurement client: the only code that speaks HTTP to a model server under test.
+
+It streams OpenAI-compatible completions (vLLM, SGLang, llama.cpp's server, the built-in
+simulator: one code path for all) and records one raw row per request. It never counts
+chunks as tokens (PROTOCOL T1): output tokens come from the usage the server reports for
+that request, chunks are counted separately, and a request without usage is recorded with
+token_source = 'missing' instead of being guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from benchledger.prompts import Prompt
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and what to measure."""
+
+    base_url: str
+    model: str
+    endpoint: str = "chat"  # "chat" -> /v1/chat/completions, "completions" -> /v1/completions
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """One measurement window: warm-up, then `requests` measured requests."""
+
+    window_id: str
+    prompts: list[Prompt]
+    requests: int
+    warmup: int
+    concurrency: int
+    max_tokens: int
+    temperature: float
+    drain_timeout_s: float
+    request_timeout_s: float
+
+
+@dataclass
+class RequestRecord:
+    """A request as it happens; becomes one raw row whatever its outcome."""
+
+    request_id: str
+    window_id: str
+    seq: int
+    is_warmup: bool
+    prompt: Prompt
+    max_tokens: int
+    temperature: float
+    status: str = "unresolved"  # until the stream ends, the outcome is unknown
+    http_status: int | None = None
+    error: str | None = None
+    usage: dict | None = None
+    chunks: int = 0
+    finish_reason: str | None = None
+    t_submit_ns: int = 0
+    t_done_ns: int | None = None
+    content_event_ns: list[int] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        self.status = "failed"
+        self.error = message[:2000]
+
+    def row(self) -> dict:
+        usage = self.usage or {}
+        output_tokens = usage.get("completion_tokens")
+        has_usage = isinstance(output_tokens, int)
+        details = usage.get("prompt_tokens_details") or {}
+        events = self.content_event_ns
+        return {
+            "request_id": self.request_id,
+            "window_id": self.window_id,
+            "seq": self.seq,
+            "is_warmup": self.is_warmup,
+            "status": self.status,
+            "http_status": self.http_status,
+            "error": self.error,
+            "prompt_id": self.prompt.id,
+            "prompt_sha256": self.prompt.sha256,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "prompt_tokens": usage.get("prompt_tokens") if has_usage else None,
+            "output_tokens": output_tokens if has_usage else None,
+            "cached_tokens": details.get("cached_tokens") if has_usage else None,
+            "token_source": "usage" if has_usage else "missing",
+            "chunks": self.chunks,
+            "finish_reason": self.finish_reason,
+            "t_submit_ns": self.t_submit_ns,
+            "t_first_ns": events[0] if events else None,
+            "t_last_ns": events[-1] if events else None,
+            "t_done_ns": self.t_done_ns,
+            "content_event_ns": list(events),
+        }
+
+
+@dataclass
+class WindowResult:
+    rows: list[dict]
+    accounting: dict
+
+
+def request_body(target: Target, record: RequestRecord) -> tuple[str, dict]:
+    """The OpenAI-compatible request: streamed, asking for per-request usage."""
+    body = {
+        "model": target.model,
+        "max_tokens": record.max_tokens,
+        "temperature": record.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if target.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": record.prompt.text}]
+        return "/v1/chat/completions", body
+    body["prompt"] = record.prompt.text
+    return "/v1/completions", body
+
+
+def _content_of(choice: dict, endpoint: str) -> str | None:
+    if endpoint == "chat":
+        return (choice.get("delta") or {}).get("content")
+    return choice.get("text")
+
+
+async def _stream_one(http: httpx.AsyncClient, target: Target, record: RequestRecord) -> None:
+    """Send one request and fill `record` as events arrive (it may be cancelled midway)."""
+    path, body = request_body(target, record)
+    saw_done = False
+    record.t_submit_ns = time.perf_counter_ns()
+    try:
+        async with aconnect_sse(http, "POST", target.base_url.rstrip("/") + path,
+                                json=body) as source:
+            response = source.response
+            record.http_status = response.status_code
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")
+                record.fail(f"HTTP {response.status_code}: {text.strip()[:500]}")
+                return
+            async for event in source.aiter_sse():
+                now = time.perf_counter_ns()
+                if event.data.strip() == "[DONE]":
+                    saw_done = True
+                    break
+                payload = json.loads(event.data)
+                if payload.get("error"):
+                    record.fail(f"error event: {json.dumps(payload['error'])[:500]}")
+                    return
+                if payload.get("usage"):
+                    record.usage = payload["usage"]
+                for choice in payload.get("choices") or []:
+                    if _content_of(choice, target.endpoint):
+                        record.chunks += 1
+                        record.content_event_ns.append(now)
+                    if choice.get("finish_reason"):
+                        record.finish_reason = choice["finish_reason"]
+    except (httpx.HTTPError, json.JSONDecodeError, ValueError) as exc:
+        record.fail(f"{type(exc).__name__}: {exc}")
+        return
+    finally:
+        record.t_done_ns = time.perf_counter_ns()
+    if saw_done or record.finish_reason:
+        record.status = "completed"
+    else:
+        record.fail("stream ended without [DONE] or a finish_reason")
+
+
+async def _closed_loop(http: httpx.AsyncClient, target: Target, records: list[RequestRecord],
+                       concurrency: int, drain_timeout_s: float) -> int | None:
+    """Keep `concurrency` requests outstanding until all are submitted, then drain.
+
+    After the last submission the window waits at most `drain_timeout_s`; requests still
+    running then are cancelled and stay `unresolved` rows. Returns the drain deadline
+    (perf_counter_ns) if it was hit, else None.
+    """
+    pending = list(records)
+    in_flight: dict[asyncio.Task, RequestRecord] = {}
+    deadline_ns: int | None = None
+    while pending or in_flight:
+        while pending and len(in_flight) < concurrency:
+            record = pending.pop(0)
+            in_flight[asyncio.create_task(_stream_one(http, target, record))] = record
+        if not pending and deadline_ns is None:
+            deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
+        timeout = None
+        if deadline_ns is not None:
+            timeout = max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
+        done, _ = await asyncio.wait(in_flight, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            in_flight.pop(task)
+        if not done and deadline_ns is not None and time.perf_counter_ns() >= deadline_ns:
+            for task, record in in_flight.items():
+                task.cancel()
+                record.error = f"still running at the drain deadline ({drain_timeout_s:g} s)"
+            await asyncio.gather(*in_flight, return_exceptions=True)
+            for record in in_flight.values():
+                # Cancellation must not turn it into a failure: its outcome is unknown.
+                record.status = "unresolved"
+                record.t_done_ns = None
+            return deadline_ns
+    return None
+
+
+def _records(spec: WindowSpec, is_warmup: bool, count: int) -> list[RequestRecord]:
+    kind = "w" if is_warmup else "m"
+    return [
+        RequestRecord(
+            request_id=f"{spec.window_id}/{kind}{i:04d}",
+            window_id=spec.window_id,
+            seq=i,
+            is_warmup=is_warmup,
+            prompt=spec.prompts[i % len(spec.prompts)],
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+        )
+        for i in range(count)
+    ]
+
+
+def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[RequestRecord],
+                anchor: tuple[int, int], drain_deadline_ns: int | None) -> dict:
+    """The window's bookkeeping (PROTOCOL section 2): counts, drain status, denominator."""
+    counts = {s: sum(r.status == s for r in measured)
+              for s in ("completed", "failed", "unresolved")}
+    wall_ns, perf_ns = anchor
+    start_ns = min((r.t_submit_ns for r in measured), default=perf_ns)
+    finished = [r.t_done_ns for r in measured if r.status != "unresolved" and r.t_done_ns]
+    end_ns = drain_deadline_ns if counts["unresolved"] else max(finished, default=start_ns)
+    return {
+        "window_id": spec.window_id,
+        "concurrency": spec.concurrency,
+        "submitted": len(measured),
+        **counts,
+        "warmup_submitted": len(warmup),
+        "warmup_completed": sum(r.status == "completed" for r in warmup),
+        "drain_status": "complete" if counts["unresolved"] == 0 else "incomplete",
+        "drain_timeout_s": spec.drain_timeout_s,
+        "anchor_wall_ns": wall_ns,
+        "anchor_perf_ns": perf_ns,
+        "window_start_ns": start_ns,
+        "window_end_ns": end_ns,
+        "window_start_wall_ns": wall_ns + (start_ns - perf_ns),
+        "window_end_wall_ns": wall_ns + (end_ns - perf_ns),
+        "elapsed_s": (end_ns - start_ns) / 1e9,
+        "max_tokens": spec.max_tokens,
+        "temperature": spec.temperature,
+    }
+
+
+async def measure_window_async(target: Target, spec: WindowSpec) -> WindowResult:
+    warmup = _records(spec, True, spec.warmup)
+    measured = _records(spec, False, spec.requests)
+    timeout = httpx.Timeout(spec.request_timeout_s, connect=30.0)
+    limits = httpx.Limits(max_connections=spec.concurrency + 4)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+        # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
+        await _closed_loop(http, target, warmup, spec.concurrency, spec.request_timeout_s)
+        anchor = (time.time_ns(), time.perf_counter_ns())
+        deadline = await _closed_loop(http, target, measured, spec.concurrency,
+                                      spec.drain_timeout_s)
+    rows = [r.row() for r in warmup + measured]
+    return WindowResult(rows=rows, accounting=_accounting(spec, measured, warmup, anchor, deadline))
+
+
+def measure_window(target: Target, spec: WindowSpec) -> WindowResult:
+    """Run one window to the end (synchronous entry point for tasks and tests)."""
+    return asyncio.run(measure_window_async(target, spec))

@@ -1,0 +1,49 @@
+"""Raw record schemas: what the measurement writes and the warehouse loads.
+
+Only raw facts live here (monotonic timestamps, usage counts, chunk counts, HTTP status).
+Every metric (TTFT, decode rate, ...) is derived in one place: the warehouse's `requests`
+view (warehouse/migrations). A metric computed in two places will disagree one day.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# One row per HTTP request, warm-up included. Timestamps are time.perf_counter_ns() values
+# of the measuring process; the window manifest holds the wall-clock anchor for them.
+REQUEST_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("window_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int32(), nullable=False),
+        pa.field("is_warmup", pa.bool_(), nullable=False),
+        # completed | failed | unresolved (never dropped: PROTOCOL T14)
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("http_status", pa.int32()),
+        pa.field("error", pa.string()),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_sha256", pa.string(), nullable=False),
+        pa.field("max_tokens", pa.int32(), nullable=False),  # the target, never a numerator
+        pa.field("temperature", pa.float64(), nullable=False),
+        pa.field("prompt_tokens", pa.int64()),  # usage.prompt_tokens
+        pa.field("output_tokens", pa.int64()),  # usage.completion_tokens, NULL when missing
+        pa.field("cached_tokens", pa.int64()),  # usage.prompt_tokens_details.cached_tokens
+        pa.field("token_source", pa.string(), nullable=False),  # usage | missing
+        pa.field("chunks", pa.int32(), nullable=False),  # content-bearing stream events
+        pa.field("finish_reason", pa.string()),
+        pa.field("t_submit_ns", pa.int64(), nullable=False),
+        pa.field("t_first_ns", pa.int64()),
+        pa.field("t_last_ns", pa.int64()),
+        pa.field("t_done_ns", pa.int64()),
+        # perf_counter_ns of every content-bearing event: per-event gaps derive from it.
+        pa.field("content_event_ns", pa.list_(pa.int64())),
+    ]
+)
+
+REQUEST_STATUSES = ("completed", "failed", "unresolved")
+TOKEN_SOURCES = ("usage", "missing")
+
+
+def requests_table(rows: list[dict]) -> pa.Table:
+    """Build the Arrow table for one window's request rows, checking the schema."""
+    return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)

@@ -1,0 +1,258 @@
+"""The sweep file (PROTOCOL section 3): TOML -> a typed, validated model.
+
+Every error names the file, the key path and what was expected, and a sweep is validated
+whole before anything runs, so a typo never half-runs a sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# Names end up in Airflow task ids and file paths, so keep them to a safe alphabet.
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+
+# PROTOCOL T4: speculative configs need n >= 15 measured requests per workload per restart,
+# others n >= 5. A sweep may ask for more, never for fewer.
+MIN_REQUESTS_SPECULATIVE = 15
+MIN_REQUESTS_PLAIN = 5
+
+BUILTIN_PROMPT_SETS = ("code", "prose")
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot be run, with the file and key that are wrong."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SweepSection(_Strict):
+    name: Name
+    schedule: str | None = None
+    description: str = ""
+
+    @property
+    def airflow_schedule(self) -> str | None:
+        return None if self.schedule in (None, "", "none") else self.schedule
+
+
+class Defaults(_Strict):
+    requests: int = Field(15, ge=1)
+    warmup: int = Field(2, ge=0)
+    restarts: int = Field(2, ge=1)
+    max_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1],
+                                                           min_length=1)
+    drain_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(600.0, gt=0)
+    ready_timeout_s: float = Field(120.0, gt=0)
+    endpoint: Literal["chat", "completions"] = "chat"
+
+
+class SimulatorOptions(_Strict):
+    """Knobs of the built-in simulator; each maps to one `benchledger simulator` flag."""
+
+    speculative: bool = False
+    num_speculative_tokens: int = Field(3, ge=1)
+    step_ms: float = Field(4.0, gt=0)
+    prefill_tok_s: float = Field(20000.0, gt=0)
+    batch_penalty: float = Field(0.08, ge=0)
+    speed_spread: float = Field(0.03, ge=0)
+    usage: bool = True
+    acceptance_code: float = Field(0.8, ge=0, le=1)
+    acceptance_prose: float = Field(0.45, ge=0, le=1)
+    startup_delay_s: float = Field(0.0, ge=0)
+
+
+class Arm(_Strict):
+    name: Name
+    server: Literal["simulator", "command", "external"]
+    model: str
+    # Whether the server runs speculative decoding; for simulator arms it follows
+    # [arms.simulator].speculative unless set here.
+    speculative: bool | None = None
+    command: str | None = None  # server = "command": may use {port}
+    base_url: str | None = None  # server = "external" (required) or "command" (default loopback)
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+    ready_timeout_s: float | None = Field(None, gt=0)
+    node: str = "local"
+    simulator: SimulatorOptions | None = None
+    # Per-arm overrides of [defaults].
+    requests: int | None = Field(None, ge=1)
+    warmup: int | None = Field(None, ge=0)
+    restarts: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0)
+    concurrency: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
+    drain_timeout_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _server_keys_fit(self) -> Arm:
+        if self.server == "command" and not self.command:
+            raise ValueError("server = 'command' needs a 'command' (it may contain {port})")
+        if self.server == "external" and not self.base_url:
+            raise ValueError("server = 'external' needs a 'base_url'")
+        if self.server == "external" and self.restarts not in (None, 1):
+            raise ValueError("server = 'external' cannot be restarted: 'restarts' must be 1")
+        if self.server != "simulator" and self.simulator is not None:
+            raise ValueError("[arms.simulator] options need server = 'simulator'")
+        if self.server != "command" and self.command is not None:
+            raise ValueError("'command' needs server = 'command'")
+        return self
+
+    @property
+    def is_speculative(self) -> bool:
+        if self.speculative is not None:
+            return self.speculative
+        return bool(self.simulator and self.simulator.speculative)
+
+
+class Workload(_Strict):
+    name: Name
+    prompt_set: Literal["code", "prose"] | None = None  # defaults to the workload name
+
+    @model_validator(mode="after")
+    def _prompt_set_known(self) -> Workload:
+        if self.prompt_set is None and self.name not in BUILTIN_PROMPT_SETS:
+            raise ValueError(
+                f"workload {self.name!r} is not a built-in prompt set; "
+                f"set prompt_set to one of {list(BUILTIN_PROMPT_SETS)}"
+            )
+        return self
+
+    @property
+    def prompts(self) -> str:
+        return self.prompt_set or self.name
+
+
+class ArmPlan(BaseModel):
+    """One arm with [defaults] applied: what the DAG and the measurement actually use."""
+
+    model_config = ConfigDict(frozen=True)
+
+    arm: Arm
+    requests: int
+    warmup: int
+    restarts: int
+    max_tokens: int
+    temperature: float
+    concurrency: list[int]
+    drain_timeout_s: float
+    request_timeout_s: float
+    ready_timeout_s: float
+    endpoint: str
+
+    @property
+    def min_requests(self) -> int:
+        """The n the gate demands per workload per restart (protocol floor or more)."""
+        floor = MIN_REQUESTS_SPECULATIVE if self.arm.is_speculative else MIN_REQUESTS_PLAIN
+        return max(floor, self.requests)
+
+
+class Sweep(_Strict):
+    sweep: SweepSection
+    defaults: Defaults = Field(default_factory=Defaults)
+    arms: list[Arm] = Field(min_length=1)
+    workloads: list[Workload] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Sweep:
+        for label, names in (("arms", [a.name for a in self.arms]),
+                             ("workloads", [w.name for w in self.workloads])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{label}: duplicate name(s) {dupes}")
+        return self
+
+    @property
+    def dag_id(self) -> str:
+        """The Airflow DAG id of this sweep."""
+        return "benchledger_" + self.sweep.name
+
+    def plan(self, arm: Arm) -> ArmPlan:
+        d = self.defaults
+
+        def pick(key: str):
+            value = getattr(arm, key, None)
+            return getattr(d, key) if value is None else value
+
+        restarts = 1 if arm.server == "external" else pick("restarts")
+        return ArmPlan(
+            arm=arm,
+            requests=pick("requests"),
+            warmup=pick("warmup"),
+            restarts=restarts,
+            max_tokens=pick("max_tokens"),
+            temperature=pick("temperature"),
+            concurrency=list(pick("concurrency")),
+            drain_timeout_s=pick("drain_timeout_s"),
+            request_timeout_s=d.request_timeout_s,
+            ready_timeout_s=pick("ready_timeout_s"),
+            endpoint=d.endpoint,
+        )
+
+    def arm(self, name: str) -> ArmPlan:
+        for arm in self.arms:
+            if arm.name == name:
+                return self.plan(arm)
+        raise KeyError(f"sweep {self.sweep.name!r} has no arm {name!r}")
+
+    def workload(self, name: str) -> Workload:
+        for workload in self.workloads:
+            if workload.name == name:
+                return workload
+        raise KeyError(f"sweep {self.sweep.name!r} has no workload {name!r}")
+
+
+def _key_path(loc: tuple) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not str(part).startswith("function-"):
+            path += f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def _describe(error: dict) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required key is missing"
+    got = error.get("input")
+    got_text = "" if isinstance(got, dict) else f" (got {got!r})"
+    return f"{error['msg'].removeprefix('Value error, ')}{got_text}"
+
+
+def parse_sweep(text: str, source: str = "<sweep>") -> Sweep:
+    """Parse sweep TOML text; `source` names the file in error messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepError(f"{source}: not valid TOML: {exc}") from exc
+    try:
+        return Sweep.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: {_key_path(e['loc'])}: {_describe(e)}" for e in exc.errors()]
+        raise SweepError("invalid sweep file\n  " + "\n  ".join(lines)) from None
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot read sweep file: {exc.strerror}") from exc
+    return parse_sweep(text, source=str(path))
+
+
+def sweep_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

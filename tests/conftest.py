@@ -1,0 +1,134 @@
+"""Shared fixtures: a scripted SSE server for client tests, a real simulator process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sse(payload) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    return f"data: {data}\n\n".encode()
+
+
+def _chunk(text: str, finish: str | None = None) -> dict:
+    return {"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """An OpenAI-style streaming server whose behaviour is picked by the request's model:
+
+    - "spec": 4 content events carrying 3 + 3 + 3 + 1 tokens, usage says 10
+    - "plain": 5 content events of 1 token each, usage says 5
+    - "no-usage": like plain but never sends usage
+    - "http-500": answers 500 with an error body
+    - "stall": sends one event, then stays silent for 30 s
+    - "cut": sends one event and closes without [DONE] or finish_reason
+    """
+
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        model = body["model"]
+        if model == "http-500":
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "engine exploded"}}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(_sse({"choices": [{"index": 0, "delta": {"role": "assistant",
+                                                                   "content": ""}}]}))
+        pieces = {"spec": ["a b c", " d e f", " g h i", " j"]}.get(model, ["a", " b", " c",
+                                                                         " d", " e"])
+        for i, text in enumerate(pieces):
+            self.wfile.write(_sse(_chunk(text, "length" if i == len(pieces) - 1 else None)))
+            self.wfile.flush()
+            time.sleep(0.01)
+            if model == "stall":
+                time.sleep(30)
+                return
+            if model == "cut":
+                return
+        if model != "no-usage":
+            self.wfile.write(_sse({"choices": [], "usage": {
+                "prompt_tokens": 7, "completion_tokens": len(" ".join(pieces).split()),
+                "total_tokens": 7 + len(" ".join(pieces).split())}}))
+        self.wfile.write(_sse("[DONE]"))
+
+
+@pytest.fixture
+def scripted_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedHandler)
+    server.daemon_threads = True
+    server.bodies = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def start_simulator(*flags: str, log_path: Path | None = None):
+    """Start `python -m benchledger.simulator` on a free loopback port; wait for health."""
+    from benchledger.lifecycle import free_port
+
+    port = free_port()
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 (held by the child)
+    proc = subprocess.Popen([sys.executable, "-m", "benchledger.simulator", "--host",
+                             "127.0.0.1", "--port", str(port), *flags],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/health", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"simulator exited with {proc.returncode}")
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError("simulator did not become healthy")
+
+
+def stop_process_group(proc) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def simulator_factory():
+    procs = []
+
+    def factory(*flags: str):
+        proc, base = start_simulator(*flags)
+        procs.append(proc)
+        return base
+
+    yield factory
+    for proc in procs:
+        stop_process_group(proc)

@@ -1,0 +1,103 @@
+"""The measurement client against a real local HTTP server with scripted behaviour."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchledger.client import Target, WindowSpec, measure_window
+from benchledger.prompts import load_prompt_set
+from benchledger.records import requests_table
+
+
+def spec(**overrides) -> WindowSpec:
+    values = dict(window_id="run/arm/r0/code-c1", prompts=load_prompt_set("code"), requests=3,
+                  warmup=1, concurrency=1, max_tokens=16, temperature=0.0,
+                  drain_timeout_s=5.0, request_timeout_s=10.0)
+    values.update(overrides)
+    return WindowSpec(**values)
+
+
+def measured(result):
+    return [r for r in result.rows if not r["is_warmup"]]
+
+
+def test_tokens_come_from_usage_not_chunks(scripted_server):
+    _, base = scripted_server
+    result = measure_window(Target(base, "spec"), spec())
+    rows = measured(result)
+    assert [r["output_tokens"] for r in rows] == [10, 10, 10]
+    assert [r["chunks"] for r in rows] == [4, 4, 4]  # the role-only event carries no content
+    assert all(r["token_source"] == "usage" and r["prompt_tokens"] == 7 for r in rows)
+    assert all(r["t_submit_ns"] < r["t_first_ns"] <= r["t_last_ns"] <= r["t_done_ns"]
+               for r in rows)
+    assert all(len(r["content_event_ns"]) == r["chunks"] for r in rows)
+    requests_table(result.rows)  # rows fit the raw schema
+
+
+def test_request_asks_for_usage_and_records_targets(scripted_server):
+    server, base = scripted_server
+    measure_window(Target(base, "plain"), spec(requests=1, warmup=0, max_tokens=33))
+    body = server.bodies[-1]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 33 and body["temperature"] == 0.0
+    assert body["messages"][0]["content"] == load_prompt_set("code")[0].text
+
+
+def test_completions_endpoint_reads_text_field(scripted_server):
+    server, base = scripted_server
+    result = measure_window(Target(base, "plain", endpoint="completions"),
+                            spec(requests=1, warmup=0))
+    assert "prompt" in server.bodies[-1]
+    # the scripted server sends chat deltas, which the completions parser must not count
+    assert measured(result)[0]["chunks"] == 0
+
+
+def test_missing_usage_is_recorded_never_guessed(scripted_server):
+    _, base = scripted_server
+    rows = measured(measure_window(Target(base, "no-usage"), spec()))
+    assert all(r["token_source"] == "missing" and r["output_tokens"] is None for r in rows)
+    assert all(r["chunks"] == 5 and r["status"] == "completed" for r in rows)
+
+
+def test_http_error_is_a_failed_row(scripted_server):
+    _, base = scripted_server
+    result = measure_window(Target(base, "http-500"), spec())
+    rows = measured(result)
+    assert [r["status"] for r in rows] == ["failed"] * 3
+    assert rows[0]["http_status"] == 500 and "engine exploded" in rows[0]["error"]
+    assert result.accounting["failed"] == 3 and result.accounting["completed"] == 0
+
+
+def test_stream_cut_short_is_a_failed_row(scripted_server):
+    _, base = scripted_server
+    rows = measured(measure_window(Target(base, "cut"), spec(requests=1, warmup=0)))
+    assert rows[0]["status"] == "failed" and "without [DONE]" in rows[0]["error"]
+
+
+def test_unfinished_requests_at_drain_deadline_stay_as_unresolved_rows(scripted_server):
+    _, base = scripted_server
+    result = measure_window(Target(base, "stall"),
+                            spec(requests=2, warmup=0, concurrency=2, drain_timeout_s=0.5))
+    acc = result.accounting
+    assert (acc["submitted"], acc["completed"], acc["failed"], acc["unresolved"]) == (2, 0, 0, 2)
+    assert acc["drain_status"] == "incomplete"
+    rows = measured(result)
+    assert len(rows) == 2 and all(r["status"] == "unresolved" for r in rows)
+    assert all(r["chunks"] == 1 and r["t_done_ns"] is None for r in rows)
+    assert all("drain deadline" in r["error"] for r in rows)
+    # the window ends at the drain deadline, so its denominator covers the wait
+    assert acc["elapsed_s"] == pytest.approx(0.5, abs=0.3)
+
+
+def test_window_accounting_balances_and_warmup_is_separate(scripted_server):
+    _, base = scripted_server
+    result = measure_window(Target(base, "plain"), spec(requests=4, warmup=2, concurrency=2))
+    acc = result.accounting
+    assert acc["submitted"] == acc["completed"] + acc["failed"] + acc["unresolved"] == 4
+    assert acc["warmup_submitted"] == 2 and acc["drain_status"] == "complete"
+    warm = [r for r in result.rows if r["is_warmup"]]
+    assert len(warm) == 2 and {r["request_id"][-5:] for r in warm} == {"w0000", "w0001"}
+    first_measured = min(r["t_submit_ns"] for r in measured(result))
+    assert all(r["t_done_ns"] <= first_measured for r in warm)  # warm-up is outside
+    assert acc["window_start_ns"] == first_measured
+    assert acc["elapsed_s"] > 0

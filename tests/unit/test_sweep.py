@@ -1,0 +1,77 @@
+"""Sweep files: the bundled ones parse, bad ones fail naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchledger.sweep import SweepError, load_sweep, parse_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+
+MINIMAL = """
+[sweep]
+name = "t"
+[[arms]]
+name = "a"
+server = "simulator"
+model = "sim-model"
+[[workloads]]
+name = "code"
+"""
+
+
+def test_demo_sweep_plan():
+    sweep = load_sweep(REPO / "dags" / "sweeps" / "demo.toml")
+    assert [a.name for a in sweep.arms] == ["spec-on", "spec-off"]
+    assert [w.name for w in sweep.workloads] == ["code", "prose"]
+    on, off = sweep.arm("spec-on"), sweep.arm("spec-off")
+    assert on.arm.is_speculative and not off.arm.is_speculative
+    assert (on.restarts, on.requests, on.min_requests) == (2, 15, 15)
+    assert sweep.sweep.airflow_schedule is None and sweep.dag_id == "benchledger_demo"
+
+
+def test_protocol_floor_on_n():
+    sweep = parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = 3')
+                        + "[arms.simulator]\nspeculative = true\n")
+    assert sweep.arm("a").min_requests == 15  # speculative: the gate still demands 15
+    plain = parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = 3'))
+    assert plain.arm("a").min_requests == 5
+
+
+def test_unknown_key_names_file_and_key_path(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(MINIMAL.replace('model = "sim-model"', 'model = "sim-model"\nmodle = "x"'))
+    with pytest.raises(SweepError) as err:
+        load_sweep(bad)
+    assert str(bad) in str(err.value) and "arms[0].modle: unknown key" in str(err.value)
+
+
+def test_wrong_type_names_key_and_value():
+    with pytest.raises(SweepError) as err:
+        parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = "many"'),
+                    "s.toml")
+    assert "s.toml: defaults.requests:" in str(err.value) and "'many'" in str(err.value)
+
+
+def test_external_arm_needs_base_url_and_is_single_instance():
+    text = MINIMAL.replace('server = "simulator"', 'server = "external"')
+    with pytest.raises(SweepError, match=r"arms\[0\]: server = 'external' needs a 'base_url'"):
+        parse_sweep(text)
+    sweep = parse_sweep(text.replace('model = "sim-model"',
+                                     'model = "m"\nbase_url = "http://127.0.0.1:9"'))
+    assert sweep.arm("a").restarts == 1
+
+
+def test_unknown_prompt_set_and_duplicate_arms_are_errors():
+    with pytest.raises(SweepError, match="not a built-in prompt set"):
+        parse_sweep(MINIMAL.replace('name = "code"', 'name = "poems"'))
+    doubled = MINIMAL + '[[arms]]\nname = "a"\nserver = "simulator"\nmodel = "m"\n'
+    with pytest.raises(SweepError, match=r"duplicate name\(s\) \['a'\]"):
+        parse_sweep(doubled)
+
+
+def test_invalid_toml_names_file():
+    with pytest.raises(SweepError, match="x.toml: not valid TOML"):
+        parse_sweep("[sweep", "x.toml")
