@@ -1,0 +1,124 @@
+"""Starlette app of the simulator: vLLM's OpenAI-compatible endpoints over one Engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from benchledger.simulator import protocol
+from benchledger.simulator.engine import VERSION, Engine, SimConfig, SimRequest
+from benchledger.simulator.metrics import CONTENT_TYPE, render_metrics
+from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuilder, sse
+
+
+def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
+    """The ASGI app; the engine loop and the stats logger run for the app's lifespan."""
+    engine = engine or Engine(config)
+    ready_at = [float("inf")]  # monotonic time after which /health answers 200
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        ready_at[0] = time.monotonic() + config.startup_delay_s
+        tasks = [asyncio.create_task(engine.run()), asyncio.create_task(engine.log_loop())]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def require_ready() -> None:
+        if time.monotonic() < ready_at[0]:
+            raise ApiError(503, "the model is still loading", "ServiceUnavailableError")
+
+    async def completions(request: Request) -> Response:
+        require_ready()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"invalid JSON body: {exc}") from exc
+        chat = request.url.path.endswith("/chat/completions")
+        parse = protocol.parse_chat if chat else protocol.parse_completion
+        return await _serve(engine, parse(body, config))
+
+    async def health(_request: Request) -> Response:
+        ready = time.monotonic() >= ready_at[0]
+        return Response(status_code=200 if ready else 503)
+
+    async def models(_request: Request) -> Response:
+        card = {"id": config.model, "object": "model", "created": int(time.time()),
+                "owned_by": "benchledger-sim", "root": config.model, "parent": None,
+                "max_model_len": config.max_model_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def version(_request: Request) -> Response:
+        return JSONResponse({"version": VERSION})
+
+    async def metrics(_request: Request) -> Response:
+        return Response(render_metrics(engine), headers={"content-type": CONTENT_TYPE})
+
+    async def api_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    routes = [
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models),
+        Route("/health", health),
+        Route("/version", version),
+        Route("/metrics", metrics),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={ApiError: api_error})
+    app.state.engine = engine
+    return app
+
+
+async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
+    request = engine.submit(parsed.prompt, parsed.max_tokens, parsed.temperature,
+                            prompt_tokens=parsed.prompt_tokens, ignore_eos=parsed.ignore_eos)
+    builder = ResponseBuilder(parsed.chat, engine.config.model)
+    if parsed.stream:
+        events = _stream_events(engine, request, parsed, builder)
+        return StreamingResponse(events, media_type="text/event-stream")
+    try:
+        chunks = [chunk async for chunk in request.chunks()]
+    finally:
+        engine.abort(request)  # no-op unless the handler was cancelled mid-generation
+    if request.aborted:
+        raise ApiError(503, "the request was aborted (server shutting down)",
+                       "ServiceUnavailableError")
+    usage = protocol.usage_body(request.prompt_tokens, request.generated)
+    body = builder.full_response("".join(c.text for c in chunks), chunks[-1].finish_reason,
+                                 usage if engine.config.usage else None)
+    return JSONResponse(body)
+
+
+async def _stream_events(engine: Engine, request: SimRequest, parsed: ParsedRequest,
+                         builder: ResponseBuilder) -> AsyncIterator[bytes]:
+    """One SSE event per engine step, sent as soon as the step ends. Like vLLM, the chat
+    role event goes out together with the first output; a disconnect aborts the request.
+    An aborted request (shutdown) ends the stream without finish_reason, usage or [DONE]."""
+    try:
+        first = True
+        async for chunk in request.chunks():
+            if first and parsed.chat:
+                yield sse(builder.role_event())
+            first = False
+            yield sse(builder.content_event(chunk.text, chunk.finish_reason))
+        if request.aborted:
+            return
+        if parsed.include_usage and engine.config.usage:
+            yield sse(builder.usage_event(request.prompt_tokens, request.generated))
+        yield sse("[DONE]")
+    finally:
+        engine.abort(request)

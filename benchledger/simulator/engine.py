@@ -1,0 +1,420 @@
+"""Engine model of the simulator (pure asyncio, no HTTP).
+
+One engine loop steps every running request together (continuous batching), like vLLM:
+each step costs a base decode time (longer with speculation and with more running
+requests) plus the prefill time of requests admitted in that step. At the end of a step
+every running request receives one chunk: 1 token after prefill, then 1 + accepted draft
+tokens per step with speculative decoding (1 without). Counters mirror vLLM's metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import itertools
+import random
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from benchledger.simulator.tokenizer import count_tokens
+
+VERSION = "benchledger-sim 0.1.0"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Effective configuration of one simulated server instance."""
+
+    model: str = "sim-model"
+    seed: int = 0
+    speculative: bool = False
+    num_speculative_tokens: int = 3
+    step_ms: float = 4.0
+    spec_step_overhead: float = 1.15
+    prefill_tok_s: float = 20000.0
+    batch_penalty: float = 0.08
+    max_num_seqs: int = 64
+    speed_spread: float = 0.03
+    usage: bool = True
+    acceptance_code: float = 0.8
+    acceptance_prose: float = 0.45
+    log_interval_s: float = 1.0
+    startup_delay_s: float = 0.0
+    max_model_len: int = 8192
+    eos_rate: float = 0.0  # fraction of prompts with a natural end (finish_reason "stop")
+
+    def __post_init__(self) -> None:
+        checks = {
+            "num_speculative_tokens": self.num_speculative_tokens >= 1,
+            "step_ms": self.step_ms > 0,
+            "spec_step_overhead": self.spec_step_overhead > 0,
+            "prefill_tok_s": self.prefill_tok_s > 0,
+            "batch_penalty": self.batch_penalty >= 0,
+            "max_num_seqs": self.max_num_seqs >= 1,
+            "speed_spread": self.speed_spread >= 0,
+            "acceptance_code": 0 <= self.acceptance_code <= 1,
+            "acceptance_prose": 0 <= self.acceptance_prose <= 1,
+            "log_interval_s": self.log_interval_s > 0,
+            "startup_delay_s": self.startup_delay_s >= 0,
+            "max_model_len": self.max_model_len >= 2,
+            "eos_rate": 0 <= self.eos_rate <= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid simulator config value(s): {', '.join(bad)}")
+
+
+def speed_factor(seed: int, spread: float) -> float:
+    """Per-process step-time multiplier: two seeds behave like two real instances."""
+    return max(0.5, random.Random(seed).gauss(1.0, spread))
+
+
+def log_line(source: str, message: str) -> None:
+    """Write one vLLM-style log line (``INFO mm-dd HH:MM:SS [file.py:N] msg``) to stderr."""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    sys.stderr.write(f"INFO {stamp} [{source}] {message}\n")
+    sys.stderr.flush()
+
+
+# --- what a request generates -------------------------------------------------------------
+
+# Every entry is exactly one tokenizer token and no two entries merge when concatenated
+# (words and numbers carry their leading whitespace), so the token count of generated text
+# always equals the number of generated tokens.
+CODE_VOCAB = (
+    " def", " return", " if", " else", " for", " in", " while", " self", " value",
+    " result", " items", " index", " count", " data", " key", " x", " y", " i", " n",
+    " None", " True", " False", "\n    return", "\n    if", "\n    for", "\n        x",
+    "(", ")", "[", "]", "{", "}", ":", ",", ".", ";", " =", " +", " -", " *", " <", " >",
+    " 0", " 1", " 2", " 10",
+)
+PROSE_VOCAB = (
+    " the", " a", " of", " and", " to", " in", " is", " was", " that", " it", " with",
+    " for", " as", " on", " by", " people", " city", " river", " history", " light",
+    " water", " time", " world", " small", " great", " early", " often", " because",
+    " however", " through", " between", " village", " morning", " story", " music",
+    " season", ",", ".", ";", "\nThe", "\nIn",
+)
+
+_CODE_CHARS = frozenset("{}()[];=<>:_")
+_CODE_WORDS = re.compile(
+    r"\b(def|return|function|class|import|lambda|const|struct|void|fn|python|javascript"
+    r"|typescript|rust|golang|java|sql|code|implement|algorithm|program)\b",
+    re.IGNORECASE,
+)
+
+
+def is_code_prompt(text: str) -> bool:
+    """Code-like prompts get the higher draft acceptance (speculation wins on code)."""
+    if not text:
+        return False
+    code_chars = sum(ch in _CODE_CHARS for ch in text) / len(text)
+    return code_chars >= 0.03 or _CODE_WORDS.search(text) is not None
+
+
+def acceptance_probability(text: str, config: SimConfig) -> float:
+    """Per-position draft acceptance p, jittered by +-0.05 from a hash of the prompt."""
+    base = config.acceptance_code if is_code_prompt(text) else config.acceptance_prose
+    jitter = (_digest(text)[0] / 255.0 - 0.5) * 0.1
+    return min(0.99, max(0.0, base + jitter))
+
+
+def natural_length(text: str, eos_rate: float) -> int | None:
+    """Token count after which the prompt's answer ends by itself (EOS), or None.
+
+    A prompt property (hash-derived), so it is deterministic even at temperature > 0.
+    """
+    digest = _digest(text)
+    if digest[1] / 256.0 >= eos_rate:
+        return None
+    return 16 + int.from_bytes(digest[2:4], "big") % 241
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+@dataclass
+class Chunk:
+    """What one request receives at the end of one engine step."""
+
+    text: str
+    tokens: int
+    accepted: int  # draft tokens accepted (and delivered) in this step
+    finish_reason: str | None = None  # "length"/"stop" on the request's last chunk
+
+
+class SimRequest:
+    """One request inside the engine; consumers iterate ``chunks()``."""
+
+    def __init__(self, request_id: int, prompt: str, prompt_tokens: int, max_tokens: int,
+                 temperature: float, config: SimConfig, ignore_eos: bool = False) -> None:
+        self.request_id = request_id
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        # temperature 0: text and acceptance are a function of the prompt (prefix-stable
+        # across max_tokens); otherwise fresh randomness on every request.
+        digest = _digest(prompt)
+        greedy = temperature == 0
+        self._text_rng = random.Random(digest) if greedy else random.Random()
+        self._accept_rng = random.Random(digest + b"accept") if greedy else random.Random()
+        self._vocab = CODE_VOCAB if is_code_prompt(prompt) else PROSE_VOCAB
+        self.p_accept = acceptance_probability(prompt, config)
+        natural = None if ignore_eos else natural_length(prompt, config.eos_rate)
+        if natural is not None and natural <= max_tokens:
+            self.limit, self._final_reason = natural, "stop"
+        else:
+            self.limit, self._final_reason = max_tokens, "length"
+        self.generated = 0
+        self.steps = 0
+        self.finish_reason: str | None = None
+        self.aborted = False
+        self._queue: asyncio.Queue[Chunk | None] = asyncio.Queue()  # None: aborted
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None or self.aborted
+
+    def draw_accepted(self, k: int) -> int:
+        """Accept each of k draft positions with probability p until the first rejection."""
+        accepted = 0
+        while accepted < k and self._accept_rng.random() < self.p_accept:
+            accepted += 1
+        return accepted
+
+    def produce(self, accepted: int) -> Chunk:
+        """Generate 1 + accepted tokens (already capped by the caller) as one chunk."""
+        n = 1 + accepted
+        self.generated += n
+        self.steps += 1
+        text = "".join(self._text_rng.choice(self._vocab) for _ in range(n))
+        if self.generated >= self.limit:
+            self.finish_reason = self._final_reason
+        chunk = Chunk(text, n, accepted, self.finish_reason)
+        self._queue.put_nowait(chunk)
+        return chunk
+
+    def mark_aborted(self) -> None:
+        self.aborted = True
+        self._queue.put_nowait(None)  # wakes a consumer blocked in chunks()
+
+    async def chunks(self) -> AsyncIterator[Chunk]:
+        """Yield chunks as the engine produces them, ending after the final one (or early,
+        with ``aborted`` set, when the request is aborted)."""
+        while True:
+            chunk = await self._queue.get()
+            if chunk is None:
+                return
+            yield chunk
+            if chunk.finish_reason is not None:
+                return
+
+
+# --- counters -----------------------------------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """Cumulative since process start; names follow vLLM's Prometheus metrics."""
+
+    num_speculative_tokens: int = 3
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    spec_decode_num_drafts_total: int = 0
+    spec_decode_num_draft_tokens_total: int = 0
+    spec_decode_num_accepted_tokens_total: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    request_success_total: dict[str, int] = field(
+        default_factory=lambda: {"stop": 0, "length": 0, "abort": 0}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.accepted_per_position:
+            self.accepted_per_position = [0] * self.num_speculative_tokens
+
+    def record_drafts(self, proposed: int, accepted: int) -> None:
+        self.spec_decode_num_drafts_total += 1
+        self.spec_decode_num_draft_tokens_total += proposed
+        self.spec_decode_num_accepted_tokens_total += accepted
+        for position in range(accepted):
+            self.accepted_per_position[position] += 1
+
+
+# --- the engine ---------------------------------------------------------------------------
+
+Sleep = Callable[[float], Awaitable[None]]
+Log = Callable[[str, str], None]
+
+
+class Engine:
+    """Continuous-batching engine; run ``run()`` (and ``log_loop()``) as asyncio tasks."""
+
+    def __init__(self, config: SimConfig, sleep: Sleep = asyncio.sleep,
+                 log: Log = log_line) -> None:
+        self.config = config
+        self.speed_factor = speed_factor(config.seed, config.speed_spread)
+        self.counters = Counters(config.num_speculative_tokens)
+        self._sleep = sleep
+        self._log = log
+        self._ids = itertools.count()
+        self._waiting: deque[SimRequest] = deque()
+        self._running: list[SimRequest] = []
+        self._wake = asyncio.Event()
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, prompt: str, max_tokens: int, temperature: float = 0.0,
+               prompt_tokens: int | None = None, ignore_eos: bool = False) -> SimRequest:
+        """Queue a request; it is admitted at the start of the next step with a free slot."""
+        if prompt_tokens is None:
+            prompt_tokens = count_tokens(prompt)
+        request = SimRequest(next(self._ids), prompt, prompt_tokens, max_tokens, temperature,
+                             self.config, ignore_eos)
+        self._waiting.append(request)
+        self._wake.set()
+        return request
+
+    def abort(self, request: SimRequest) -> None:
+        """Drop an unfinished request (client went away, server shutting down); a no-op
+        once it finished."""
+        if request.done:
+            return
+        request.mark_aborted()
+        if request in self._waiting:
+            self._waiting.remove(request)
+        if request in self._running:
+            self._running.remove(request)
+        self.counters.request_success_total["abort"] += 1
+
+    def abort_all(self) -> None:
+        """Abort everything (shutdown), so open streams end instead of holding the server."""
+        for request in [*self._waiting, *self._running]:
+            self.abort(request)
+
+    def step_duration(self, running: int, prefill_tokens: int) -> float:
+        """Seconds one step takes with `running` requests and `prefill_tokens` to prefill."""
+        c = self.config
+        decode = c.step_ms / 1000.0 * (1.0 + c.batch_penalty * max(0, running - 1))
+        if c.speculative:
+            decode *= c.spec_step_overhead
+        return (decode + prefill_tokens / c.prefill_tok_s) * self.speed_factor
+
+    async def run(self) -> None:
+        """Step forever. Oversleeping is paid back on the next step (at most one step's
+        worth), so the mean step time matches the model despite timer granularity."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            if not self._running and not self._waiting:
+                self._wake.clear()
+                await self._wake.wait()
+            admitted = self._admit()
+            prefill = sum(r.prompt_tokens for r in admitted)
+            deadline = max(deadline, loop.time()) + self.step_duration(len(self._running),
+                                                                        prefill)
+            await self._sleep(max(0.0, deadline - loop.time()))
+            self._finish_step(admitted)
+
+    def _admit(self) -> list[SimRequest]:
+        admitted = []
+        while self._waiting and len(self._running) < self.config.max_num_seqs:
+            request = self._waiting.popleft()
+            self._running.append(request)
+            admitted.append(request)
+        return admitted
+
+    def _finish_step(self, admitted: list[SimRequest]) -> None:
+        """Emit one chunk to every request still running (aborts may have removed some)."""
+        prefilled = {id(r) for r in admitted}
+        for request in list(self._running):
+            if id(request) in prefilled:
+                self.counters.prompt_tokens_total += request.prompt_tokens
+                chunk = request.produce(0)  # the prefill step samples 1 token, no drafts
+            else:
+                chunk = request.produce(self._accepted_this_step(request))
+            self.counters.generation_tokens_total += chunk.tokens
+            if chunk.finish_reason is not None:
+                self._running.remove(request)
+                self.counters.request_success_total[chunk.finish_reason] += 1
+
+    def _accepted_this_step(self, request: SimRequest) -> int:
+        """Draft tokens delivered this step; capped so max_tokens is never exceeded. The
+        accepted counter counts delivered tokens only, so accepted == delivered - steps."""
+        if not self.config.speculative:
+            return 0
+        k = self.config.num_speculative_tokens
+        accepted = min(request.draw_accepted(k), request.limit - request.generated - 1)
+        self.counters.record_drafts(k, accepted)
+        return accepted
+
+    # --- periodic logging, formatted like vLLM v1's LoggingStatLogger ----------------------
+
+    async def log_loop(self) -> None:
+        """Every log_interval_s, log throughput lines if anything happened."""
+        loop = asyncio.get_running_loop()
+        previous, since = copy.deepcopy(self.counters), loop.time()
+        while True:
+            await asyncio.sleep(self.config.log_interval_s)
+            current, now = copy.deepcopy(self.counters), loop.time()
+            self.report(previous, current, now - since)
+            previous, since = current, now
+
+    def report(self, previous: Counters, current: Counters, elapsed: float) -> None:
+        """Log one interval (skipped when idle): the engine line and the spec line."""
+        prompt = current.prompt_tokens_total - previous.prompt_tokens_total
+        generated = current.generation_tokens_total - previous.generation_tokens_total
+        if not (prompt or generated or self._running or self._waiting):
+            return
+        self._log("loggers.py:123", engine_log_message(
+            prompt / elapsed, generated / elapsed, self.num_running, self.num_waiting,
+            self._kv_cache_usage()))
+        drafts = current.spec_decode_num_drafts_total - previous.spec_decode_num_drafts_total
+        if drafts:
+            self._log("metrics.py:97", spec_log_message(previous, current, elapsed))
+
+    def _kv_cache_usage(self) -> float:
+        """Cosmetic: fraction of a max_num_seqs * max_model_len token cache in use."""
+        used = sum(r.prompt_tokens + r.generated for r in self._running)
+        return used / (self.config.max_num_seqs * self.config.max_model_len)
+
+
+def engine_log_message(prompt_tok_s: float, gen_tok_s: float, running: int, waiting: int,
+                       kv_usage: float) -> str:
+    return (
+        f"Engine 000: Avg prompt throughput: {prompt_tok_s:.1f} tokens/s, "
+        f"Avg generation throughput: {gen_tok_s:.1f} tokens/s, "
+        f"Running: {running} reqs, Waiting: {waiting} reqs, "
+        f"GPU KV cache usage: {kv_usage * 100:.1f}%, Prefix cache hit rate: 0.0%"
+    )
+
+
+def spec_log_message(previous: Counters, current: Counters, elapsed: float) -> str:
+    drafts = current.spec_decode_num_drafts_total - previous.spec_decode_num_drafts_total
+    drafted = (current.spec_decode_num_draft_tokens_total
+               - previous.spec_decode_num_draft_tokens_total)
+    accepted = (current.spec_decode_num_accepted_tokens_total
+                - previous.spec_decode_num_accepted_tokens_total)
+    per_position = ", ".join(
+        f"{(now - before) / drafts:.3f}"
+        for now, before in zip(current.accepted_per_position, previous.accepted_per_position,
+                               strict=True)
+    )
+    return (
+        f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, "
+        f"Accepted throughput: {accepted / elapsed:.2f} tokens/s, "
+        f"Drafted throughput: {drafted / elapsed:.2f} tokens/s, "
+        f"Accepted: {accepted} tokens, Drafted: {drafted} tokens, "
+        f"Per-position acceptance rate: {per_position}, "
+        f"Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%"
+    )

@@ -1,0 +1,200 @@
+"""OpenAI/vLLM wire format: request validation and response/stream-event bodies.
+
+Event shapes follow vLLM's OpenAI server: chat chunks are dumped with exclude_unset (no
+"usage" key on content chunks, "stop_reason" only on the finishing chunk), completion
+chunks with every field ("usage": null on content chunks); the final usage event has
+"choices": [] and no null fields.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from benchledger.simulator.engine import SimConfig
+from benchledger.simulator.tokenizer import count_tokens
+
+# Chat prompts are the message contents joined by newlines plus a fixed template cost,
+# standing in for a chat template's role markers.
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_FIXED = 3
+DEFAULT_MAX_TOKENS = 16
+DEFAULT_TEMPERATURE = 1.0
+
+
+class ApiError(Exception):
+    """An error answered with OpenAI's error JSON."""
+
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": None,
+                          "code": self.status}}
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    chat: bool
+    prompt: str
+    prompt_tokens: int
+    max_tokens: int
+    temperature: float
+    stream: bool
+    include_usage: bool
+    ignore_eos: bool
+
+
+def parse_chat(body: Any, config: SimConfig) -> ParsedRequest:
+    body = _common_checks(body, config)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list")
+    contents = [_message_text(m) for m in messages]
+    prompt = "\n".join(contents)
+    tokens = count_tokens(prompt) + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_FIXED
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    return _finish_parse(body, config, True, prompt, tokens, max_tokens)
+
+
+def parse_completion(body: Any, config: SimConfig) -> ParsedRequest:
+    body = _common_checks(body, config)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise ApiError(400, "'prompt' must be a string (a single prompt)")
+    return _finish_parse(body, config, False, prompt, count_tokens(prompt),
+                         body.get("max_tokens"))
+
+
+def _common_checks(body: Any, config: SimConfig) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != config.model:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+    if body.get("n") not in (None, 1):
+        raise ApiError(400, "only n=1 is supported")
+    return body
+
+
+def _message_text(message: Any) -> str:
+    """Content of one chat message: a string, a list of text parts, or null."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise ApiError(400, "each message must be an object with a string 'role'")
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise ApiError(400, "message 'content' must be a string or a list of text parts")
+
+
+def _finish_parse(body: dict[str, Any], config: SimConfig, chat: bool, prompt: str,
+                  prompt_tokens: int, max_tokens: Any) -> ParsedRequest:
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ApiError(400, "'max_tokens' must be a positive integer")
+    if prompt_tokens + max_tokens > config.max_model_len:
+        raise ApiError(400, (
+            f"'max_tokens' is too large: {max_tokens}. This model's maximum context length "
+            f"is {config.max_model_len} tokens and your request has {prompt_tokens} input "
+            f"tokens ({max_tokens} > {config.max_model_len} - {prompt_tokens})."))
+    temperature = body.get("temperature")
+    if temperature is None:
+        temperature = DEFAULT_TEMPERATURE
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) \
+            or temperature < 0:
+        raise ApiError(400, "'temperature' must be a number >= 0")
+    stream = _bool_field(body, "stream")
+    ignore_eos = _bool_field(body, "ignore_eos")
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise ApiError(400, "Stream options can only be defined when `stream=True`.")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object")
+    include_usage = _bool_field(options or {}, "include_usage")
+    return ParsedRequest(chat, prompt, prompt_tokens, max_tokens, float(temperature), stream,
+                         include_usage, ignore_eos)
+
+
+def _bool_field(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ApiError(400, f"'{name}' must be a boolean")
+    return value
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens}
+
+
+class ResponseBuilder:
+    """Builds the bodies of one response (one id and creation time for all its events)."""
+
+    def __init__(self, chat: bool, model: str) -> None:
+        self.chat = chat
+        self.model = model
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def role_event(self) -> dict[str, Any]:
+        """vLLM's first chat event: the assistant role with empty content."""
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                  "finish_reason": None}
+        return self._envelope("chat.completion.chunk", [choice])
+
+    def content_event(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": text},
+                                      "logprobs": None, "finish_reason": finish_reason}
+            if finish_reason is not None:
+                choice["stop_reason"] = None
+            return self._envelope("chat.completion.chunk", [choice])
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
+                  "stop_reason": None}
+        return {**self._envelope("text_completion", [choice]), "usage": None}
+
+    def usage_event(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._envelope(obj, []), "usage": usage_body(prompt_tokens, completion_tokens)}
+
+    def full_response(self, text: str, finish_reason: str,
+                      usage: dict[str, int] | None) -> dict[str, Any]:
+        """Non-streaming body; `usage` None (server without usage reporting) omits it."""
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
+            body = self._envelope("chat.completion", [choice])
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None,
+                      "finish_reason": finish_reason, "stop_reason": None}
+            body = self._envelope("text_completion", [choice])
+        if usage is not None:
+            body["usage"] = usage
+        return body
+
+
+def sse(event: dict[str, Any] | str) -> bytes:
+    """One server-sent event: ``data: <compact json>\\n\\n`` (or a literal like [DONE])."""
+    data = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"),
+                                                           ensure_ascii=False)
+    return f"data: {data}\n\n".encode()

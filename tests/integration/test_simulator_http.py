@@ -1,0 +1,259 @@
+"""The simulator as a real process on 127.0.0.1, checked with raw httpx and hand parsing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchledger.simulator.tokenizer import count_tokens
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CODE_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+
+
+@dataclass
+class Sim:
+    proc: subprocess.Popen
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp_path: Path, *flags: str) -> Iterator[Sim]:
+    """Start the simulator subprocess, wait for /health, and always kill it afterwards."""
+    port = _free_port()
+    log_path = tmp_path / f"sim-{port}.log"
+    with open(log_path, "w") as log:
+        proc = _spawn(port, flags, log)
+    sim = Sim(proc, f"http://127.0.0.1:{port}", log_path)
+    try:
+        _wait_healthy(sim)
+        yield sim
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def _spawn(port: int, flags: tuple[str, ...], output) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchledger.simulator", "--port", str(port), *flags],
+        stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+
+def _wait_healthy(sim: Sim, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert sim.proc.poll() is None, f"simulator exited early:\n{sim.log()}"
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(sim.url + "/health", timeout=1).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"simulator not healthy in {timeout}s:\n{sim.log()}")
+
+
+@pytest.fixture(scope="module")
+def spec_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    yield from _start(tmp_path_factory.mktemp("spec"), "--speculative", "--step-ms", "1",
+                      "--seed", "3", "--log-interval-s", "0.2")
+
+
+@pytest.fixture
+def no_usage_sim(tmp_path: Path) -> Iterator[Sim]:
+    yield from _start(tmp_path, "--no-usage", "--step-ms", "1")
+
+
+def _chat_body(prompt: str, max_tokens: int, **extra) -> dict:
+    return {"model": "sim-model", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0, **extra}
+
+
+def _stream(url: str, body: dict) -> list[str]:
+    """POST with stream=true and return the raw `data:` payloads in order."""
+    payloads = []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=10) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        buffer = ""
+        for text in response.iter_text():
+            buffer += text
+            while "\n\n" in buffer:
+                event, buffer = buffer.split("\n\n", 1)
+                assert event.startswith("data: "), event
+                payloads.append(event[len("data: "):])
+    assert buffer == ""
+    return payloads
+
+
+def _metrics(sim: Sim) -> dict[str, float]:
+    """Samples of /metrics keyed by `name{labels}`; comment lines are checked for types."""
+    text = httpx.get(sim.url + "/metrics").text
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE"):
+            assert line.split()[-1] in ("counter", "gauge")
+        elif line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    return samples
+
+
+def _metric(samples: dict[str, float], name: str, **labels: str) -> float:
+    label_text = ",".join(f'{k}="{v}"' for k, v in sorted({**labels,
+                                                            "model_name": "sim-model"}.items()))
+    return samples[f"{name}{{{label_text}}}"]
+
+
+def test_streamed_chat_usage_matches_content_and_metrics(spec_sim: Sim) -> None:
+    before = _metrics(spec_sim)
+    payloads = _stream(spec_sim.url + "/v1/chat/completions",
+                       _chat_body(CODE_PROMPT, 96, stream_options={"include_usage": True}))
+    assert payloads[-1] == "[DONE]"
+    events = [json.loads(p) for p in payloads[:-1]]
+    assert events[0]["object"] == "chat.completion.chunk"
+    assert events[0]["id"].startswith("chatcmpl-")
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    usage_event = events[-1]
+    assert usage_event["choices"] == []
+    content = [e["choices"][0] for e in events[1:-1]]
+    assert all(c["delta"]["content"] for c in content)
+    assert [c["finish_reason"] for c in content] == [None] * (len(content) - 1) + ["length"]
+
+    usage = usage_event["usage"]
+    completion = usage["completion_tokens"]
+    assert completion == sum(count_tokens(c["delta"]["content"]) for c in content) == 96
+    assert usage["total_tokens"] == usage["prompt_tokens"] + completion
+    assert len(content) < completion  # speculation: a chunk carries several tokens
+
+    after = _metrics(spec_sim)
+    delta = {name: _metric(after, name) - _metric(before, name) for name in (
+        "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total")}
+    assert delta["vllm:generation_tokens_total"] == completion
+    assert delta["vllm:prompt_tokens_total"] == usage["prompt_tokens"]
+    assert delta["vllm:spec_decode_num_accepted_tokens_total"] == completion - len(content)
+    assert delta["vllm:spec_decode_num_drafts_total"] == len(content) - 1
+    assert _metric(after, "vllm:request_success_total", finished_reason="length") == \
+        _metric(before, "vllm:request_success_total", finished_reason="length") + 1
+    assert _metric(after, "vllm:num_requests_running") == 0
+    assert _metric(after, "vllm:num_requests_waiting") == 0
+
+
+def test_completions_stream_and_non_stream_agree(spec_sim: Sim) -> None:
+    url = spec_sim.url + "/v1/completions"
+    body = {"model": "sim-model", "prompt": "Tell me about rivers.", "max_tokens": 20,
+            "temperature": 0}
+    payloads = _stream(url, body)
+    events = [json.loads(p) for p in payloads[:-1]]
+    assert payloads[-1] == "[DONE]"
+    assert all(e["object"] == "text_completion" and e["usage"] is None for e in events)
+    streamed = "".join(e["choices"][0]["text"] for e in events)
+
+    response = httpx.post(url, json=body).json()
+    assert response["choices"][0]["text"] == streamed
+    assert response["choices"][0]["finish_reason"] == "length"
+    assert response["usage"]["completion_tokens"] == count_tokens(streamed) == 20
+
+
+def test_errors_use_openai_error_json(spec_sim: Sim) -> None:
+    unknown = httpx.post(spec_sim.url + "/v1/chat/completions",
+                         json=_chat_body("hi", 4) | {"model": "other"})
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "NotFoundError"
+    assert unknown.json()["error"]["code"] == 404
+    for bad in (b"{not json", b'{"messages": "hi"}', b'{"prompt": "x", "max_tokens": 0}'):
+        path = "/v1/completions" if b"prompt" in bad else "/v1/chat/completions"
+        response = httpx.post(spec_sim.url + path, content=bad)
+        assert response.status_code == 400, bad
+        assert response.json()["error"]["code"] == 400
+
+
+def test_models_version_and_logs(spec_sim: Sim) -> None:
+    models = httpx.get(spec_sim.url + "/v1/models").json()
+    assert models["data"][0]["id"] == "sim-model"
+    assert models["data"][0]["owned_by"] == "benchledger-sim"
+    assert models["data"][0]["max_model_len"] > 0
+    assert httpx.get(spec_sim.url + "/version").json() == {"version": "benchledger-sim 0.1.0"}
+    httpx.post(spec_sim.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 60,
+                                                       "temperature": 0})
+    deadline = time.monotonic() + 3
+    while "SpecDecoding metrics: Mean acceptance length" not in spec_sim.log():
+        assert time.monotonic() < deadline, spec_sim.log()
+        time.sleep(0.05)
+    log = spec_sim.log()
+    assert "speed_factor=" in log and '"speculative": true' in log
+    assert "Engine 000: Avg prompt throughput:" in log
+
+
+def test_client_disconnect_aborts_the_request(spec_sim: Sim) -> None:
+    body = _chat_body("Tell me a long story.", 4000) | {"stream": True}
+    with httpx.stream("POST", spec_sim.url + "/v1/chat/completions", json=body) as response:
+        next(response.iter_text())
+    deadline = time.monotonic() + 3
+    while _metric(_metrics(spec_sim), "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    samples = _metrics(spec_sim)
+    assert _metric(samples, "vllm:request_success_total", finished_reason="abort") >= 1
+    assert httpx.get(spec_sim.url + "/health").status_code == 200
+
+
+def test_no_usage_server_never_reports_usage_and_sigterm_exits_cleanly(no_usage_sim: Sim) -> None:
+    url = no_usage_sim.url + "/v1/chat/completions"
+    payloads = _stream(url, _chat_body("hello there", 10, stream_options={"include_usage": True}))
+    assert payloads[-1] == "[DONE]"
+    assert all("usage" not in json.loads(p) for p in payloads[:-1])
+    assert "usage" not in httpx.post(url, json=_chat_body("hello there", 10)).json()
+    samples = _metrics(no_usage_sim)
+    assert _metric(samples, "vllm:spec_decode_num_drafts_total") == 0  # not speculative
+
+    # SIGTERM with a stream in flight: the stream is cut (no [DONE]) and the exit is clean
+    long_body = _chat_body("Tell me a long story.", 4000) | {"stream": True}
+    with httpx.stream("POST", url, json=long_body, timeout=10) as response:
+        chunks = response.iter_text()
+        next(chunks)
+        no_usage_sim.proc.send_signal(signal.SIGTERM)
+        rest = "".join(chunks)
+    assert "[DONE]" not in rest
+    assert no_usage_sim.proc.wait(timeout=5) == 0
+    assert "Traceback" not in no_usage_sim.log()
+
+
+def test_startup_delay_reports_503_until_ready(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = _spawn(port, ("--startup-delay-s", "1.5"), subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+        statuses = []
+        deadline = time.monotonic() + 10
+        while 200 not in statuses and time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                statuses.append(httpx.get(url, timeout=1).status_code)
+            time.sleep(0.05)
+        assert 503 in statuses and statuses[-1] == 200
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -1,0 +1,253 @@
+"""Engine-only tests of the simulator (no HTTP; the step clock is replaced by a no-op)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+
+import pytest
+
+from benchledger.simulator.engine import (
+    CODE_VOCAB,
+    PROSE_VOCAB,
+    Chunk,
+    Engine,
+    SimConfig,
+    is_code_prompt,
+    speed_factor,
+)
+from benchledger.simulator.tokenizer import count_tokens, tokenize
+
+CODE_PROMPTS = [
+    "def fib(n):\n    # return the n-th Fibonacci number\n",
+    "Write a Python function that merges two sorted lists.",
+    "function add(a, b) { return a + b; }  // translate to Rust",
+    "class Stack:\n    def push(self, item): ...\n    def pop(self): ...",
+    "for (int i = 0; i < n; i++) { total += values[i]; }",
+    "Implement binary search over a sorted array of integers.",
+]
+PROSE_PROMPTS = [
+    "Tell me a short story about a lighthouse keeper.",
+    "Describe the history of the city of Lyon in a few sentences.",
+    "Why do leaves change colour in autumn?",
+    "Summarise the plot of a novel about a long sea voyage.",
+    "Write a letter to a friend about a walk in the mountains.",
+    "What makes a good breakfast on a cold morning?",
+]
+
+
+async def _no_sleep(_seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+def _run(config: SimConfig, prompts: list[str], max_tokens: int = 64,
+         temperature: float = 0.0, **submit_kw) -> tuple[Engine, list[list[Chunk]]]:
+    """Run all prompts concurrently through one engine; return it and each request's chunks."""
+
+    async def go() -> tuple[Engine, list[list[Chunk]]]:
+        engine = Engine(config, sleep=_no_sleep, log=lambda *_: None)
+        loop_task = asyncio.create_task(engine.run())
+        requests = [engine.submit(p, max_tokens, temperature, **submit_kw) for p in prompts]
+
+        async def collect(request):
+            return [chunk async for chunk in request.chunks()]
+
+        results = await asyncio.gather(*(collect(r) for r in requests))
+        loop_task.cancel()
+        return engine, list(results)
+
+    return asyncio.run(go())
+
+
+def _accept_rate(config: SimConfig, prompts: list[str]) -> float:
+    engine, _ = _run(config, prompts, max_tokens=200)
+    c = engine.counters
+    return c.spec_decode_num_accepted_tokens_total / c.spec_decode_num_draft_tokens_total
+
+
+SPEC = SimConfig(speculative=True)
+PLAIN = SimConfig(speculative=False)
+
+
+def test_tokenizer_round_trips_and_counts() -> None:
+    text = "def f(x):\n    return x_1 + 42  # done!\n"
+    assert "".join(tokenize(text)) == text
+    assert tokenize("a  b") == ["a", "  b"]
+    assert count_tokens("") == 0
+    assert count_tokens("hello, world 12") == 4
+    assert count_tokens("x_1 ") == 3  # word, digits, trailing whitespace
+
+
+def test_vocabularies_are_single_tokens_that_never_merge() -> None:
+    for vocab in (CODE_VOCAB, PROSE_VOCAB):
+        for a, b in itertools.product(vocab, repeat=2):
+            assert count_tokens(a) == 1
+            assert count_tokens(a + b) == 2, (a, b)
+
+
+def test_temperature_zero_is_deterministic_per_prompt() -> None:
+    _, first = _run(SPEC, CODE_PROMPTS[:2])
+    _, second = _run(SPEC, CODE_PROMPTS[:2])
+    assert first == second
+    assert first[0] != first[1]
+
+
+def test_temperature_zero_text_is_prefix_stable_across_max_tokens() -> None:
+    _, short = _run(PLAIN, PROSE_PROMPTS[:1], max_tokens=10)
+    _, long = _run(PLAIN, PROSE_PROMPTS[:1], max_tokens=40)
+    short_text = "".join(c.text for c in short[0])
+    assert "".join(c.text for c in long[0]).startswith(short_text)
+
+
+def test_positive_temperature_uses_fresh_randomness() -> None:
+    _, first = _run(SPEC, PROSE_PROMPTS[:1], max_tokens=64, temperature=0.7)
+    _, second = _run(SPEC, PROSE_PROMPTS[:1], max_tokens=64, temperature=0.7)
+    assert [c.text for c in first[0]] != [c.text for c in second[0]]
+
+
+def test_speculation_delivers_several_tokens_per_step() -> None:
+    _, spec = _run(SPEC, CODE_PROMPTS, max_tokens=100)
+    _, plain = _run(PLAIN, CODE_PROMPTS, max_tokens=100)
+    spec_sizes = [c.tokens for chunks in spec for c in chunks]
+    assert max(spec_sizes) > 1
+    assert statistics.mean(spec_sizes) > 1.5
+    assert max(spec_sizes) <= 1 + SPEC.num_speculative_tokens
+    assert all(c.tokens == 1 for chunks in plain for c in chunks)
+    # the first chunk (end of the prefill step) is always a single token
+    assert all(chunks[0].tokens == 1 for chunks in spec)
+
+
+def test_acceptance_is_higher_on_code_than_prose() -> None:
+    assert all(is_code_prompt(p) for p in CODE_PROMPTS)
+    assert not any(is_code_prompt(p) for p in PROSE_PROMPTS)
+    code, prose = _accept_rate(SPEC, CODE_PROMPTS), _accept_rate(SPEC, PROSE_PROMPTS)
+    assert code > prose + 0.15
+
+
+def test_generated_text_token_count_equals_reported_tokens() -> None:
+    _, results = _run(SPEC, CODE_PROMPTS + PROSE_PROMPTS, max_tokens=77)
+    for chunks in results:
+        assert all(count_tokens(c.text) == c.tokens for c in chunks)
+        assert count_tokens("".join(c.text for c in chunks)) == sum(c.tokens for c in chunks)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 5, 37])
+@pytest.mark.parametrize("config", [SPEC, PLAIN], ids=["spec", "plain"])
+def test_max_tokens_is_respected(config: SimConfig, max_tokens: int) -> None:
+    _, results = _run(config, CODE_PROMPTS, max_tokens=max_tokens)
+    for chunks in results:
+        assert sum(c.tokens for c in chunks) == max_tokens
+        assert [c.finish_reason for c in chunks] == [None] * (len(chunks) - 1) + ["length"]
+
+
+def test_eos_ends_some_prompts_early_with_stop() -> None:
+    config = SimConfig(speculative=True, eos_rate=1.0)
+    engine, results = _run(config, PROSE_PROMPTS, max_tokens=1000)
+    assert all(chunks[-1].finish_reason == "stop" for chunks in results)
+    assert all(16 <= sum(c.tokens for c in chunks) <= 256 for chunks in results)
+    assert engine.counters.request_success_total["stop"] == len(PROSE_PROMPTS)
+    _, ignored = _run(config, PROSE_PROMPTS[:1], max_tokens=300, ignore_eos=True)
+    assert ignored[0][-1].finish_reason == "length"
+
+
+def test_counters_are_consistent() -> None:
+    prompts = CODE_PROMPTS + PROSE_PROMPTS
+    engine, results = _run(SPEC, prompts, max_tokens=50)
+    c = engine.counters
+    delivered = sum(chunk.tokens for chunks in results for chunk in chunks)
+    steps = sum(len(chunks) for chunks in results)
+    assert c.generation_tokens_total == delivered == 50 * len(prompts)
+    assert c.spec_decode_num_accepted_tokens_total == delivered - steps
+    assert c.spec_decode_num_drafts_total == steps - len(prompts)  # prefill steps draft nothing
+    assert c.spec_decode_num_draft_tokens_total == 3 * c.spec_decode_num_drafts_total
+    assert sum(c.accepted_per_position) == c.spec_decode_num_accepted_tokens_total
+    assert c.accepted_per_position == sorted(c.accepted_per_position, reverse=True)
+    assert c.prompt_tokens_total == sum(count_tokens(p) for p in prompts)
+    assert c.request_success_total == {"stop": 0, "length": len(prompts), "abort": 0}
+    assert engine.num_running == engine.num_waiting == 0
+
+
+def test_plain_decoding_counts_no_drafts() -> None:
+    engine, _ = _run(PLAIN, PROSE_PROMPTS, max_tokens=20)
+    assert engine.counters.spec_decode_num_drafts_total == 0
+    assert engine.counters.generation_tokens_total == 20 * len(PROSE_PROMPTS)
+
+
+def test_step_time_model() -> None:
+    spec = Engine(SimConfig(speculative=True, speed_spread=0.0))
+    plain = Engine(SimConfig(speculative=False, speed_spread=0.0))
+    assert plain.step_duration(1, 0) == pytest.approx(0.004)
+    assert spec.step_duration(1, 0) == pytest.approx(0.004 * 1.15)
+    assert plain.step_duration(11, 0) == pytest.approx(0.004 * 1.8)
+    assert plain.step_duration(1, 2000) == pytest.approx(0.004 + 0.1)
+
+
+def test_speed_factor_depends_on_seed_only() -> None:
+    assert speed_factor(7, 0.03) == speed_factor(7, 0.03)
+    assert speed_factor(7, 0.03) != speed_factor(8, 0.03)
+    assert speed_factor(1, 0.0) == 1.0
+    assert min(speed_factor(s, 5.0) for s in range(50)) == 0.5
+
+
+def test_max_num_seqs_makes_requests_wait_and_abort_removes_them() -> None:
+    async def go() -> None:
+        engine = Engine(SimConfig(max_num_seqs=1), sleep=_no_sleep, log=lambda *_: None)
+        requests = [engine.submit(p, 8) for p in PROSE_PROMPTS[:3]]
+        assert engine.num_waiting == 3
+        task = asyncio.create_task(engine.run())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert (engine.num_running, engine.num_waiting) == (1, 2)
+        engine.abort(requests[2])
+        engine.abort(requests[0])
+        assert (engine.num_running, engine.num_waiting) == (0, 1)
+        chunks = [c async for c in requests[1].chunks()]
+        assert sum(c.tokens for c in chunks) == 8
+        assert engine.counters.request_success_total["abort"] == 2
+        task.cancel()
+
+    asyncio.run(go())
+
+
+def test_abort_all_ends_waiting_consumers() -> None:
+    async def go() -> None:
+        engine = Engine(SPEC, log=lambda *_: None)  # real step clock: requests stay running
+        task = asyncio.create_task(engine.run())
+        requests = [engine.submit(p, 10_000) for p in CODE_PROMPTS]
+        consumers = [asyncio.create_task(_drain(r)) for r in requests]
+        await asyncio.sleep(0.05)
+        engine.abort_all()
+        received = await asyncio.wait_for(asyncio.gather(*consumers), timeout=1)
+        assert all(r.aborted for r in requests)
+        assert all(0 < n < 10_000 for n in received)
+        assert engine.num_running == engine.num_waiting == 0
+        assert engine.counters.generation_tokens_total == sum(received)
+        task.cancel()
+
+    async def _drain(request) -> int:
+        return sum([c.tokens async for c in request.chunks()])
+
+    asyncio.run(go())
+
+
+def test_log_lines_look_like_vllm() -> None:
+    lines: list[tuple[str, str]] = []
+    engine = Engine(SPEC, log=lambda source, msg: lines.append((source, msg)))
+    before = engine.counters.__class__(3)
+    engine.counters.prompt_tokens_total = 1520
+    engine.counters.generation_tokens_total = 27
+    engine.counters.record_drafts(3, 2)
+    engine.counters.record_drafts(3, 0)
+    engine.report(before, engine.counters, 1.0)
+    assert lines[0] == ("loggers.py:123", (
+        "Engine 000: Avg prompt throughput: 1520.0 tokens/s, Avg generation throughput: "
+        "27.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, "
+        "Prefix cache hit rate: 0.0%"))
+    assert lines[1] == ("metrics.py:97", (
+        "SpecDecoding metrics: Mean acceptance length: 2.00, Accepted throughput: 2.00 "
+        "tokens/s, Drafted throughput: 6.00 tokens/s, Accepted: 2 tokens, Drafted: 6 tokens, "
+        "Per-position acceptance rate: 0.500, 0.500, 0.000, Avg Draft acceptance rate: 33.3%"))
+    lines.clear()
+    engine.report(engine.counters, engine.counters, 1.0)  # idle interval: nothing logged
+    assert lines == []
