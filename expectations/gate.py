@@ -1,0 +1,345 @@
+"""The GX gate: protocol rules checked before any derived number is produced.
+
+Each protocol rule is one named Great Expectations (GX 1.x) expectation. Rules are grouped
+into three ExpectationSuites ("restarts", "windows", "measured_requests"); every rule runs
+(GX catches per-expectation errors, so one broken rule never hides the others) and every
+(subject, rule) pair becomes exactly one RuleResult row for the `validations` table.
+
+Speed: a suite is validated ONCE over all its subjects (one pandas batch per suite) and the
+verdict is split per subject using GX's `unexpected_index_list` (result_format COMPLETE).
+Validating one batch per subject also works but costs ~0.1 s per subject, which grows with
+every window of a concurrency ladder; three validations per call stay flat.
+
+GX itself is imported lazily: importing great_expectations takes seconds, and this module
+is imported by code (DAG files, the warehouse) that must stay cheap to import.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+SUITES = ("restarts", "windows", "measured_requests")
+
+# Rows are matched to subjects through this column, added by the _prepare_* functions.
+_SUBJECT = "subject"
+# GX map expectations skip nulls, so a NULL status/token_source/temperature would pass
+# silently. Rules that must see every row check a copy where nulls become this marker.
+_NULL = "<null>"
+_MAX_LISTED = 3
+
+# The protocol rule -> GX expectation table. Columns named *_or_null, accounted and
+# completed_* are computed by the _prepare_* functions below (see there for why).
+# suite, rule, GX 1.x expectation (gx.expectations.<name>), its arguments
+_EXPECTATIONS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("restarts", "restart_healthy", "ExpectColumnValuesToBeInSet",
+     {"column": "status_or_null", "value_set": ["ok", "external"]}),
+    ("windows", "accounting_balances", "ExpectColumnPairValuesToBeEqual",
+     {"column_A": "submitted", "column_B": "accounted", "ignore_row_if": "neither"}),
+    ("windows", "n_at_least_min", "ExpectColumnPairValuesAToBeGreaterThanB",
+     {"column_A": "completed", "column_B": "min_requests", "or_equal": True,
+      "ignore_row_if": "neither"}),
+    ("measured_requests", "token_source_is_usage", "ExpectColumnValuesToBeInSet",
+     {"column": "token_source_or_null", "value_set": ["usage"]}),
+    ("measured_requests", "temperature_is_zero", "ExpectColumnValuesToBeInSet",
+     {"column": "temperature_or_null", "value_set": [0.0]}),
+    ("measured_requests", "ttft_not_above_e2e", "ExpectColumnPairValuesAToBeGreaterThanB",
+     {"column_A": "completed_e2e_s", "column_B": "completed_ttft_s", "or_equal": True,
+      "ignore_row_if": "either_value_is_missing"}),
+)  # fmt: skip
+
+RULES: dict[str, str] = {
+    "restart_healthy": "the server restart ended ok (or is an external server): status in "
+    "{'ok', 'external'}",
+    "accounting_balances": "the window accounts for every request: "
+    "submitted == completed + failed + unresolved (T14)",
+    "n_at_least_min": "the window completed at least the n the protocol requires (T4)",
+    "token_source_is_usage": "every measured request's output tokens come from server usage, "
+    "never from chunk counts (T1)",
+    "temperature_is_zero": "every measured request ran at temperature 0 (T9)",
+    "ttft_not_above_e2e": "for completed requests with both times, TTFT <= E2E latency",
+}
+
+_REQUIRED_COLUMNS = {
+    "restarts": ("restart_id", "status"),
+    "windows": ("window_id", "submitted", "completed", "failed", "unresolved", "min_requests"),
+    "requests": ("request_id", "window_id", "status", "token_source", "temperature",
+                 "ttft_s", "e2e_s"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    suite: str  # "restarts" | "windows" | "measured_requests"
+    subject: str  # the restart_id or window_id the result is about
+    expectation: str  # the rule name (a key of RULES)
+    success: bool
+    observed: str  # "expected <...>, found <...>"
+
+
+def run_gate(
+    restarts: pd.DataFrame, windows: pd.DataFrame, requests: pd.DataFrame
+) -> list[RuleResult]:
+    """Run every rule over one sweep run's rows; one RuleResult per (subject, rule)."""
+    _check_columns(restarts=restarts, windows=windows, requests=requests)
+    frames = {
+        "restarts": _prepare_restarts(restarts),
+        "windows": _prepare_windows(windows),
+        "measured_requests": _prepare_requests(requests),
+    }
+    # A window with no measured requests still gets its request-rule rows, so the
+    # subjects come from the windows, plus any window_id only the requests mention.
+    subjects = {
+        "restarts": _unique(restarts["restart_id"]),
+        "windows": _unique(windows["window_id"]),
+        "measured_requests": _unique([*windows["window_id"], *requests["window_id"]]),
+    }
+    context = _ephemeral_context()
+    results: list[RuleResult] = []
+    for suite in SUITES:
+        gx_results = _validate_suite(context, suite, frames[suite])
+        for _, rule, _, kwargs in _rules_of(suite):
+            results.extend(
+                _split_by_subject(suite, rule, kwargs, gx_results[rule], frames[suite],
+                                  subjects[suite])
+            )  # fmt: skip
+    return results
+
+
+def to_records(results: Iterable[RuleResult]) -> list[dict[str, Any]]:
+    """Plain dicts with RuleResult's keys, for loading into the warehouse."""
+    return [asdict(result) for result in results]
+
+
+# --- inputs ---------------------------------------------------------------------------
+
+
+def _check_columns(**frames: pd.DataFrame) -> None:
+    # A missing column is a caller bug, not a protocol failure: failing rows would blame
+    # the measurement, so refuse loudly instead.
+    for name, frame in frames.items():
+        missing = [c for c in _REQUIRED_COLUMNS[name] if c not in frame.columns]
+        if missing:
+            raise ValueError(f"run_gate: {name} frame lacks columns {missing}")
+
+
+def _base(frame: pd.DataFrame, subject_column: str) -> pd.DataFrame:
+    # A fresh RangeIndex makes GX's unexpected_index_list usable as row positions.
+    out = frame.reset_index(drop=True).copy()
+    out[_SUBJECT] = out[subject_column]
+    return out
+
+
+def _or_null(column: pd.Series) -> pd.Series:
+    return column.astype(object).where(column.notna(), _NULL)
+
+
+def _prepare_restarts(restarts: pd.DataFrame) -> pd.DataFrame:
+    out = _base(restarts, "restart_id")
+    out["status_or_null"] = _or_null(out["status"])
+    return out
+
+
+def _prepare_windows(windows: pd.DataFrame) -> pd.DataFrame:
+    out = _base(windows, "window_id")
+    # GX compares two columns, not a column with a sum, so the sum becomes a column.
+    out["accounted"] = out["completed"] + out["failed"] + out["unresolved"]
+    return out
+
+
+def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
+    out = _base(requests, "window_id")
+    out["token_source_or_null"] = _or_null(out["token_source"])
+    out["temperature_or_null"] = _or_null(out["temperature"])
+    # Only completed requests have a meaningful TTFT/E2E pair; blanking the others lets
+    # ignore_row_if="either_value_is_missing" skip them together with rows lacking a time.
+    completed = out["status"] == "completed"
+    out["completed_ttft_s"] = out["ttft_s"].where(completed)
+    out["completed_e2e_s"] = out["e2e_s"].where(completed)
+    return out
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+# --- GX -------------------------------------------------------------------------------
+
+
+def _ephemeral_context() -> Any:
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    # GX 1.24 draws a tqdm "Calculating Metrics" bar on stderr for every validation
+    # unless the context's progress_bars variable turns it off.
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context
+
+
+def _rules_of(suite: str) -> list[tuple[str, str, str, dict[str, Any]]]:
+    return [row for row in _EXPECTATIONS if row[0] == suite]
+
+
+def _build_suite(suite: str) -> Any:
+    import great_expectations as gx
+
+    expectations = [
+        # meta carries the rule name so each GX result can be matched back to its rule.
+        getattr(gx.expectations, expectation)(**kwargs, meta={"rule": rule})
+        for _, rule, expectation, kwargs in _rules_of(suite)
+    ]
+    return gx.ExpectationSuite(name=suite, expectations=expectations)
+
+
+def _validate_suite(context: Any, suite: str, frame: pd.DataFrame) -> dict[str, Any]:
+    """Validate one suite over one whole-DataFrame batch; results keyed by rule name."""
+    datasource = context.data_sources.add_pandas(name=f"gate_{suite}")
+    asset = datasource.add_dataframe_asset(name=suite)
+    batch_definition = asset.add_batch_definition_whole_dataframe(name="whole")
+    expectation_suite = context.suites.add(_build_suite(suite))
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+    # COMPLETE (not the default SUMMARY) is what lists every unexpected row index.
+    outcome = batch.validate(expectation_suite, result_format={"result_format": "COMPLETE"})
+    return {result.expectation_config.meta["rule"]: result for result in outcome.results}
+
+
+def _gx_error(result: Any) -> str | None:
+    """The exception GX caught while evaluating an expectation, if any.
+
+    GX 1.24 reports it in two shapes: a flat {"raised_exception": ...} dict, or (for
+    metric failures such as a missing column) a dict keyed by metric id whose values are
+    such flat dicts.
+    """
+    info = result.exception_info or {}
+    candidates = [info, *(v for v in info.values() if isinstance(v, dict))]
+    for candidate in candidates:
+        if candidate.get("raised_exception"):
+            return str(candidate.get("exception_message") or "unknown GX error")
+    return None
+
+
+# --- per-subject results ----------------------------------------------------------------
+
+
+def _split_by_subject(
+    suite: str,
+    rule: str,
+    kwargs: dict[str, Any],
+    result: Any,
+    frame: pd.DataFrame,
+    subjects: Sequence[Any],
+) -> list[RuleResult]:
+    error = _gx_error(result)
+    unexpected = set((result.result or {}).get("unexpected_index_list") or [])
+    if error is None and not result.success and not unexpected:
+        # Never let a failure GX could not attribute to rows turn into per-subject passes.
+        error = "GX reported a failure without unexpected rows"
+    rows_of = {s: list(rows) for s, rows in frame.groupby(_SUBJECT, sort=False).indices.items()}
+    out = []
+    for subject in subjects:
+        rows = rows_of.get(subject, [])
+        bad = [row for row in rows if row in unexpected]
+        expected, found = _OBSERVE[rule](kwargs, frame, rows, bad)
+        if error is not None:
+            found = f"GX error: {error}"
+        observed = f"expected {expected}, found {found}"
+        out.append(RuleResult(suite, str(subject), rule, error is None and not bad, observed))
+    return out
+
+
+# --- observed strings ("expected <...>, found <...>", MLPerf-checker style) --------------
+
+Kw = dict[str, Any]  # an expectation's arguments from _EXPECTATIONS
+Rows = list[int]  # row positions in a prepared frame
+Seen = tuple[str, str]  # (expected, found)
+Observer = Callable[[Kw, pd.DataFrame, Rows, Rows], Seen]
+
+
+def _show(value: Any) -> str:
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "NULL"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _join(values: Iterable[Any]) -> str:
+    # Subjects are normally one row; a duplicated id shows every row instead of hiding one.
+    return "; ".join(_show(v) for v in values)
+
+
+def _summarise(values: Iterable[Any]) -> str:
+    """'missing' for one distinct value, else "'missing' (2), NULL (1)", most common first."""
+    counts = Counter(_show(v) for v in values).most_common()
+    if len(counts) == 1:
+        return counts[0][0]
+    listed = ", ".join(f"{value} ({n})" for value, n in counts[:_MAX_LISTED])
+    return listed + (", ..." if len(counts) > _MAX_LISTED else "")
+
+
+def _observe_status(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    return f"status in {kw['value_set']}", _join(frame.loc[rows, "status"])
+
+
+def _observe_accounting(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    found = []
+    for row in rows:
+        r = frame.loc[row]
+        sign = "!=" if row in bad else "=="
+        found.append(
+            f"{_show(r['submitted'])} {sign} {_show(r['completed'])} + {_show(r['failed'])}"
+            f" + {_show(r['unresolved'])}"
+        )
+    return "submitted == completed + failed + unresolved", "; ".join(found)
+
+
+def _observe_min(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    # The required n differs per window (T4: 15 speculative, 5 otherwise), so name it.
+    return (
+        f"completed >= {_join(frame.loc[rows, 'min_requests'])}",
+        _join(frame.loc[rows, "completed"]),
+    )
+
+
+def _share(frame: pd.DataFrame, column: str, rows: Rows, bad: Rows) -> str:
+    """Like "15 of 15 rows 'missing'": the offending values, or all values if none offend."""
+    if not rows:
+        return "0 of 0 rows (no measured requests)"
+    shown = bad or rows
+    return f"{len(shown)} of {len(rows)} rows {_summarise(frame.loc[shown, column])}"
+
+
+def _observe_token_source(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    return f"token_source in {kw['value_set']}", _share(frame, "token_source", rows, bad)
+
+
+def _observe_temperature(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    expected = " or ".join(f"temperature == {v}" for v in kw["value_set"])
+    return expected, _share(frame, "temperature", rows, bad)
+
+
+def _observe_ttft(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    # The denominator is the rows the rule could check, not every measured request.
+    checked = int(frame.loc[rows, [kw["column_A"], kw["column_B"]]].notna().all(axis=1).sum())
+    found = f"{len(bad)} of {checked} completed rows with ttft_s > e2e_s"
+    if bad:
+        listed = ", ".join(
+            f"{frame.at[row, 'request_id']} (ttft_s {_show(frame.at[row, 'ttft_s'])},"
+            f" e2e_s {_show(frame.at[row, 'e2e_s'])})"
+            for row in bad[:_MAX_LISTED]
+        )
+        found += f": {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
+    return "ttft_s <= e2e_s on completed requests", found
+
+
+_OBSERVE: dict[str, Observer] = {
+    "restart_healthy": _observe_status,
+    "accounting_balances": _observe_accounting,
+    "n_at_least_min": _observe_min,
+    "token_source_is_usage": _observe_token_source,
+    "temperature_is_zero": _observe_temperature,
+    "ttft_not_above_e2e": _observe_ttft,
+}

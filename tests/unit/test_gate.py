@@ -1,0 +1,216 @@
+"""The GX gate against real Great Expectations (no mocks): one row per (subject, rule)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from expectations.gate import RULES, SUITES, RuleResult, run_gate, to_records
+
+N_MEASURED = 15
+SUITE_RULES = {
+    "restarts": ["restart_healthy"],
+    "windows": ["accounting_balances", "n_at_least_min"],
+    "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e"],
+}
+
+
+def make_run(
+    n_restarts: int = 2, windows_per_restart: int = 2, n: int = N_MEASURED
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A clean sweep run: every rule should pass."""
+    restarts = pd.DataFrame(
+        {
+            "restart_id": [f"r{i}" for i in range(n_restarts)],
+            "arm": "spec-on",
+            "status": "ok",
+        }
+    )
+    window_rows, request_rows = [], []
+    for r in range(n_restarts):
+        for k, workload in zip(range(windows_per_restart), ["code", "prose"] * 8, strict=False):
+            window_id = f"r{r}-w{k}"
+            window_rows.append(
+                {
+                    "window_id": window_id,
+                    "restart_id": f"r{r}",
+                    "workload": workload,
+                    "concurrency": 1,
+                    "submitted": n,
+                    "completed": n,
+                    "failed": 0,
+                    "unresolved": 0,
+                    "drain_status": "complete",
+                    "min_requests": N_MEASURED,
+                }
+            )
+            request_rows += [
+                {
+                    "request_id": f"{window_id}-q{i}",
+                    "window_id": window_id,
+                    "status": "completed",
+                    "token_source": "usage",
+                    "temperature": 0.0,
+                    "ttft_s": 0.05 + i / 1000,
+                    "e2e_s": 2.0 + i / 100,
+                }
+                for i in range(n)
+            ]
+    return restarts, pd.DataFrame(window_rows), pd.DataFrame(request_rows)
+
+
+def by_key(results: list[RuleResult]) -> dict[tuple[str, str], RuleResult]:
+    return {(r.subject, r.expectation): r for r in results}
+
+
+def failures(results: list[RuleResult]) -> set[tuple[str, str]]:
+    return {(r.subject, r.expectation) for r in results if not r.success}
+
+
+@pytest.fixture(scope="module")
+def clean_results() -> list[RuleResult]:
+    return run_gate(*make_run())
+
+
+def test_clean_run_passes_every_rule(clean_results):
+    assert clean_results
+    assert all(r.success for r in clean_results), [r for r in clean_results if not r.success]
+    assert all(r.observed.startswith("expected ") for r in clean_results)
+
+
+def test_every_subject_rule_pair_appears_exactly_once(clean_results):
+    restarts, windows, _ = make_run()
+    expected = (
+        [("restarts", s, rule) for s in restarts["restart_id"] for rule in SUITE_RULES["restarts"]]
+        + [("windows", s, rule) for s in windows["window_id"] for rule in SUITE_RULES["windows"]]
+        + [
+            ("measured_requests", s, rule)
+            for s in windows["window_id"]
+            for rule in SUITE_RULES["measured_requests"]
+        ]
+    )
+    got = [(r.suite, r.subject, r.expectation) for r in clean_results]
+    assert sorted(got) == sorted(expected)
+    assert len(set(got)) == len(got)
+
+
+def test_rules_table_names_every_rule_of_every_suite():
+    assert set(RULES) == {rule for rules in SUITE_RULES.values() for rule in rules}
+    assert set(SUITES) == set(SUITE_RULES)
+
+
+def test_missing_token_source_fails_only_that_window():
+    restarts, windows, requests = make_run()
+    requests.loc[requests["window_id"] == "r1-w0", "token_source"] = "missing"
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r1-w0", "token_source_is_usage")}
+    observed = by_key(results)[("r1-w0", "token_source_is_usage")].observed
+    assert observed == "expected token_source in ['usage'], found 15 of 15 rows 'missing'"
+
+
+def test_null_token_source_is_not_silently_accepted():
+    # GX map expectations skip nulls by default; the gate must not.
+    restarts, windows, requests = make_run()
+    requests.loc[3, "token_source"] = None
+    results = run_gate(restarts, windows, requests)
+    window_id = requests.loc[3, "window_id"]
+    assert failures(results) == {(window_id, "token_source_is_usage")}
+    assert "1 of 15 rows NULL" in by_key(results)[(window_id, "token_source_is_usage")].observed
+
+
+def test_nonzero_temperature_fails_temperature_is_zero():
+    restarts, windows, requests = make_run()
+    requests.loc[requests["request_id"] == "r0-w1-q4", "temperature"] = 0.7
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r0-w1", "temperature_is_zero")}
+    observed = by_key(results)[("r0-w1", "temperature_is_zero")].observed
+    assert observed == "expected temperature == 0.0, found 1 of 15 rows 0.7"
+
+
+def test_ttft_above_e2e_fails_and_names_the_request():
+    restarts, windows, requests = make_run()
+    requests.loc[requests["request_id"] == "r1-w1-q2", ["ttft_s", "e2e_s"]] = [3.0, 1.5]
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r1-w1", "ttft_not_above_e2e")}
+    observed = by_key(results)[("r1-w1", "ttft_not_above_e2e")].observed
+    assert "1 of 15 completed rows" in observed
+    assert "r1-w1-q2 (ttft_s 3.0, e2e_s 1.5)" in observed
+
+
+def test_ttft_rule_ignores_unfinished_requests_and_missing_times():
+    restarts, windows, requests = make_run()
+    requests.loc[0, ["status", "ttft_s", "e2e_s"]] = ["failed", 3.0, 1.5]
+    requests.loc[1, "e2e_s"] = None
+    results = run_gate(restarts, windows, requests)
+    assert not {rule for _, rule in failures(results)} & {"ttft_not_above_e2e"}
+    window_id = requests.loc[0, "window_id"]
+    assert "0 of 13 completed rows" in by_key(results)[(window_id, "ttft_not_above_e2e")].observed
+
+
+def test_unbalanced_accounting_fails_accounting_balances():
+    restarts, windows, requests = make_run()
+    windows.loc[windows["window_id"] == "r0-w0", "submitted"] = 20  # 5 requests unaccounted
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r0-w0", "accounting_balances")}
+    observed = by_key(results)[("r0-w0", "accounting_balances")].observed
+    assert observed == (
+        "expected submitted == completed + failed + unresolved, found 20 != 15 + 0 + 0"
+    )
+
+
+def test_too_few_completed_fails_n_at_least_min_with_numbers():
+    restarts, windows, requests = make_run()
+    mask = windows["window_id"] == "r1-w1"
+    windows.loc[mask, ["completed", "failed"]] = [12, 3]  # still balances: 15 = 12 + 3 + 0
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r1-w1", "n_at_least_min")}
+    observed = by_key(results)[("r1-w1", "n_at_least_min")].observed
+    assert observed == "expected completed >= 15, found 12"
+
+
+def test_failed_restart_fails_restart_healthy_and_external_passes():
+    restarts, windows, requests = make_run(n_restarts=3)
+    restarts.loc[1, "status"] = "failed"
+    restarts.loc[2, "status"] = "external"
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r1", "restart_healthy")}
+    observed = by_key(results)[("r1", "restart_healthy")].observed
+    assert observed == "expected status in ['ok', 'external'], found 'failed'"
+
+
+def test_window_without_measured_requests_still_gets_request_rule_rows():
+    restarts, windows, requests = make_run()
+    requests = requests[requests["window_id"] != "r0-w1"]
+    results = run_gate(restarts, windows, requests)
+    rows = [r for r in results if r.subject == "r0-w1" and r.suite == "measured_requests"]
+    assert sorted(r.expectation for r in rows) == sorted(SUITE_RULES["measured_requests"])
+    assert all(r.success for r in rows)
+    assert "0 of 0 rows" in by_key(results)[("r0-w1", "token_source_is_usage")].observed
+
+
+def test_several_failures_are_all_reported():
+    restarts, windows, requests = make_run()
+    restarts.loc[0, "status"] = "crashed"
+    windows.loc[1, "submitted"] = 16
+    requests.loc[0, "temperature"] = 1.0
+    requests.loc[20, "token_source"] = "missing"
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {
+        ("r0", "restart_healthy"),
+        (windows.loc[1, "window_id"], "accounting_balances"),
+        (requests.loc[0, "window_id"], "temperature_is_zero"),
+        (requests.loc[20, "window_id"], "token_source_is_usage"),
+    }
+
+
+def test_missing_input_column_is_refused():
+    restarts, windows, requests = make_run()
+    with pytest.raises(ValueError, match="token_source"):
+        run_gate(restarts, windows, requests.drop(columns=["token_source"]))
+
+
+def test_to_records_gives_plain_dicts(clean_results):
+    records = to_records(clean_results)
+    assert len(records) == len(clean_results)
+    assert set(records[0]) == {"suite", "subject", "expectation", "success", "observed"}
+    assert all(isinstance(r["success"], bool) for r in records)
