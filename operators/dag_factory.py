@@ -1,0 +1,63 @@
+"""Build one Airflow DAG from one sweep file: wiring only.
+
+Parsing reads the sweep TOML (it decides the DAG's id, schedule and task groups) and
+nothing else: no servers, no DuckDB, no network at parse time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, TaskGroup, chain
+
+from benchledger.sweep import load_sweep
+from operators import sweep_tasks as t
+
+
+def build_sweep_dag(sweep_path: str | Path) -> DAG:
+    sweep_path = Path(sweep_path).resolve()
+    sweep = load_sweep(sweep_path)
+    path = str(sweep_path)
+    with DAG(
+        dag_id=sweep.dag_id,
+        description=sweep.sweep.description or f"benchledger sweep {sweep.sweep.name}",
+        schedule=sweep.sweep.airflow_schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,  # restarts of one sweep share nodes; never overlap two runs
+        tags=["benchledger", f"sweep:{sweep.sweep.name}"],
+        params={
+            "warehouse": Param(None, type=["null", "string"],
+                               description="DuckDB warehouse file (default: data_dir)"),
+            "data_dir": Param(None, type=["null", "string"],
+                              description="raw files and exports (default: ~/.benchledger)"),
+        },
+        doc_md=f"Sweep file: `{path}`. See PROTOCOL.md for what every number means.",
+    ) as dag:
+        planned = t.plan(path)
+        previous = planned
+        stops = []
+        for arm in sweep.arms:
+            plan = sweep.plan(arm)
+            for k in range(plan.restarts):
+                with TaskGroup(group_id=f"{arm.name}__r{k}"):
+                    handle = t.launch_server(path, arm.name, k)
+                    ready = t.wait_ready(path, arm.name, k, handle)
+                    measures = [
+                        t.measure.override(task_id=f"measure_{w.name}")(
+                            path, arm.name, k, handle, w.name)
+                        for w in sweep.workloads
+                    ]
+                    stop = t.stop_server(arm.name, k, handle)
+                    chain(ready, *measures, stop)
+                    stop.as_teardown(setups=handle)
+                # Restarts run one after another: two servers measured at once would
+                # compete for the node and distort each other.
+                previous >> handle
+                previous = stop
+                stops.append(stop)
+        loaded = t.load(planned)
+        stops >> loaded
+        chain(loaded, t.validate(), t.derive(), t.publish(), t.finalize(path))
+    return dag

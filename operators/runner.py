@@ -1,0 +1,213 @@
+"""Run one DAG to completion with ``dag.test()``: no scheduler, executor or api-server.
+
+Airflow reads its configuration once, at import time, so each run happens in a fresh
+process whose environment comes from :func:`airflow_env`.  Callers use
+:func:`run_in_subprocess`; ``python -m operators.runner`` is what that process executes.
+
+Exit codes: 0 = DagRun success, 1 = DagRun failed, 2 = could not run it at all.
+Airflow's verbose output (task logs included) goes to the log file; stdout gets only the
+``task_id: state`` summary and stderr at most one line.  See RUNNER_NOTES.md for the why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+POOL_NAME = "benchledger_warehouse"
+POOL_SLOTS = 1
+EXIT_CODES = {"success": 0, "failed": 1}
+SETUP_ERROR = 2
+# Put on PYTHONPATH so `-m operators.runner` (and DAG files importing the project) resolve
+# whether or not the project is pip-installed.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+
+
+def airflow_env(airflow_home: Path, dags_folder: Path) -> dict[str, str]:
+    """Environment variables to set before the runner process imports Airflow."""
+    home = Path(airflow_home).resolve()
+    return {
+        "AIRFLOW_HOME": str(home),
+        # Ignore any airflow.cfg the caller's environment points at.
+        "AIRFLOW_CONFIG": str(home / "airflow.cfg"),
+        # dag.test() re-parses and serializes the whole dags-folder bundle; a DAG outside
+        # it fails with "the dag is not serialized".
+        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(dags_folder).resolve()),
+        # Exactly one bundle, the dags folder (the default, pinned against inherited config):
+        # dag.test() parses every file of the bundle that owns the DAG on each call.
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+            [{"name": "dags-folder", "classpath": _LOCAL_BUNDLE, "kwargs": {}}]
+        ),
+        # sqlite needs an absolute path (settings.py refuses relative ones).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # An inherited unit-test mode would swap in Airflow's test config.
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        # Plain text in the log file; no ANSI colours.
+        "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    state: str  # "success" | "failed"
+    run_id: str | None
+    tasks: dict[str, str]  # task_id -> final state
+
+
+def run_in_subprocess(
+    dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path
+) -> RunResult:
+    """Run the DAG in a fresh interpreter; return its state, run id and task states.
+
+    The child's stdout (the task summary) and stderr are inherited. Raises RuntimeError
+    if the run could not happen at all (exit code 2: bad DAG file, DB error, ...).
+    """
+    dag_file = Path(dag_file).resolve()
+    result_file = Path(log_file).resolve().with_suffix(".result.json")
+    result_file.unlink(missing_ok=True)
+    env = {**os.environ, **airflow_env(airflow_home, dag_file.parent)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    cmd = [
+        sys.executable, "-m", "operators.runner",
+        "--dag-file", str(dag_file), "--dag-id", dag_id,
+        "--airflow-home", str(Path(airflow_home).resolve()),
+        "--conf", json.dumps(conf or {}), "--log-file", str(Path(log_file).resolve()),
+        "--result-file", str(result_file),
+    ]  # fmt: skip
+    # No pipes on purpose: servers spawned by tasks could inherit them and then a
+    # communicate() would block until those servers exit.
+    rc = subprocess.run(cmd, env=env, check=False).returncode
+    if rc in EXIT_CODES.values() and result_file.exists():
+        result = json.loads(result_file.read_text())
+        return RunResult(result["state"], result["run_id"], result["tasks"])
+    raise RuntimeError(f"runner could not run DAG {dag_id!r} (exit {rc}); see {log_file}")
+
+
+def _ensure_db_and_pool() -> None:
+    from airflow.models.pool import Pool
+    from airflow.utils import db
+
+    try:
+        db.check_migrations(timeout=0)  # ~0.3 s when up to date; raises after 1 s if not
+    except TimeoutError:
+        t0 = time.monotonic()
+        db.upgradedb()  # == `airflow db migrate`; on an empty DB: ORM create_all + stamp
+        print(f"[runner] migrated metadata DB in {time.monotonic() - t0:.1f}s", flush=True)
+    # dag.test() ignores pools, but a scheduler-run of the same DAG would wait forever on a
+    # missing one, so keep the metadata DB honest.  provide_session commits.
+    pool = Pool.get_pool(POOL_NAME)
+    if pool is None or pool.slots != POOL_SLOTS:
+        Pool.create_or_update_pool(POOL_NAME, POOL_SLOTS, "benchledger warehouse writer", False)
+
+
+def _load_dag(dag_file: Path, dag_id: str):
+    from airflow.configuration import conf as airflow_conf
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    dags_folder = Path(airflow_conf.get("core", "dags_folder")).resolve()
+    if not dag_file.resolve().is_relative_to(dags_folder):
+        raise RuntimeError(f"{dag_file} is not under [core] dags_folder {dags_folder}")
+    # Parse just this file; dag.test() itself then syncs the bundle to the DB.
+    bag = BundleDagBag(dag_folder=str(dag_file), bundle_path=dags_folder, bundle_name="dags-folder")
+    if bag.import_errors:
+        for err in bag.import_errors.values():
+            print(err)  # full traceback to the log; just its last line to stderr
+        last_lines = [err.strip().splitlines()[-1] for err in bag.import_errors.values()]
+        raise RuntimeError(f"cannot import {dag_file}: {'; '.join(last_lines)}")
+    if dag_id not in bag.dags:
+        raise RuntimeError(f"no DAG {dag_id!r} in {dag_file} (found {sorted(bag.dags)})")
+    return bag.dags[dag_id]
+
+
+def run_dag(
+    dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
+    result_file: Path | None = None,
+) -> str:
+    """Run the DAG in *this* process and return the DagRun state.
+
+    The environment from airflow_env() must be in place before Airflow is first imported.
+    Prints ``task_id: state`` lines (in execution order) to stdout.
+    """
+    if Path(os.environ.get("AIRFLOW_HOME", "")).resolve() != Path(airflow_home).resolve():
+        raise RuntimeError("AIRFLOW_HOME differs from airflow_home: set airflow_env() first")
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    # Redirect fds 1/2 (not just sys.stdout) so Airflow's logging, print()s in tasks (they
+    # run in this process) and processes spawned by tasks all write to the log file.
+    saved = os.dup(1), os.dup(2)
+    with open(log_file, "a", buffering=1) as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            t0 = time.monotonic()
+            _ensure_db_and_pool()
+            dag = _load_dag(Path(dag_file), dag_id)
+            t1 = time.monotonic()
+            dr = dag.test(run_conf=conf or {})
+            t2 = time.monotonic()
+            print(f"[runner] setup {t1 - t0:.1f}s, dag.test {t2 - t1:.1f}s", flush=True)
+            # Execution order; TIs that never started (no start_date) go last.
+            tis = sorted(
+                dr.get_task_instances(), key=lambda ti: (ti.start_date is None, ti.start_date or 0)
+            )
+            summary = "\n".join(f"{ti.task_id}: {ti.state}" for ti in tis)
+            if result_file is not None:  # what the caller (benchledger run) reads back
+                Path(result_file).write_text(json.dumps({
+                    "run_id": dr.run_id, "state": str(dr.state),
+                    "tasks": {ti.task_id: str(ti.state) for ti in tis}}))
+            print(summary)
+            state = str(dr.state)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+    print(summary, flush=True)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m operators.runner", description=__doc__)
+    p.add_argument("--dag-file", type=Path, required=True)
+    p.add_argument("--dag-id", required=True)
+    p.add_argument("--airflow-home", type=Path, required=True)
+    p.add_argument("--conf", default="{}", help="JSON object passed as the DagRun conf")
+    p.add_argument("--log-file", type=Path, help="default: AIRFLOW_HOME/runner.log")
+    p.add_argument("--result-file", type=Path, help="write run id, state and task states here")
+    args = p.parse_args(argv)
+    log_file = args.log_file or args.airflow_home / "runner.log"
+    if "airflow" not in sys.modules:  # lets a human run the module without run_in_subprocess
+        os.environ.update(airflow_env(args.airflow_home, args.dag_file.resolve().parent))
+    try:
+        state = run_dag(
+            args.dag_file, args.dag_id, args.airflow_home, json.loads(args.conf), log_file,
+            args.result_file,
+        )
+    except Exception as exc:  # keep stderr to one line; the traceback goes to the log
+        with open(log_file, "a") as log:
+            traceback.print_exc(file=log)
+        print(f"runner: {type(exc).__name__}: {exc} (see {log_file})", file=sys.stderr)
+        return SETUP_ERROR
+    return EXIT_CODES.get(state, SETUP_ERROR)
+
+
+if __name__ == "__main__":
+    code = main()
+    # Interpreter shutdown would spend ~2 s garbage-collecting Airflow's object graph;
+    # freezing it skips that while atexit handlers (DB dispose, log flush) still run.
+    gc.freeze()
+    sys.exit(code)

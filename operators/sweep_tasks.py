@@ -1,0 +1,178 @@
+"""Thin Airflow tasks over the core: each one resolves its run's paths and calls one function.
+
+Nothing here decides what a number means; that lives in benchledger/ (measurement),
+expectations/ (rules) and warehouse/ (loading, derivation). Heavy imports (GX, DuckDB,
+pandas) happen inside task bodies, never at DAG parse time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from airflow.sdk import get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+WAREHOUSE_POOL = "benchledger_warehouse"  # 1 slot: DuckDB allows one writer per file
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    run_id: str
+    data_dir: Path
+    warehouse: Path
+
+
+def run_paths() -> RunPaths:
+    """Where this DAG run writes: DAG params (or run conf), else env, else ~/.benchledger."""
+    context = get_current_context()
+    params = context.get("params") or {}
+    home = Path(os.environ.get("BENCHLEDGER_HOME", Path.home() / ".benchledger"))
+    data_dir = params.get("data_dir") or os.environ.get("BENCHLEDGER_DATA_DIR") or home
+    warehouse = (params.get("warehouse") or os.environ.get("BENCHLEDGER_WAREHOUSE")
+                 or Path(data_dir) / "warehouse.duckdb")
+    return RunPaths(run_id=context["run_id"], data_dir=Path(data_dir), warehouse=Path(warehouse))
+
+
+def _layout():
+    from benchledger.restart import RunLayout
+
+    paths = run_paths()
+    return RunLayout(paths.data_dir, paths.run_id)
+
+
+def _sweep(sweep_path: str):
+    from benchledger.sweep import load_sweep
+
+    return load_sweep(sweep_path)
+
+
+@task
+def plan(sweep_path: str) -> str:
+    """Validate the sweep file and record the run; returns the run's raw folder."""
+    from benchledger.restart import write_run_manifest
+
+    layout = _layout()
+    write_run_manifest(layout, Path(sweep_path))
+    return str(layout.run_dir)
+
+
+# Marked as the setup of stop_server by the DAG factory (`stop.as_teardown(setups=...)`);
+# the @setup/@teardown decorators cannot be called twice in one DAG in Airflow 3.3.
+@task
+def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict:
+    """Start the server (returns at once). Never raises: a failed launch is recorded and
+    reported by wait_ready, so the teardown still runs and later restarts still go."""
+    from benchledger.restart import launch_restart
+
+    try:
+        return launch_restart(_layout(), _sweep(sweep_path), arm, restart_index)
+    except Exception as exc:  # recorded in restart.json by launch_restart
+        return {"launch_error": f"{type(exc).__name__}: {exc}"}
+
+
+@task
+def wait_ready(sweep_path: str, arm: str, restart_index: int, handle: dict) -> dict:
+    from benchledger.lifecycle import ServerNotReady
+    from benchledger.restart import await_restart
+
+    if "launch_error" in handle:
+        raise AirflowFailException(f"{arm} r{restart_index}: {handle['launch_error']}")
+    try:
+        manifest = await_restart(_layout(), _sweep(sweep_path), arm, restart_index, handle)
+    except ServerNotReady as exc:
+        raise AirflowFailException(f"{arm} r{restart_index}: {exc}") from exc
+    return {k: manifest.get(k) for k in ("status", "server_version", "effective_config_sha256")}
+
+
+@task
+def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
+            workload: str) -> list[dict]:
+    """Warm-up, then the measured window(s) of one workload; writes raw files."""
+    from benchledger.restart import measure_restart_workload
+
+    return measure_restart_workload(_layout(), _sweep(sweep_path), arm, restart_index,
+                                    handle, workload)
+
+
+@task
+def stop_server(arm: str, restart_index: int, handle: dict | None) -> dict:
+    """Always runs after launch: SIGTERM, then SIGKILL, the server's process group."""
+    from benchledger.restart import stop_restart
+
+    if handle and "launch_error" in handle:
+        handle = None
+    manifest = stop_restart(_layout(), arm, restart_index, handle)
+    return {k: manifest.get(k) for k in ("status", "stop_status")}
+
+
+@task(pool=WAREHOUSE_POOL, trigger_rule="all_done")
+def load(run_dir: str | None = None) -> dict:
+    """Load the run's raw files into DuckDB (idempotent by file sha256)."""
+    from benchledger.restart import RunLayout
+    from warehouse.db import connect, load_run_dir
+
+    paths = run_paths()
+    layout = RunLayout(paths.data_dir, paths.run_id)
+    if not layout.run_manifest.exists():
+        raise AirflowFailException(f"no run manifest at {layout.run_manifest}: plan did not run")
+    con = connect(paths.warehouse)
+    try:
+        return load_run_dir(con, layout.run_dir)
+    finally:
+        con.close()
+
+
+@task(pool=WAREHOUSE_POOL)
+def validate() -> dict:
+    """Run the GX gate over the run's rows; every result becomes a `validations` row."""
+    from warehouse.db import connect
+    from warehouse.validate import validate_run
+
+    paths = run_paths()
+    con = connect(paths.warehouse)
+    try:
+        return validate_run(con, paths.run_id)
+    finally:
+        con.close()
+
+
+@task(pool=WAREHOUSE_POOL)
+def derive() -> int:
+    from warehouse.db import connect
+    from warehouse.derive import derive_entries
+
+    paths = run_paths()
+    con = connect(paths.warehouse)
+    try:
+        return derive_entries(con, paths.run_id)
+    finally:
+        con.close()
+
+
+@task(pool=WAREHOUSE_POOL)
+def publish() -> str:
+    """Export the run's published entries (validated only) next to the raw data."""
+    from warehouse.db import connect
+    from warehouse.export import export_run, mark_run_ended
+
+    paths = run_paths()
+    con = connect(paths.warehouse)
+    try:
+        out = export_run(con, paths.run_id, paths.data_dir / "published")
+        mark_run_ended(con, paths.run_id)
+    finally:
+        con.close()
+    return str(out)
+
+
+@task
+def finalize(sweep_path: str) -> str:
+    """Fail the DAG run visibly when any restart or window of the plan went wrong."""
+    from benchledger.restart import run_problems
+
+    problems = run_problems(_layout(), _sweep(sweep_path))
+    if problems:
+        raise AirflowFailException("run finished with problems:\n  " + "\n  ".join(problems))
+    return "every restart and window of the plan completed"

@@ -1,0 +1,188 @@
+"""The DuckDB warehouse: connect, migrate, and load one run's raw files.
+
+DuckDB allows one writer process per file, so only the pipeline's load/validate/derive
+steps open it read-write (through a 1-slot Airflow pool); everyone else opens it
+read-only. Every statement binds its values as parameters; SQL text lives in .sql files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+DERIVE_SQL = Path(__file__).parent / "derive"
+
+
+class WarehouseError(RuntimeError):
+    pass
+
+
+def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; the writer also brings the schema up to date."""
+    path = str(path)
+    if read_only:
+        if path != ":memory:" and not Path(path).exists():
+            raise WarehouseError(f"no warehouse at {path}")
+        return duckdb.connect(path, read_only=True)
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(path)
+    migrate(con)
+    return con
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply numbered migrations not yet recorded in schema_migrations, in order."""
+    con.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMPTZ NOT NULL)")
+    done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    applied = []
+    for sql_file in sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+        version = int(sql_file.name[:4])
+        if version in done:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(sql_file.read_text())
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                        [version, sql_file.name, datetime.now(UTC)])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        applied.append(sql_file.name)
+    return applied
+
+
+def first_row(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:
+    """The first row of a query, reading the result to the end (DuckDB 2.0 refuses new
+    work on a connection with an unfinished result, which fetchone() would leave)."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0] if rows else None
+
+
+def derive_sql(name: str) -> str:
+    return (DERIVE_SQL / f"{name}.sql").read_text()
+
+
+def _insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict) -> None:
+    # Table and column names come from this module, never from input; values are bound.
+    if not re.fullmatch(r"[a-z_]+", table) or not all(re.fullmatch(r"[a-z0-9_]+", c)
+                                                      for c in row):
+        raise WarehouseError(f"refusing unsafe identifier in insert into {table}")
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    con.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
+
+
+def _already_loaded(con: duckdb.DuckDBPyConnection, sha256: str) -> bool:
+    return first_row(con, "SELECT count(*) FROM raw_files WHERE sha256 = ?", [sha256])[0] > 0
+
+
+def _record_file(con, path: Path, sha256: str, kind: str, rows: int) -> None:
+    _insert_row(con, "raw_files", {"sha256": sha256, "path": str(path), "kind": kind,
+                                   "rows": rows, "loaded_at": datetime.now(UTC)})
+
+
+RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml",
+               "harness_version", "started_at")
+RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
+                   "single_instance", "status", "error", "base_url", "pid", "command",
+                   "log_path", "effective_config", "effective_config_sha256",
+                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status")
+WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
+                  "concurrency", "submitted", "completed", "failed", "unresolved",
+                  "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
+                  "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
+                  "requests_file_sha256")
+
+
+def _pick(manifest: dict, columns: tuple[str, ...]) -> dict:
+    row = {c: manifest.get(c) for c in columns}
+    if "effective_config" in row and row["effective_config"] is not None:
+        row["effective_config"] = json.dumps(row["effective_config"], sort_keys=True)
+    return row
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _load_manifest(con, path: Path, kind: str, table: str, columns: tuple[str, ...]) -> int:
+    sha = _sha256(path)
+    if _already_loaded(con, sha):
+        return 0
+    manifest = json.loads(path.read_text())
+    row = _pick(manifest, columns)
+    if table != "runs":
+        row["raw_file_sha256"] = sha
+    key = columns[0]
+    exists = first_row(con, f"SELECT count(*) FROM {table} WHERE {key} = ?", [row[key]])[0]
+    if exists:
+        # A second version of a raw record (e.g. a retried step): keep the first one
+        # loaded, record the file so the difference stays auditable.
+        _record_file(con, path, sha, f"{kind}-superseded", 0)
+        return 0
+    _insert_row(con, table, row)
+    _record_file(con, path, sha, kind, 1)
+    return 1
+
+
+def _load_requests(con, parquet_path: Path, expected_sha: str) -> int:
+    sha = _sha256(parquet_path)
+    if sha != expected_sha:
+        raise WarehouseError(f"{parquet_path}: sha256 {sha} does not match its window "
+                             f"manifest ({expected_sha}); refusing to load")
+    if _already_loaded(con, sha):
+        return 0
+    table = pq.read_table(parquet_path)
+    con.register("incoming_requests", table)
+    try:
+        columns = ", ".join(table.column_names)
+        con.execute(f"INSERT INTO request_records ({columns}, raw_file_sha256) "
+                    f"SELECT {columns}, ? FROM incoming_requests", [sha])
+    finally:
+        con.unregister("incoming_requests")
+    _record_file(con, parquet_path, sha, "requests", table.num_rows)
+    return table.num_rows
+
+
+def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int]:
+    """Load every raw file of one run; files already loaded (by sha256) add nothing.
+
+    Each file is loaded in its own transaction, so a crash mid-load leaves no half file.
+    """
+    counts = {"runs": 0, "restarts": 0, "windows": 0, "requests": 0}
+    run_dir = Path(run_dir)
+    steps: list[tuple[str, Path]] = [("run", run_dir / "run.json")]
+    steps += [("restart", p) for p in sorted(run_dir.glob("*/r*/restart.json"))]
+    steps += [("window", p) for p in sorted(run_dir.glob("*/r*/*-c*.json"))]
+    for kind, path in steps:
+        if not path.exists():
+            raise WarehouseError(f"{path}: missing raw file")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if kind == "run":
+                counts["runs"] += _load_manifest(con, path, kind, "runs", RUN_COLUMNS)
+            elif kind == "restart":
+                counts["restarts"] += _load_manifest(con, path, kind, "restarts",
+                                                     RESTART_COLUMNS)
+            else:
+                manifest = json.loads(path.read_text())
+                counts["requests"] += _load_requests(
+                    con, path.parent / manifest["requests_file"],
+                    manifest["requests_file_sha256"])
+                counts["windows"] += _load_manifest(con, path, kind, "windows", WINDOW_COLUMNS)
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    return counts

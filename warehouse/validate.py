@@ -1,0 +1,55 @@
+"""Run the GX gate over one run's rows and store every result in `validations`."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+import duckdb
+import pandas as pd
+
+from benchledger.sweep import parse_sweep
+from expectations.gate import RuleResult, run_gate
+from warehouse.db import derive_sql, first_row
+from warehouse.derive import coverage_subject
+
+
+def coverage_results(run_id: str, sweep_toml: str, windows: pd.DataFrame) -> list[RuleResult]:
+    """`windows_present`: every planned (arm, workload, concurrency) has one window per
+    planned restart; a missing window (crashed task, failed restart) is never silent."""
+    sweep = parse_sweep(sweep_toml, source=f"runs[{run_id}].sweep_toml")
+    results = []
+    for arm in sweep.arms:
+        plan = sweep.plan(arm)
+        for workload in sweep.workloads:
+            for concurrency in plan.concurrency:
+                found = int(((windows["arm"] == arm.name) & (windows["workload"] == workload.name)
+                             & (windows["concurrency"] == concurrency)).sum())
+                results.append(RuleResult(
+                    suite="coverage",
+                    subject=coverage_subject(run_id, arm.name, workload.name, concurrency),
+                    expectation="windows_present", success=found == plan.restarts,
+                    observed=f"expected {plan.restarts} window(s) (one per restart), "
+                             f"found {found}"))
+    return results
+
+
+def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    params = {"run_id": run_id}
+    row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
+    if row is None:
+        raise LookupError(f"run {run_id!r} is not in the warehouse")
+    restarts = con.execute(derive_sql("gate_restarts"), params).df()
+    windows = con.execute(derive_sql("gate_windows"), params).df()
+    requests = con.execute(derive_sql("measured_requests"), params).df()
+    results = run_gate(restarts, windows, requests) + coverage_results(run_id, row[0], windows)
+    now = datetime.now(UTC)
+    rows = [
+        (hashlib.sha256(f"{run_id}|{r.suite}|{r.subject}|{r.expectation}|{now.isoformat()}"
+                        .encode()).hexdigest()[:20],
+         run_id, r.suite, r.subject, r.expectation, bool(r.success), r.observed, now)
+        for r in results
+    ]
+    con.executemany("INSERT INTO validations VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    failed = [f"{r.expectation} [{r.subject}]" for r in results if not r.success]
+    return {"results": len(rows), "failed": len(failed), "failed_rules": failed[:20]}
