@@ -1,0 +1,79 @@
+"""DagBag import and policy: one DAG per sweep file, wiring only, every restart torn down."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchledger.sweep import load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+WAREHOUSE_TASKS = {"load", "validate", "derive", "publish"}
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_dags_import_without_errors(dagbag):
+    assert dagbag.import_errors == {}
+
+
+def test_one_dag_per_sweep_file(dagbag):
+    expected = {load_sweep(p).dag_id for p in (DAGS / "sweeps").glob("*.toml")}
+    assert expected and set(dagbag.dag_ids) == expected
+
+
+def test_every_restart_is_set_up_and_torn_down(dagbag):
+    for sweep_file in (DAGS / "sweeps").glob("*.toml"):
+        sweep = load_sweep(sweep_file)
+        dag = dagbag.dags[sweep.dag_id]
+        for arm in sweep.arms:
+            for k in range(sweep.plan(arm).restarts):
+                group = f"{arm.name}__r{k}"
+                launch = dag.get_task(f"{group}.launch_server")
+                stop = dag.get_task(f"{group}.stop_server")
+                assert launch.is_setup and stop.is_teardown
+                assert launch.task_id in stop.upstream_task_ids
+                for workload in sweep.workloads:
+                    assert f"{group}.measure_{workload.name}" in dag.task_dict
+
+
+def test_warehouse_writers_share_the_one_slot_pool(dagbag):
+    for dag in dagbag.dags.values():
+        writers = {t.task_id for t in dag.tasks if t.pool == "benchledger_warehouse"}
+        assert writers == WAREHOUSE_TASKS
+        assert dag.get_task("load").trigger_rule == "all_done"  # failed restarts still load
+        assert dag.catchup is False and dag.max_active_runs == 1
+        assert "benchledger" in dag.tags
+
+
+def test_parsing_does_no_heavy_work():
+    """No DuckDB, GX, scipy or Arrow at parse time: those belong in task bodies."""
+    code = ("import sys, dags.benchledger_sweeps; "
+            "print(','.join(m for m in ('duckdb', 'great_expectations', 'scipy', 'pyarrow', "
+            "'benchledger.client', 'benchledger.simulator') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_bad_sweep_file_is_an_import_error_naming_file_and_key(tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    folder = tmp_path / "dags"
+    shutil.copytree(DAGS, folder)
+    bad = folder / "sweeps" / "broken.toml"
+    bad.write_text((DAGS / "sweeps" / "demo.toml").read_text()
+                   .replace("restarts = 2", "restarts = 2\nrestrats = 3"))
+    bag = DagBag(dag_folder=str(folder))
+    message = "\n".join(bag.import_errors.values())
+    assert str(bad) in message and "defaults.restrats: unknown key" in message

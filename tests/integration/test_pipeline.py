@@ -1,0 +1,210 @@
+"""Whole sweeps through Airflow dag.test() into a temporary DuckDB file (`benchledger run`).
+
+Two runs share one Airflow home (the metadata DB is migrated once):
+- a passing sweep: a speculative simulator arm with two restarts, and an `external` arm
+  pointing at a simulator the test started itself (checked against its own /metrics);
+- a failing sweep: a simulator that reports no usage, and a "server" that never
+  becomes healthy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import duckdb
+import httpx
+import pytest
+
+from benchledger.cli import main as cli_main
+from benchledger.cli import run_sweep
+
+pytestmark = pytest.mark.integration
+
+
+def generation_tokens(base_url: str) -> float:
+    text = httpx.get(base_url + "/metrics", timeout=5).text
+    return sum(float(m.group(1)) for m in
+               re.finditer(r"^vllm:generation_tokens_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("pipeline")
+
+
+@pytest.fixture(scope="module")
+def external_server():
+    from tests.conftest import start_simulator, stop_process_group
+
+    proc, base = start_simulator("--speculative", "--seed", "7")
+    yield base
+    stop_process_group(proc)
+
+
+@pytest.fixture(scope="module")
+def passing_run(workdir, external_server):
+    sweep = workdir / "good.toml"
+    sweep.write_text(textwrap.dedent(f"""
+        [sweep]
+        name = "it-good"
+        [defaults]
+        requests = 15
+        warmup = 1
+        restarts = 2
+        max_tokens = 24
+        [[arms]]
+        name = "spec"
+        server = "simulator"
+        model = "sim-model"
+        [arms.simulator]
+        speculative = true
+        [[arms]]
+        name = "ext"
+        server = "external"
+        base_url = "{external_server}"
+        model = "sim-model"
+        speculative = true
+        [[workloads]]
+        name = "code"
+        [[workloads]]
+        name = "prose"
+    """))
+    before = generation_tokens(external_server)
+    warehouse = workdir / "wh.duckdb"
+    run_id, state = run_sweep(sweep, warehouse, workdir / "data")
+    after = generation_tokens(external_server)
+    return {"run_id": run_id, "state": state, "warehouse": warehouse,
+            "external_generated": after - before}
+
+
+@pytest.fixture(scope="module")
+def failing_run(workdir, passing_run):
+    sweep = workdir / "bad.toml"
+    sweep.write_text(textwrap.dedent("""
+        [sweep]
+        name = "it-bad"
+        [defaults]
+        requests = 5
+        warmup = 0
+        restarts = 1
+        max_tokens = 8
+        [[arms]]
+        name = "nousage"
+        server = "simulator"
+        model = "sim-model"
+        [arms.simulator]
+        usage = false
+        [[arms]]
+        name = "dead"
+        server = "command"
+        command = "python3 -c 'import time; time.sleep(120)'"
+        model = "m"
+        ready_timeout_s = 3
+        [[workloads]]
+        name = "code"
+    """))
+    run_id, state = run_sweep(sweep, passing_run["warehouse"], workdir / "data")
+    return {"run_id": run_id, "state": state, "warehouse": passing_run["warehouse"]}
+
+
+def query(warehouse, sql, params=None):
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def test_passing_sweep_publishes_every_arm_and_workload(passing_run):
+    assert passing_run["state"] == "success"
+    rows = query(passing_run["warehouse"],
+                 "SELECT arm, workload, metric, value, ci95_low, ci95_high, n_requests, "
+                 "n_restarts FROM published_entries WHERE run_id = ?", [passing_run["run_id"]])
+    cells = {(a, w, m) for a, w, m, *_ in rows}
+    assert cells == {(a, w, m) for a in ("spec", "ext") for w in ("code", "prose")
+                     for m in ("decode_rate", "ttft", "e2e_rate")}
+    for arm, _, _, value, low, high, n, restarts in rows:
+        assert low < value < high
+        assert (n, restarts) == ((30, 2) if arm == "spec" else (15, 1))
+
+
+def test_speculative_tokens_come_from_usage_not_chunks(passing_run):
+    (tpc, missing), = query(
+        passing_run["warehouse"],
+        "SELECT avg(output_tokens / chunks), count(*) FILTER (token_source <> 'usage') "
+        "FROM requests r JOIN windows w USING (window_id) "
+        "WHERE w.run_id = ? AND w.arm = 'spec' AND NOT is_warmup", [passing_run["run_id"]])
+    assert tpc > 1.5 and missing == 0
+
+
+def test_external_arm_tokens_match_the_servers_own_counter(passing_run):
+    (delivered, restarts), = query(
+        passing_run["warehouse"],
+        "SELECT sum(r.output_tokens), count(DISTINCT w.restart_id) FROM requests r "
+        "JOIN windows w USING (window_id) WHERE w.run_id = ? AND w.arm = 'ext'",
+        [passing_run["run_id"]])
+    assert restarts == 1
+    assert delivered == passing_run["external_generated"] > 0
+    (single, status), = query(passing_run["warehouse"],
+                              "SELECT single_instance, status FROM restarts "
+                              "WHERE run_id = ? AND arm = 'ext'", [passing_run["run_id"]])
+    assert single and status == "external"
+
+
+def test_every_rule_result_is_a_validation_row(passing_run):
+    rules = query(passing_run["warehouse"],
+                  "SELECT DISTINCT expectation FROM validations WHERE run_id = ?",
+                  [passing_run["run_id"]])
+    assert {r for r, in rules} == {"restart_healthy", "accounting_balances", "n_at_least_min",
+                                   "token_source_is_usage", "temperature_is_zero",
+                                   "ttft_not_above_e2e", "windows_present"}
+
+
+def test_missing_usage_and_dead_server_block_their_arms(failing_run):
+    assert failing_run["state"] == "failed"  # the DAG run fails visibly
+    wh, run_id = failing_run["warehouse"], failing_run["run_id"]
+    assert query(wh, "SELECT count(*) FROM published_entries WHERE run_id = ?", [run_id]) == [(0,)]
+    sources = query(wh, "SELECT DISTINCT token_source FROM requests r JOIN windows w "
+                        "USING (window_id) WHERE w.run_id = ? AND w.arm = 'nousage'", [run_id])
+    assert sources == [("missing",)]
+    blocked = dict(query(wh, "SELECT arm, string_agg(blocked_by, ' | ') FROM entries "
+                             "WHERE run_id = ? GROUP BY arm", [run_id]))
+    assert "token_source_is_usage" in blocked["nousage"] and "'missing'" in blocked["nousage"]
+    assert "restart_healthy" in blocked["dead"] and "windows_present" in blocked["dead"]
+    (status, error, stop_status, stopped_at), = query(
+        wh, "SELECT status, error, stop_status, stopped_at FROM restarts "
+            "WHERE run_id = ? AND arm = 'dead'", [run_id])
+    assert status == "failed" and "not healthy after 3 s" in error
+    assert stopped_at is not None and "SIGTERM" in stop_status  # the teardown ran
+
+
+def test_loading_the_same_raw_files_twice_adds_nothing(passing_run, workdir):
+    from benchledger.restart import RunLayout
+    from warehouse.db import connect, load_run_dir
+
+    con = connect(passing_run["warehouse"])
+    try:
+        before = con.execute("SELECT count(*) FROM request_records").fetchall()
+        counts = load_run_dir(con, RunLayout(workdir / "data", passing_run["run_id"]).run_dir)
+        after = con.execute("SELECT count(*) FROM request_records").fetchall()
+    finally:
+        con.close()
+    assert counts == {"runs": 0, "restarts": 0, "windows": 0, "requests": 0}
+    assert before == after
+
+
+def test_sql_and_publish_commands(passing_run, workdir, capsys):
+    wh = str(passing_run["warehouse"])
+    assert cli_main(["sql", "--warehouse", wh, "SELECT count(*) AS n FROM published_entries"]) == 0
+    assert cli_main(["sql", "--warehouse", wh, "DELETE FROM entries"]) == 2
+    assert "read-only" in capsys.readouterr().err
+    assert query(wh, "SELECT count(*) FROM entries") != [(0,)]
+    out = workdir / "export"
+    assert cli_main(["publish", "--warehouse", wh, "--out", str(out),
+                     "--run", passing_run["run_id"]]) == 0
+    exported = json.loads(next(out.glob("*/entries.json")).read_text())
+    published = query(wh, "SELECT entry_id FROM published_entries WHERE run_id = ?",
+                      [passing_run["run_id"]])
+    assert sorted(e["entry_id"] for e in exported) == sorted(e for e, in published)
