@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from benchledger import __version__, lifecycle
-from benchledger.client import Target, WindowSpec, measure_window
+from benchledger.client import Target, WindowResult, WindowSpec, measure_window
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
 from benchledger.sweep import Sweep, load_sweep, sweep_sha256
@@ -171,26 +171,8 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             drain_timeout_s=plan.drain_timeout_s, request_timeout_s=plan.request_timeout_s,
         )
         result = measure_window(target, spec)
-        parquet_path, manifest_path = layout.window_files(arm_name, k, workload_name, concurrency)
-        parquet_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = parquet_path.with_suffix(".parquet.tmp")
-        pq.write_table(requests_table(result.rows), tmp)
-        os.replace(tmp, parquet_path)
-        accounting = result.accounting
-        manifest = {
-            **accounting,
-            "restart_id": layout.restart_id(arm_name, k),
-            "run_id": layout.run_id,
-            "arm": arm_name,
-            "workload": workload_name,
-            "prompt_set": workload.prompts,
-            "min_requests": plan.min_requests,
-            "window_start": ns_to_iso(accounting["window_start_wall_ns"]),
-            "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
-            "requests_file": parquet_path.name,
-            "requests_file_sha256": file_sha256(parquet_path),
-        }
-        write_json(manifest_path, manifest)
+        manifest = write_window(layout, arm_name, k, workload_name, workload.prompts,
+                                plan.min_requests, result)
         summaries.append({k_: manifest[k_] for k_ in
                           ("window_id", "submitted", "completed", "failed", "unresolved",
                            "drain_status", "elapsed_s")})
@@ -199,6 +181,33 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                         error=f"server process ended during measurement ({state})")
         raise RuntimeError(f"{arm_name} r{k}: server ended during measurement ({state})")
     return summaries
+
+
+def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
+                 min_requests: int, result: WindowResult) -> dict:
+    """Write one window's raw files: the requests (Parquet) and its accounting (JSON)."""
+    accounting = result.accounting
+    parquet_path, manifest_path = layout.window_files(arm, k, workload,
+                                                      accounting["concurrency"])
+    parquet_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = parquet_path.with_suffix(".parquet.tmp")
+    pq.write_table(requests_table(result.rows), tmp)
+    os.replace(tmp, parquet_path)
+    manifest = {
+        **accounting,
+        "restart_id": layout.restart_id(arm, k),
+        "run_id": layout.run_id,
+        "arm": arm,
+        "workload": workload,
+        "prompt_set": prompt_set,
+        "min_requests": min_requests,
+        "window_start": ns_to_iso(accounting["window_start_wall_ns"]),
+        "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
+        "requests_file": parquet_path.name,
+        "requests_file_sha256": file_sha256(parquet_path),
+    }
+    write_json(manifest_path, manifest)
+    return manifest
 
 
 def stop_restart(layout: RunLayout, arm_name: str, k: int, handle: dict | None) -> dict:
