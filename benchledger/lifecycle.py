@@ -32,6 +32,11 @@ VOLATILE_KEYS = {"created", "id_permission", "permission", "root_created"}
 ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLEDGER_SIM_")
 
 
+# Servers started by this process. Holding the Popen objects keeps Python from reaping a
+# server that died early (Popen.__del__ would, losing its exit status before we look).
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
 class ServerNotReady(RuntimeError):
     """The server did not become healthy (timeout or exit); the message says which."""
 
@@ -107,6 +112,7 @@ def launch(arm: Arm, log_path: Path, seed: int) -> ServerHandle:
     with open(log_path, "ab") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    _STARTED[process.pid] = process
     base_url = (arm.base_url or "http://127.0.0.1:{port}").format(port=port)
     return ServerHandle(base_url=base_url, pid=process.pid, port=port, command=argv,
                         command_template=template, log_path=str(log_path))
@@ -114,6 +120,11 @@ def launch(arm: Arm, log_path: Path, seed: int) -> ServerHandle:
 
 def process_state(pid: int) -> str:
     """'running', 'exited:<code>' / 'signalled:<sig>' (when we can reap it) or 'gone'."""
+    if pid in _STARTED:
+        code = _STARTED[pid].poll()
+        if code is None:
+            return "running"
+        return f"signalled:{-code}" if code < 0 else f"exited:{code}"
     try:
         reaped, status = os.waitpid(pid, os.WNOHANG)
         if reaped == pid:
