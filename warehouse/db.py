@@ -17,7 +17,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-DERIVE_SQL = Path(__file__).parent / "derive"
+QUERIES = Path(__file__).parent / "queries"
 
 
 class WarehouseError(RuntimeError):
@@ -69,8 +69,8 @@ def first_row(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | 
     return rows[0] if rows else None
 
 
-def derive_sql(name: str) -> str:
-    return (DERIVE_SQL / f"{name}.sql").read_text()
+def query_sql(name: str) -> str:
+    return (QUERIES / f"{name}.sql").read_text()
 
 
 def _insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict) -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 from benchledger import __version__
 from benchledger.stats import two_level
 from benchledger.sweep import parse_sweep
-from warehouse.db import derive_sql, first_row
+from warehouse.db import first_row, query_sql
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def entry_id(run_id: str, *labels) -> str:
 
 
 def _frame(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> pd.DataFrame:
-    return con.execute(derive_sql(name), {"run_id": run_id}).df()
+    return con.execute(query_sql(name), {"run_id": run_id}).df()
 
 
 @dataclass

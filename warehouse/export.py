@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from warehouse.db import derive_sql, first_row
+from warehouse.db import first_row, query_sql
 
 # Derivation bookkeeping that would make two exports of the same entries differ.
 UNSTABLE_COLUMNS = ("derived_at",)
@@ -24,11 +24,11 @@ def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def published_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(derive_sql("published_for_run"), {"run_id": run_id}).df()
+    return con.execute(query_sql("published_for_run"), {"run_id": run_id}).df()
 
 
 def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(derive_sql("blocked_for_run"), {"run_id": run_id}).df()
+    return con.execute(query_sql("blocked_for_run"), {"run_id": run_id}).df()
 
 
 def _json_ready(frame: pd.DataFrame) -> list[dict]:

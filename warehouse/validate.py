@@ -10,7 +10,7 @@ import pandas as pd
 
 from benchledger.sweep import parse_sweep
 from expectations.gate import RuleResult, run_gate
-from warehouse.db import derive_sql, first_row
+from warehouse.db import first_row, query_sql
 from warehouse.derive import coverage_subject
 
 
@@ -39,9 +39,9 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
     if row is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
-    restarts = con.execute(derive_sql("gate_restarts"), params).df()
-    windows = con.execute(derive_sql("gate_windows"), params).df()
-    requests = con.execute(derive_sql("measured_requests"), params).df()
+    restarts = con.execute(query_sql("gate_restarts"), params).df()
+    windows = con.execute(query_sql("gate_windows"), params).df()
+    requests = con.execute(query_sql("measured_requests"), params).df()
     results = run_gate(restarts, windows, requests) + coverage_results(run_id, row[0], windows)
     now = datetime.now(UTC)
     rows = [
