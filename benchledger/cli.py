@@ -66,7 +66,7 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
         con = connect(warehouse, read_only=True)
     except duckdb.Error as exc:
         raise CliError(f"cannot open {warehouse} read-only: {exc}") from exc
-    try:
+    with con:
         run_id = run_id or latest_run_id(con)
         print(f"\nPublished entries of run {run_id} (validated only):")
         print(format_entries(published_entries(con, run_id)))
@@ -74,8 +74,6 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
         if len(blocked):
             print(f"\nBlocked entries ({len(blocked)}; not published):")
             print(format_blocked(blocked))
-    finally:
-        con.close()
     print(f"\nwarehouse: {warehouse}")
 
 
@@ -103,12 +101,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from warehouse.db import connect
     from warehouse.export import export_run, latest_run_id
 
-    con = connect(Path(args.warehouse), read_only=True)
-    try:
+    with connect(Path(args.warehouse), read_only=True) as con:
         run_id = args.run or latest_run_id(con)
         out = export_run(con, run_id, Path(args.out))
-    finally:
-        con.close()
     print(f"published entries of run {run_id} written to {out}")
     return 0
 
@@ -118,20 +113,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     from warehouse.db import connect
 
-    con = connect(Path(args.warehouse), read_only=True)
-    try:
-        relation = con.sql(args.query)
-        if relation is not None:
-            print(relation.df().to_string(index=False, max_colwidth=args.max_width))
-    except duckdb.InvalidInputException as exc:
-        if "read-only" in str(exc):
-            raise CliError("benchledger sql is read-only: the warehouse was opened with "
-                           f"read_only=True and refused the statement ({exc})") from exc
-        raise CliError(f"query failed: {exc}") from exc
-    except duckdb.Error as exc:
-        raise CliError(f"query failed: {exc}") from exc
-    finally:
-        con.close()
+    with connect(Path(args.warehouse), read_only=True) as con:
+        try:
+            relation = con.sql(args.query)
+            if relation is not None:
+                print(relation.df().to_string(index=False, max_colwidth=args.max_width))
+        except duckdb.Error as exc:
+            if "read-only" in str(exc):
+                raise CliError("benchledger sql is read-only: the warehouse was opened with "
+                               f"read_only=True and refused the statement ({exc})") from exc
+            raise CliError(f"query failed: {exc}") from exc
     return 0
 
 

@@ -109,7 +109,10 @@ def stop_server(arm: str, restart_index: int, handle: dict | None) -> dict:
 
 @task(pool=WAREHOUSE_POOL, trigger_rule="all_done")
 def load(run_dir: str | None = None) -> dict:
-    """Load the run's raw files into DuckDB (idempotent by file sha256)."""
+    """Load the run's raw files into DuckDB (idempotent by file sha256).
+
+    `run_dir` (plan's output) only ties this task to plan; the layout says where to read.
+    """
     from benchledger.restart import RunLayout
     from warehouse.db import connect, load_run_dir
 
@@ -117,11 +120,8 @@ def load(run_dir: str | None = None) -> dict:
     layout = RunLayout(paths.data_dir, paths.run_id)
     if not layout.run_manifest.exists():
         raise AirflowFailException(f"no run manifest at {layout.run_manifest}: plan did not run")
-    con = connect(paths.warehouse)
-    try:
+    with connect(paths.warehouse) as con:
         return load_run_dir(con, layout.run_dir)
-    finally:
-        con.close()
 
 
 @task(pool=WAREHOUSE_POOL)
@@ -131,24 +131,19 @@ def validate() -> dict:
     from warehouse.validate import validate_run
 
     paths = run_paths()
-    con = connect(paths.warehouse)
-    try:
+    with connect(paths.warehouse) as con:
         return validate_run(con, paths.run_id)
-    finally:
-        con.close()
 
 
 @task(pool=WAREHOUSE_POOL)
 def derive() -> int:
+    """Derive entries from validated rows; blocked ones say why."""
     from warehouse.db import connect
     from warehouse.derive import derive_entries
 
     paths = run_paths()
-    con = connect(paths.warehouse)
-    try:
+    with connect(paths.warehouse) as con:
         return derive_entries(con, paths.run_id)
-    finally:
-        con.close()
 
 
 @task(pool=WAREHOUSE_POOL)
@@ -158,12 +153,9 @@ def publish() -> str:
     from warehouse.export import export_run, mark_run_ended
 
     paths = run_paths()
-    con = connect(paths.warehouse)
-    try:
+    with connect(paths.warehouse) as con:
         out = export_run(con, paths.run_id, paths.data_dir / "published")
         mark_run_ended(con, paths.run_id)
-    finally:
-        con.close()
     return str(out)
 
 
