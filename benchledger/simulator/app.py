@@ -85,7 +85,7 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
 
 async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
     request = engine.submit(parsed.prompt, parsed.max_tokens, parsed.temperature,
-                            prompt_tokens=parsed.prompt_tokens, ignore_eos=parsed.ignore_eos)
+                            ignore_eos=parsed.ignore_eos, tokens=parsed.tokens)
     builder = ResponseBuilder(parsed.chat, engine.config.model)
     if parsed.stream:
         events = _stream_events(engine, request, parsed, builder)
@@ -97,7 +97,8 @@ async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
     if request.aborted:
         raise ApiError(503, "the request was aborted (server shutting down)",
                        "ServiceUnavailableError")
-    usage = protocol.usage_body(request.prompt_tokens, request.generated)
+    usage = protocol.usage_body(request.prompt_tokens, request.generated,
+                                request.cached_tokens)
     body = builder.full_response("".join(c.text for c in chunks), chunks[-1].finish_reason,
                                  usage if engine.config.usage else None)
     return JSONResponse(body)
@@ -118,7 +119,8 @@ async def _stream_events(engine: Engine, request: SimRequest, parsed: ParsedRequ
         if request.aborted:
             return
         if parsed.include_usage and engine.config.usage:
-            yield sse(builder.usage_event(request.prompt_tokens, request.generated))
+            yield sse(builder.usage_event(request.prompt_tokens, request.generated,
+                                          request.cached_tokens))
         yield sse("[DONE]")
     finally:
         engine.abort(request)

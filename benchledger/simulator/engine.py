@@ -5,11 +5,16 @@ each step costs a base decode time (longer with speculation and with more runnin
 requests) plus the prefill time of requests admitted in that step. At the end of a step
 every running request receives one chunk: 1 token after prefill, then 1 + accepted draft
 tokens per step with speculative decoding (1 without). Counters mirror vLLM's metrics.
+
+Automatic prefix caching (on by default, as in vLLM v1) makes a request's prefill cost
+only its uncached prompt tokens. For drain tests every Nth admitted request can stall
+(``stall_every``): it stays running but skips steps, emitting nothing, for ``stall_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -18,10 +23,11 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from benchledger.simulator.tokenizer import count_tokens
+from benchledger.simulator.prefix_cache import PrefixCache, block_hashes
+from benchledger.simulator.tokenizer import tokenize
 
 VERSION = "benchledger-sim 0.1.0"
 
@@ -45,8 +51,13 @@ class SimConfig:
     acceptance_prose: float = 0.45
     log_interval_s: float = 1.0
     startup_delay_s: float = 0.0
-    max_model_len: int = 8192
+    max_model_len: int = 65536  # room for a 32K-token prompt plus a long answer
     eos_rate: float = 0.0  # fraction of prompts with a natural end (finish_reason "stop")
+    prefix_cache: bool = True
+    prefix_block_tokens: int = 16
+    prefix_cache_max_blocks: int = 262144  # LRU cap: 4M tokens at 16 per block
+    stall_every: int = 0  # every Nth admitted request stalls after its first chunk; 0: off
+    stall_s: float = 600.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -63,6 +74,10 @@ class SimConfig:
             "startup_delay_s": self.startup_delay_s >= 0,
             "max_model_len": self.max_model_len >= 2,
             "eos_rate": 0 <= self.eos_rate <= 1,
+            "prefix_block_tokens": self.prefix_block_tokens >= 1,
+            "prefix_cache_max_blocks": self.prefix_cache_max_blocks >= 1,
+            "stall_every": self.stall_every >= 0,
+            "stall_s": self.stall_s >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -172,6 +187,10 @@ class SimRequest:
             self.limit, self._final_reason = max_tokens, "length"
         self.generated = 0
         self.steps = 0
+        self.block_hashes: list[bytes] = []  # set by the engine when prefix caching is on
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache (set at admission)
+        self.stall_pending = False  # stalls after its first chunk (set at admission)
+        self.resume_at = 0.0  # loop time until which a stalled request emits nothing
         self.finish_reason: str | None = None
         self.aborted = False
         self._queue: asyncio.Queue[Chunk | None] = asyncio.Queue()  # None: aborted
@@ -179,6 +198,9 @@ class SimRequest:
     @property
     def done(self) -> bool:
         return self.finish_reason is not None or self.aborted
+
+    def stalled(self, now: float) -> bool:
+        return now < self.resume_at
 
     def draw_accepted(self, k: int) -> int:
         """Accept each of k draft positions with probability p until the first rejection."""
@@ -225,6 +247,8 @@ class Counters:
     num_speculative_tokens: int = 3
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
+    prefix_cache_queries_total: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits_total: int = 0  # of those, tokens found cached
     spec_decode_num_drafts_total: int = 0
     spec_decode_num_draft_tokens_total: int = 0
     spec_decode_num_accepted_tokens_total: int = 0
@@ -265,6 +289,10 @@ class Engine:
         self._waiting: deque[SimRequest] = deque()
         self._running: list[SimRequest] = []
         self._wake = asyncio.Event()
+        self.prefix_cache = (PrefixCache(config.prefix_block_tokens,
+                                         config.prefix_cache_max_blocks)
+                             if config.prefix_cache else None)
+        self._admitted_total = 0  # since process start; picks the requests that stall
 
     @property
     def num_running(self) -> int:
@@ -275,12 +303,20 @@ class Engine:
         return len(self._waiting)
 
     def submit(self, prompt: str, max_tokens: int, temperature: float = 0.0,
-               prompt_tokens: int | None = None, ignore_eos: bool = False) -> SimRequest:
-        """Queue a request; it is admitted at the start of the next step with a free slot."""
+               prompt_tokens: int | None = None, ignore_eos: bool = False,
+               tokens: Sequence[str] | None = None) -> SimRequest:
+        """Queue a request; it is admitted at the start of the next step with a free slot.
+
+        `tokens` is the prompt as the model sees it (a rendered chat prompt), which is what
+        the prefix cache keys on; by default the tokens of `prompt` itself."""
+        if tokens is None:
+            tokens = tokenize(prompt)
         if prompt_tokens is None:
-            prompt_tokens = count_tokens(prompt)
+            prompt_tokens = len(tokens)
         request = SimRequest(next(self._ids), prompt, prompt_tokens, max_tokens, temperature,
                              self.config, ignore_eos)
+        if self.prefix_cache is not None:
+            request.block_hashes = block_hashes(tokens, self.prefix_cache.block_tokens)
         self._waiting.append(request)
         self._wake.set()
         return request
@@ -295,6 +331,7 @@ class Engine:
             self._waiting.remove(request)
         if request in self._running:
             self._running.remove(request)
+            self._wake.set()  # the loop may be idling through a stall: a slot is free now
         self.counters.request_success_total["abort"] += 1
 
     def abort_all(self) -> None:
@@ -316,31 +353,69 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline = loop.time()
         while True:
-            if not self._running and not self._waiting:
-                self._wake.clear()
-                await self._wake.wait()
+            if not self._can_admit() and not self._active(loop.time()):
+                await self._idle(loop)
+                continue
             admitted = self._admit()
-            prefill = sum(r.prompt_tokens for r in admitted)
-            deadline = max(deadline, loop.time()) + self.step_duration(len(self._running),
-                                                                        prefill)
+            # cached prompt tokens cost nothing; stalled requests sit out the step
+            prefill = sum(r.prompt_tokens - r.cached_tokens for r in admitted)
+            active = len(self._active(loop.time()))
+            deadline = max(deadline, loop.time()) + self.step_duration(active, prefill)
             await self._sleep(max(0.0, deadline - loop.time()))
-            self._finish_step(admitted)
+            self._finish_step(admitted, loop.time())
+
+    def _can_admit(self) -> bool:
+        return bool(self._waiting) and len(self._running) < self.config.max_num_seqs
+
+    def _active(self, now: float) -> list[SimRequest]:
+        """Running requests that take part in a step (all but the stalled ones)."""
+        return [r for r in self._running if not r.stalled(now)]
+
+    async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Nothing to step: sleep until a submit or abort, or until the first stalled
+        request is due to resume, instead of spinning empty steps through a long stall."""
+        self._wake.clear()
+        resumes = [r.resume_at for r in self._running]
+        timeout = max(0.0, min(resumes) - loop.time()) if resumes else None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _admit(self) -> list[SimRequest]:
         admitted = []
-        while self._waiting and len(self._running) < self.config.max_num_seqs:
+        while self._can_admit():
             request = self._waiting.popleft()
             self._running.append(request)
             admitted.append(request)
+            self._admitted_total += 1
+            every = self.config.stall_every
+            request.stall_pending = every > 0 and self._admitted_total % every == 0
+            self._lookup_prefix(request)
         return admitted
 
-    def _finish_step(self, admitted: list[SimRequest]) -> None:
-        """Emit one chunk to every request still running (aborts may have removed some)."""
+    def _lookup_prefix(self, request: SimRequest) -> None:
+        """At admission, like vLLM's scheduler: blocks cached by prompts whose prefill has
+        completed count as hits (requests prefilled in the same step do not share)."""
+        if self.prefix_cache is None:
+            return
+        request.cached_tokens = self.prefix_cache.lookup(request.block_hashes,
+                                                         request.prompt_tokens)
+        self.counters.prefix_cache_queries_total += request.prompt_tokens
+        self.counters.prefix_cache_hits_total += request.cached_tokens
+
+    def _finish_step(self, admitted: list[SimRequest], now: float) -> None:
+        """Emit one chunk to every request still running (aborts may have removed some),
+        except stalled ones."""
         prefilled = {id(r) for r in admitted}
         for request in list(self._running):
+            if request.stalled(now):
+                continue
             if id(request) in prefilled:
                 self.counters.prompt_tokens_total += request.prompt_tokens
+                if self.prefix_cache is not None:
+                    self.prefix_cache.insert(request.block_hashes)
                 chunk = request.produce(0)  # the prefill step samples 1 token, no drafts
+                if request.stall_pending and chunk.finish_reason is None:
+                    request.resume_at = now + self.config.stall_s  # a hung request
             else:
                 chunk = request.produce(self._accepted_this_step(request))
             self.counters.generation_tokens_total += chunk.tokens
@@ -376,9 +451,11 @@ class Engine:
         generated = current.generation_tokens_total - previous.generation_tokens_total
         if not (prompt or generated or self._running or self._waiting):
             return
+        queries = current.prefix_cache_queries_total - previous.prefix_cache_queries_total
+        hits = current.prefix_cache_hits_total - previous.prefix_cache_hits_total
         self._log("loggers.py:123", engine_log_message(
             prompt / elapsed, generated / elapsed, self.num_running, self.num_waiting,
-            self._kv_cache_usage()))
+            self._kv_cache_usage(), hits / queries if queries else 0.0))
         drafts = current.spec_decode_num_drafts_total - previous.spec_decode_num_drafts_total
         if drafts:
             self._log("metrics.py:97", spec_log_message(previous, current, elapsed))
@@ -390,12 +467,15 @@ class Engine:
 
 
 def engine_log_message(prompt_tok_s: float, gen_tok_s: float, running: int, waiting: int,
-                       kv_usage: float) -> str:
+                       kv_usage: float, prefix_hit_rate: float = 0.0) -> str:
+    """vLLM's engine line; the prefix cache hit rate is hit/queried prompt tokens of the
+    interval (0 when nothing was queried)."""
     return (
         f"Engine 000: Avg prompt throughput: {prompt_tok_s:.1f} tokens/s, "
         f"Avg generation throughput: {gen_tok_s:.1f} tokens/s, "
         f"Running: {running} reqs, Waiting: {waiting} reqs, "
-        f"GPU KV cache usage: {kv_usage * 100:.1f}%, Prefix cache hit rate: 0.0%"
+        f"GPU KV cache usage: {kv_usage * 100:.1f}%, "
+        f"Prefix cache hit rate: {prefix_hit_rate * 100:.1f}%"
     )
 
 

@@ -1,7 +1,8 @@
 """Prometheus text exposition (format 0.0.4) of the engine counters, with vLLM's names.
 
-Written by hand (prometheus_client is not a dependency). Spec-decode counters are always
-exposed (0 without speculation) so a scraper can take deltas without special cases.
+Written by hand (prometheus_client is not a dependency). Spec-decode and prefix-cache
+counters are always exposed (0 without speculation / with the cache off) so a scraper can
+take deltas without special cases.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def render_metrics(engine: Engine) -> str:
          "Number of prefill tokens processed.", [(model, c.prompt_tokens_total)]),
         ("vllm:generation_tokens_total", "counter",
          "Number of generation tokens processed.", [(model, c.generation_tokens_total)]),
+        ("vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.",
+         [(model, c.prefix_cache_queries_total)]),
+        ("vllm:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.",
+         [(model, c.prefix_cache_hits_total)]),
         ("vllm:request_success_total", "counter",
          "Count of finished requests by finish reason (abort = client went away).",
          [({**model, "finished_reason": reason}, count)

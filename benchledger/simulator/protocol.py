@@ -3,7 +3,8 @@
 Event shapes follow vLLM's OpenAI server: chat chunks are dumped with exclude_unset (no
 "usage" key on content chunks, "stop_reason" only on the finishing chunk), completion
 chunks with every field ("usage": null on content chunks); the final usage event has
-"choices": [] and no null fields.
+"choices": [] and no null fields. Usage always carries
+"prompt_tokens_details": {"cached_tokens": N} (N may be 0).
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchledger.simulator.engine import SimConfig
-from benchledger.simulator.tokenizer import count_tokens
+from benchledger.simulator.tokenizer import tokenize
 
-# Chat prompts are the message contents joined by newlines plus a fixed template cost,
-# standing in for a chat template's role markers.
+# Chat prompts count as the message contents joined by newlines plus a fixed template cost,
+# standing in for a chat template's role markers: a BOS token, per message a two-token
+# header before the content and a two-token trailer after it, and a two-token generation
+# prompt at the end (see render_chat).
 CHAT_TOKENS_PER_MESSAGE = 4
 CHAT_TOKENS_FIXED = 3
+CHAT_BOS = "<|bos|>"
+CHAT_START = "<|im_start|>"
+CHAT_END = "<|im_end|>"
+CHAT_NEWLINE = "<|nl|>"
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
 
@@ -43,12 +50,16 @@ class ApiError(Exception):
 class ParsedRequest:
     chat: bool
     prompt: str
-    prompt_tokens: int
+    tokens: tuple[str, ...]  # the prompt as the model sees it (rendered chat template)
     max_tokens: int
     temperature: float
     stream: bool
     include_usage: bool
     ignore_eos: bool
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.tokens)
 
 
 def parse_chat(body: Any, config: SimConfig) -> ParsedRequest:
@@ -57,10 +68,36 @@ def parse_chat(body: Any, config: SimConfig) -> ParsedRequest:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list")
     contents = [_message_text(m) for m in messages]
-    prompt = "\n".join(contents)
-    tokens = count_tokens(prompt) + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_FIXED
+    tokens = render_chat([m["role"] for m in messages], contents)
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    return _finish_parse(body, config, True, prompt, tokens, max_tokens)
+    return _finish_parse(body, config, True, "\n".join(contents), tokens, max_tokens)
+
+
+def render_chat(roles: list[str], contents: list[str]) -> list[str]:
+    """Tokens of the rendered chat prompt, which the prefix cache keys on.
+
+    The content tokens are those of the newline-joined contents, so the count is
+    count_tokens(joined) + CHAT_TOKENS_PER_MESSAGE * messages + CHAT_TOKENS_FIXED. Each
+    token goes to the message its text ends in, with that message's template tokens around
+    it. Only 3 template tokens precede the first message's content, so text at the start of
+    the first message (a cold-prompt prefix) falls into the first cache block and changes
+    every block hash.
+    """
+    starts, offset = [], 0
+    for content in contents:
+        starts.append(offset)
+        offset += len(content) + 1  # the joining newline
+    per_message: list[list[str]] = [[] for _ in contents]
+    index, end = 0, 0
+    for token in tokenize("\n".join(contents)):
+        end += len(token)
+        while index + 1 < len(starts) and starts[index + 1] < end:
+            index += 1
+        per_message[index].append(token)
+    rendered = [CHAT_BOS]
+    for role, tokens in zip(roles, per_message, strict=True):
+        rendered += [CHAT_START, role, *tokens, CHAT_END, CHAT_NEWLINE]
+    return [*rendered, CHAT_START, "assistant"]
 
 
 def parse_completion(body: Any, config: SimConfig) -> ParsedRequest:
@@ -70,7 +107,7 @@ def parse_completion(body: Any, config: SimConfig) -> ParsedRequest:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise ApiError(400, "'prompt' must be a string (a single prompt)")
-    return _finish_parse(body, config, False, prompt, count_tokens(prompt),
+    return _finish_parse(body, config, False, prompt, tokenize(prompt),
                          body.get("max_tokens"))
 
 
@@ -101,7 +138,8 @@ def _message_text(message: Any) -> str:
 
 
 def _finish_parse(body: dict[str, Any], config: SimConfig, chat: bool, prompt: str,
-                  prompt_tokens: int, max_tokens: Any) -> ParsedRequest:
+                  tokens: list[str], max_tokens: Any) -> ParsedRequest:
+    prompt_tokens = len(tokens)
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -125,7 +163,7 @@ def _finish_parse(body: dict[str, Any], config: SimConfig, chat: bool, prompt: s
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object")
     include_usage = _bool_field(options or {}, "include_usage")
-    return ParsedRequest(chat, prompt, prompt_tokens, max_tokens, float(temperature), stream,
+    return ParsedRequest(chat, prompt, tuple(tokens), max_tokens, float(temperature), stream,
                          include_usage, ignore_eos)
 
 
@@ -138,9 +176,12 @@ def _bool_field(body: dict[str, Any], name: str) -> bool:
     return value
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage_body(prompt_tokens: int, completion_tokens: int,
+               cached_tokens: int = 0) -> dict[str, Any]:
+    """vLLM's usage object; cached_tokens are the prompt tokens the prefix cache served."""
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 class ResponseBuilder:
@@ -173,12 +214,14 @@ class ResponseBuilder:
                   "stop_reason": None}
         return {**self._envelope("text_completion", [choice]), "usage": None}
 
-    def usage_event(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def usage_event(self, prompt_tokens: int, completion_tokens: int,
+                    cached_tokens: int = 0) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return {**self._envelope(obj, []), "usage": usage_body(prompt_tokens, completion_tokens)}
+        usage = usage_body(prompt_tokens, completion_tokens, cached_tokens)
+        return {**self._envelope(obj, []), "usage": usage}
 
     def full_response(self, text: str, finish_reason: str,
-                      usage: dict[str, int] | None) -> dict[str, Any]:
+                      usage: dict[str, Any] | None) -> dict[str, Any]:
         """Non-streaming body; `usage` None (server without usage reporting) omits it."""
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = SimConfig()
     p = argparse.ArgumentParser(
         prog="benchledger simulator",
-        description="vLLM-like OpenAI-compatible server with simulated speculative decoding.")
+        description="vLLM-like OpenAI-compatible server with simulated speculative decoding "
+                    "and automatic prefix caching.")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--model", default=d.model)
@@ -56,6 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=d.max_model_len)
     p.add_argument("--eos-rate", type=float, default=d.eos_rate,
                    help="fraction of prompts whose answer ends early (finish_reason 'stop')")
+    p.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction,
+                   default=d.prefix_cache,
+                   help="automatic prefix caching, on by default like vLLM v1: cached full "
+                        "prompt blocks are not prefilled again (--no-prefix-cache: off)")
+    p.add_argument("--prefix-block-tokens", type=int, default=d.prefix_block_tokens,
+                   help="tokens per prefix-cache block (vLLM's --block-size)")
+    p.add_argument("--prefix-cache-max-blocks", type=int, default=d.prefix_cache_max_blocks,
+                   help="LRU cap on cached blocks")
+    p.add_argument("--stall-every", type=int, default=d.stall_every, metavar="N",
+                   help="models a hung request (for drain tests): every Nth request admitted "
+                        "since start (N, 2N, ...) stops after its first chunk and emits "
+                        "nothing for --stall-s seconds while staying running, then goes on; "
+                        "a client disconnect aborts it. 0 (default): off")
+    p.add_argument("--stall-s", type=float, default=d.stall_s,
+                   help="how long a stalled request hangs (default %(default)s)")
     return p
 
 

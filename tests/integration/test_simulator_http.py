@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -86,6 +87,12 @@ def no_usage_sim(tmp_path: Path) -> Iterator[Sim]:
     yield from _start(tmp_path, "--no-usage", "--step-ms", "1")
 
 
+@pytest.fixture
+def stall_sim(tmp_path: Path) -> Iterator[Sim]:
+    yield from _start(tmp_path, "--stall-every", "1", "--stall-s", "30", "--step-ms", "1",
+                      "--prefill-tok-s", "1000000")
+
+
 def _chat_body(prompt: str, max_tokens: int, **extra) -> dict:
     return {"model": "sim-model", "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0, **extra}
@@ -106,6 +113,16 @@ def _stream(url: str, body: dict) -> list[str]:
                 payloads.append(event[len("data: "):])
     assert buffer == ""
     return payloads
+
+
+def _sse_events(texts: Iterator[str]) -> Iterator[dict]:
+    """Parse SSE text as it arrives, yielding each JSON event as soon as it is complete."""
+    buffer = ""
+    for text in texts:
+        buffer += text
+        while "\n\n" in buffer:
+            event, buffer = buffer.split("\n\n", 1)
+            yield json.loads(event.removeprefix("data: "))
 
 
 def _metrics(sim: Sim) -> dict[str, float]:
@@ -257,3 +274,66 @@ def test_startup_delay_reports_503_until_ready(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_repeated_chat_prompt_hits_the_prefix_cache(spec_sim: Sim) -> None:
+    url = spec_sim.url + "/v1/chat/completions"
+    prompt = ("Describe, in some detail, how a lighthouse keeper spends a long winter night "
+              "on a small rocky island far from the coast, and what the keeper hears.")
+    before = _metrics(spec_sim)
+    usages = []
+    for _ in range(2):
+        payloads = _stream(url, _chat_body(prompt, 8, stream_options={"include_usage": True}))
+        usages.append(json.loads(payloads[-2])["usage"])
+    usages.append(httpx.post(url, json=_chat_body(prompt, 8)).json()["usage"])
+    prompt_tokens = usages[0]["prompt_tokens"]
+    assert prompt_tokens > 32
+    assert usages[0]["prompt_tokens_details"] == {"cached_tokens": 0}
+    cached = usages[1]["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < cached < prompt_tokens and cached % 16 == 0
+    assert usages[2]["prompt_tokens_details"] == {"cached_tokens": cached}  # non-streaming
+
+    after = _metrics(spec_sim)
+    queries = (_metric(after, "vllm:prefix_cache_queries_total")
+               - _metric(before, "vllm:prefix_cache_queries_total"))
+    hits = (_metric(after, "vllm:prefix_cache_hits_total")
+            - _metric(before, "vllm:prefix_cache_hits_total"))
+    assert (queries, hits) == (3 * prompt_tokens, 2 * cached)
+    deadline = time.monotonic() + 3
+    while not re.search(r"Prefix cache hit rate: (?!0\.0%)[0-9.]+%", spec_sim.log()):
+        assert time.monotonic() < deadline, spec_sim.log()
+        time.sleep(0.05)
+
+
+def test_stalled_request_hangs_after_its_first_chunk(stall_sim: Sim) -> None:
+    # a ~24K-token prompt fits, and its repeat is served from the prefix cache
+    completions = stall_sim.url + "/v1/completions"
+    long_body = {"prompt": " ".join(["lorem"] * 24_000), "max_tokens": 1}  # 1 token: no stall
+    usages = [httpx.post(completions, json=long_body, timeout=10).json()["usage"]
+              for _ in range(2)]
+    assert [u["prompt_tokens"] for u in usages] == [24_000, 24_000]
+    assert [u["prompt_tokens_details"]["cached_tokens"] for u in usages] == [0, 23_984]
+
+    before = _metrics(stall_sim)
+    body = _chat_body("Tell me a long story.", 50) | {"stream": True}
+    with httpx.stream("POST", stall_sim.url + "/v1/chat/completions", json=body,
+                      timeout=httpx.Timeout(10, read=1.0)) as response:
+        events = _sse_events(response.iter_text())
+        # the role event and one content event ...
+        assert list(next(events)["choices"][0]["delta"]) == ["role", "content"]
+        first = next(events)["choices"][0]
+        assert list(first["delta"]) == ["content"] and first["finish_reason"] is None
+        # ... while the request stays running and the server keeps answering ...
+        assert httpx.get(stall_sim.url + "/health", timeout=1).status_code == 200
+        assert _metric(_metrics(stall_sim), "vllm:num_requests_running") == 1
+        # ... and then nothing for the read timeout
+        with pytest.raises(httpx.ReadTimeout):
+            next(events)
+    # leaving the block disconnects: the stalled request is aborted as usual
+    deadline = time.monotonic() + 3
+    while _metric(_metrics(stall_sim), "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    aborts = [_metric(m, "vllm:request_success_total", finished_reason="abort")
+              for m in (before, _metrics(stall_sim))]
+    assert aborts[1] == aborts[0] + 1

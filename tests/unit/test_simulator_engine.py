@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import statistics
+import time
 
 import pytest
 
@@ -12,10 +13,21 @@ from benchledger.simulator.engine import (
     CODE_VOCAB,
     PROSE_VOCAB,
     Chunk,
+    Counters,
     Engine,
     SimConfig,
+    SimRequest,
     is_code_prompt,
     speed_factor,
+)
+from benchledger.simulator.prefix_cache import block_hashes
+from benchledger.simulator.protocol import (
+    CHAT_TOKENS_FIXED,
+    CHAT_TOKENS_PER_MESSAGE,
+    ApiError,
+    parse_chat,
+    parse_completion,
+    render_chat,
 )
 from benchledger.simulator.tokenizer import count_tokens, tokenize
 
@@ -251,3 +263,203 @@ def test_log_lines_look_like_vllm() -> None:
     lines.clear()
     engine.report(engine.counters, engine.counters, 1.0)  # idle interval: nothing logged
     assert lines == []
+
+
+# --- prefix cache -------------------------------------------------------------------------
+
+LONG_PROSE = " ".join(PROSE_PROMPTS) * 2  # some 140 tokens: several 16-token blocks
+
+
+def _run_one_by_one(config: SimConfig, prompts: list[str], max_tokens: int = 4,
+                    tokens: list[list[str]] | None = None
+                    ) -> tuple[Engine, list[SimRequest], list[int]]:
+    """Run prompts one after another (each finishes before the next is submitted); return
+    the engine, the requests and the prefill tokens charged to each prefill step."""
+
+    async def go() -> tuple[Engine, list[SimRequest], list[int]]:
+        engine = Engine(config, sleep=_no_sleep, log=lambda *_: None)
+        prefills: list[int] = []
+        step_duration = engine.step_duration
+
+        def recording(running: int, prefill_tokens: int) -> float:
+            if prefill_tokens:
+                prefills.append(prefill_tokens)
+            return step_duration(running, prefill_tokens)
+
+        engine.step_duration = recording  # type: ignore[method-assign]
+        task = asyncio.create_task(engine.run())
+        requests = []
+        for i, prompt in enumerate(prompts):
+            request = engine.submit(prompt, max_tokens, tokens=tokens[i] if tokens else None)
+            assert sum([c.tokens async for c in request.chunks()]) == max_tokens
+            requests.append(request)
+        task.cancel()
+        return engine, requests, prefills
+
+    return asyncio.run(go())
+
+
+def test_prefix_cache_hits_repeats_but_not_cold_prompts() -> None:
+    n = count_tokens(LONG_PROSE)
+    prompts = [LONG_PROSE, LONG_PROSE, "[cold 7f3a] " + LONG_PROSE, "[cold 02c9] " + LONG_PROSE]
+    engine, requests, prefills = _run_one_by_one(SimConfig(), prompts)
+    cached = [r.cached_tokens for r in requests]
+    assert cached[0] == 0
+    assert cached[1] > 0 and cached[1] % 16 == 0
+    assert cached[1] == (n - 1) // 16 * 16  # every full block but the one holding the end
+    assert cached[2:] == [0, 0]  # same text behind a unique prefix: cold
+    # prefill pays for uncached tokens only, so the repeat's prefill step is shorter
+    assert prefills == [r.prompt_tokens - r.cached_tokens for r in requests]
+    assert engine.step_duration(1, prefills[1]) < engine.step_duration(1, prefills[0])
+    c = engine.counters
+    assert c.prefix_cache_queries_total == sum(r.prompt_tokens for r in requests)
+    assert c.prefix_cache_hits_total == sum(cached)
+    assert c.prompt_tokens_total == c.prefix_cache_queries_total  # cached tokens count too
+
+
+def test_prefix_cache_never_covers_the_whole_prompt() -> None:
+    prompt = " w" * 32  # exactly two blocks
+    assert count_tokens(prompt) == 32
+    _, requests, prefills = _run_one_by_one(SimConfig(), [prompt, prompt])
+    assert [r.cached_tokens for r in requests] == [0, 16]
+    assert prefills == [32, 16]
+    _, requests, _ = _run_one_by_one(SimConfig(prefix_block_tokens=8), [prompt, prompt])
+    assert requests[1].cached_tokens == 24
+
+
+def test_no_prefix_cache_never_hits() -> None:
+    config = SimConfig(prefix_cache=False)
+    engine, requests, prefills = _run_one_by_one(config, [LONG_PROSE] * 3)
+    assert [r.cached_tokens for r in requests] == [0, 0, 0]
+    assert prefills == [r.prompt_tokens for r in requests]
+    assert engine.counters.prefix_cache_queries_total == 0
+    assert engine.counters.prefix_cache_hits_total == 0
+
+
+def test_concurrent_identical_prompts_do_not_share_an_unfinished_prefill() -> None:
+    engine, _ = _run(SimConfig(), [LONG_PROSE, LONG_PROSE], max_tokens=4)
+    assert engine.counters.prefix_cache_hits_total == 0
+
+
+def test_prefix_cache_lru_cap_evicts() -> None:
+    config = SimConfig(prefix_cache_max_blocks=4)
+    other = " ".join(CODE_PROMPTS)
+    _, requests, _ = _run_one_by_one(config, [LONG_PROSE, LONG_PROSE, other, LONG_PROSE])
+    # a prompt's head blocks outlive its tail (a block is useless without its parent)
+    assert [r.cached_tokens for r in requests] == [0, 4 * 16, 0, 0]
+
+
+def test_chat_rendering_counts_and_blocks() -> None:
+    conversations = [
+        (["user"], ["hello"]),
+        (["system", "user"], ["Be brief.", "Why is the sky blue?"]),
+        (["user", "assistant", "user"], ["a \n", "", "  b\n\n"]),
+        (["user"], [""]),
+    ]
+    for roles, contents in conversations:
+        expected = (count_tokens("\n".join(contents)) + CHAT_TOKENS_PER_MESSAGE * len(roles)
+                    + CHAT_TOKENS_FIXED)
+        assert len(render_chat(roles, contents)) == expected, contents
+    warm = render_chat(["user"], [LONG_PROSE])
+    cold = render_chat(["user"], ["[cold 7f3a] " + LONG_PROSE])
+    assert warm.index("Tell") < 16  # the user text starts inside the first block
+    assert block_hashes(warm, 16)[0] != block_hashes(cold, 16)[0]
+    # a follow-up turn extends the rendered prompt, so it hits the first turn's blocks
+    follow_up = render_chat(["user", "assistant", "user"], [LONG_PROSE, "Sure.", "More?"])
+    assert follow_up[:len(warm)] == warm
+
+
+def _chat_tokens(*contents: str) -> list[str]:
+    roles = ["user", "assistant"] * len(contents)
+    body = {"messages": [{"role": role, "content": content}
+                         for role, content in zip(roles, contents, strict=False)]}
+    return list(parse_chat(body, SimConfig()).tokens)
+
+
+def test_chat_prompts_are_cached_on_rendered_tokens() -> None:
+    prompts = [LONG_PROSE, LONG_PROSE, "[cold 7f3a] " + LONG_PROSE,
+               LONG_PROSE + "\nSure.\nMore?"]
+    tokens = [_chat_tokens(LONG_PROSE), _chat_tokens(LONG_PROSE),
+              _chat_tokens("[cold 7f3a] " + LONG_PROSE),
+              _chat_tokens(LONG_PROSE, "Sure.", "More?")]
+    _, requests, _ = _run_one_by_one(SimConfig(), prompts, tokens=tokens)
+    assert [r.prompt_tokens for r in requests] == [len(t) for t in tokens]
+    cached = [r.cached_tokens for r in requests]
+    assert cached[0] == 0 and cached[2] == 0
+    assert cached[1] == (len(tokens[1]) - 1) // 16 * 16
+    assert cached[3] >= len(tokens[0]) // 16 * 16
+
+
+def test_long_prompt_fits_and_prefill_scales_with_uncached_tokens() -> None:
+    long_prompt = " ".join(["lorem"] * 24_000)
+    assert count_tokens(long_prompt) == 24_000
+    parsed = parse_completion({"prompt": long_prompt, "max_tokens": 8192}, SimConfig())
+    assert parsed.prompt_tokens == 24_000
+    assert SimConfig().max_model_len >= 32_768 + 8192
+    with pytest.raises(ApiError):
+        parse_completion({"prompt": long_prompt, "max_tokens": 8192},
+                         SimConfig(max_model_len=8192))
+    engine, requests, prefills = _run_one_by_one(SimConfig(speed_spread=0.0),
+                                                 [long_prompt, long_prompt], max_tokens=1)
+    assert prefills == [24_000, 24_000 - requests[1].cached_tokens] == [24_000, 16]
+    assert engine.step_duration(1, prefills[0]) == pytest.approx(0.004 + 24_000 / 20_000)
+
+
+def test_log_line_reports_the_interval_prefix_hit_rate() -> None:
+    lines: list[tuple[str, str]] = []
+    engine = Engine(PLAIN, log=lambda source, msg: lines.append((source, msg)))
+    before, after = Counters(3), Counters(3)
+    before.prefix_cache_queries_total, before.prefix_cache_hits_total = 1000, 1000
+    after.prefix_cache_queries_total, after.prefix_cache_hits_total = 1200, 1150
+    after.prompt_tokens_total = 200
+    engine.report(before, after, 1.0)
+    assert lines[0][1].endswith("Prefix cache hit rate: 75.0%")
+
+
+# --- stalled requests ---------------------------------------------------------------------
+
+
+def test_stalled_request_emits_one_chunk_while_others_flow() -> None:
+    async def go() -> None:
+        engine = Engine(SimConfig(stall_every=2), sleep=_no_sleep, log=lambda *_: None)
+        batch_sizes: list[int] = []
+        step_duration = engine.step_duration
+
+        def recording(running: int, prefill_tokens: int) -> float:
+            batch_sizes.append(running)
+            return step_duration(running, prefill_tokens)
+
+        engine.step_duration = recording  # type: ignore[method-assign]
+        task = asyncio.create_task(engine.run())
+        first, second = engine.submit(PROSE_PROMPTS[0], 30), engine.submit(PROSE_PROMPTS[1], 30)
+        received: list[Chunk] = []
+
+        async def consume() -> None:
+            async for chunk in second.chunks():
+                received.append(chunk)
+
+        consumer = asyncio.create_task(consume())
+        assert sum([c.tokens async for c in first.chunks()]) == 30
+        steps = len(batch_sizes)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert [c.tokens for c in received] == [1]
+        assert (engine.num_running, second.done, consumer.done()) == (1, False, False)
+        assert len(batch_sizes) == steps  # the engine idles instead of stepping
+        assert batch_sizes[1:] == [1] * (steps - 1)  # the stalled request is not batched
+        engine.abort(second)  # a client disconnect during the stall
+        await asyncio.wait_for(consumer, timeout=1)
+        assert second.aborted and engine.num_running == 0
+        assert engine.counters.request_success_total["abort"] == 1
+        task.cancel()
+
+    asyncio.run(go())
+
+
+def test_stalled_request_resumes_after_stall_s() -> None:
+    config = SimConfig(stall_every=1, stall_s=0.05)
+    start = time.monotonic()
+    _, results = _run(config, PROSE_PROMPTS[:1], max_tokens=5)
+    assert time.monotonic() - start >= 0.05
+    assert sum(c.tokens for c in results[0]) == 5
+    assert results[0][-1].finish_reason == "length"
