@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from dataclasses import dataclass, field
 
 import httpx
 from httpx_sse import aconnect_sse
 
-from benchledger.prompts import Prompt
+from benchledger.prompts import Prompt, cold_prefix, shape_prompt
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class WindowSpec:
     temperature: float
     drain_timeout_s: float
     request_timeout_s: float
+    arrival: str = "closed"  # closed | poisson (open loop, capped at `concurrency`)
+    rate_rps: float | None = None  # poisson: the requested arrival rate
+    prompt_cache: str = "warm"  # cold: a unique seeded prefix on every prompt
+    input_tokens: int | None = None  # filler words in front of each prompt (long inputs)
+    seed: int = 0
 
 
 @dataclass
@@ -55,6 +61,7 @@ class RequestRecord:
     prompt: Prompt
     max_tokens: int
     temperature: float
+    prompt_prefix: str | None = None
     status: str = "unresolved"  # until the stream ends, the outcome is unknown
     http_status: int | None = None
     error: str | None = None
@@ -85,6 +92,7 @@ class RequestRecord:
             "error": self.error,
             "prompt_id": self.prompt.id,
             "prompt_sha256": self.prompt.sha256,
+            "prompt_prefix": self.prompt_prefix,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "prompt_tokens": usage.get("prompt_tokens") if has_usage else None,
@@ -171,57 +179,80 @@ async def _stream_one(http: httpx.AsyncClient, target: Target, record: RequestRe
         record.fail("stream ended without [DONE] or a finish_reason")
 
 
-async def _closed_loop(http: httpx.AsyncClient, target: Target, records: list[RequestRecord],
-                       concurrency: int, drain_timeout_s: float) -> int | None:
-    """Keep `concurrency` requests outstanding until all are submitted, then drain.
+def poisson_offsets(count: int, rate_rps: float, seed: int) -> list[float]:
+    """Seeded open-loop arrival times (seconds from the first): exponential gaps."""
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for i in range(count):
+        if i:
+            t += rng.expovariate(rate_rps)
+        offsets.append(t)
+    return offsets
 
-    After the last submission the window waits at most `drain_timeout_s`; requests still
-    running then are cancelled and stay `unresolved` rows. Returns the drain deadline
-    (perf_counter_ns) if it was hit, else None.
+
+async def _drive(http: httpx.AsyncClient, target: Target, records: list[RequestRecord],
+                 concurrency: int, drain_timeout_s: float,
+                 offsets: list[float] | None = None) -> int | None:
+    """Submit every record, then drain; returns the drain deadline if it was hit.
+
+    Closed loop (offsets None): a new request as soon as fewer than `concurrency` are
+    outstanding. Open loop: each request at its scheduled offset, still capped at
+    `concurrency` outstanding (a late submission shows in the achieved rate). After the
+    last submission the window waits at most `drain_timeout_s`; requests still running
+    then are cancelled and stay `unresolved` rows (PROTOCOL T14).
     """
-    pending = list(records)
     in_flight: dict[asyncio.Task, RequestRecord] = {}
-    deadline_ns: int | None = None
-    while pending or in_flight:
-        while pending and len(in_flight) < concurrency:
-            record = pending.pop(0)
-            in_flight[asyncio.create_task(_stream_one(http, target, record))] = record
-        if not pending and deadline_ns is None:
-            deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
-        timeout = None
-        if deadline_ns is not None:
-            timeout = max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
-        done, _ = await asyncio.wait(in_flight, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            in_flight.pop(task)
-        if not done and deadline_ns is not None and time.perf_counter_ns() >= deadline_ns:
-            for task, record in in_flight.items():
-                task.cancel()
-                record.error = f"still running at the drain deadline ({drain_timeout_s:g} s)"
-            await asyncio.gather(*in_flight, return_exceptions=True)
-            for record in in_flight.values():
-                # Cancellation must not turn it into a failure: its outcome is unknown.
-                record.status = "unresolved"
-                record.t_done_ns = None
-            return deadline_ns
-    return None
+    start = time.perf_counter()
+    for i, record in enumerate(records):
+        while len(in_flight) >= concurrency:
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                in_flight.pop(task)
+        if offsets is not None and (delay := start + offsets[i] - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        in_flight[asyncio.create_task(_stream_one(http, target, record))] = record
+    deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
+    if not in_flight:
+        return None
+    _, pending = await asyncio.wait(in_flight, timeout=drain_timeout_s)
+    if not pending:
+        return None
+    for task in pending:
+        task.cancel()
+        in_flight[task].error = f"still running at the drain deadline ({drain_timeout_s:g} s)"
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in pending:
+        # Cancellation must not turn it into a failure: its outcome is unknown.
+        in_flight[task].status = "unresolved"
+        in_flight[task].t_done_ns = None
+    return deadline_ns
 
 
 def _records(spec: WindowSpec, is_warmup: bool, count: int) -> list[RequestRecord]:
     kind = "w" if is_warmup else "m"
-    return [
-        RequestRecord(
-            request_id=f"{spec.window_id}/{kind}{i:04d}",
+    records = []
+    for i in range(count):
+        request_id = f"{spec.window_id}/{kind}{i:04d}"
+        prefix = cold_prefix(spec.seed, request_id) if spec.prompt_cache == "cold" else None
+        records.append(RequestRecord(
+            request_id=request_id,
             window_id=spec.window_id,
             seq=i,
             is_warmup=is_warmup,
-            prompt=spec.prompts[i % len(spec.prompts)],
+            prompt=shape_prompt(spec.prompts[i % len(spec.prompts)], prefix, spec.input_tokens),
             max_tokens=spec.max_tokens,
             temperature=spec.temperature,
-        )
-        for i in range(count)
-    ]
+            prompt_prefix=prefix,
+        ))
+    return records
+
+
+def _achieved_rate(measured: list[RequestRecord]) -> float | None:
+    """Submissions per second over the submission span (n - 1 gaps)."""
+    submits = sorted(r.t_submit_ns for r in measured if r.t_submit_ns)
+    if len(submits) < 2 or submits[-1] == submits[0]:
+        return None
+    return (len(submits) - 1) / ((submits[-1] - submits[0]) / 1e9)
 
 
 def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[RequestRecord],
@@ -249,8 +280,17 @@ def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[Re
         "window_start_wall_ns": wall_ns + (start_ns - perf_ns),
         "window_end_wall_ns": wall_ns + (end_ns - perf_ns),
         "elapsed_s": (end_ns - start_ns) / 1e9,
+        "denominator": ("first measured submission to the drain deadline"
+                        if counts["unresolved"] else
+                        "first measured submission to the last completion"),
         "max_tokens": spec.max_tokens,
         "temperature": spec.temperature,
+        "arrival": spec.arrival,
+        "requested_rate_rps": spec.rate_rps,
+        "achieved_rate_rps": _achieved_rate(measured),
+        "prompt_cache": spec.prompt_cache,
+        "input_tokens_target": spec.input_tokens,
+        "seed": spec.seed,
     }
 
 
@@ -261,10 +301,12 @@ async def measure_window_async(target: Target, spec: WindowSpec) -> WindowResult
     limits = httpx.Limits(max_connections=spec.concurrency + 4)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
         # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
-        await _closed_loop(http, target, warmup, spec.concurrency, spec.request_timeout_s)
+        await _drive(http, target, warmup, spec.concurrency, spec.request_timeout_s)
+        offsets = (poisson_offsets(len(measured), spec.rate_rps, spec.seed)
+                   if spec.arrival == "poisson" else None)
         anchor = (time.time_ns(), time.perf_counter_ns())
-        deadline = await _closed_loop(http, target, measured, spec.concurrency,
-                                      spec.drain_timeout_s)
+        deadline = await _drive(http, target, measured, spec.concurrency,
+                                spec.drain_timeout_s, offsets)
     rows = [r.row() for r in warmup + measured]
     return WindowResult(rows=rows, accounting=_accounting(spec, measured, warmup, anchor, deadline))
 

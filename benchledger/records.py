@@ -22,7 +22,8 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("http_status", pa.int32()),
         pa.field("error", pa.string()),
         pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("prompt_sha256", pa.string(), nullable=False),
+        pa.field("prompt_sha256", pa.string(), nullable=False),  # of the text actually sent
+        pa.field("prompt_prefix", pa.string()),  # the unique cold-prompt prefix, if any
         pa.field("max_tokens", pa.int32(), nullable=False),  # the target, never a numerator
         pa.field("temperature", pa.float64(), nullable=False),
         pa.field("prompt_tokens", pa.int64()),  # usage.prompt_tokens

@@ -167,8 +167,11 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
         spec = WindowSpec(
             window_id=window_id, prompts=load_prompt_set(workload.prompts),
             requests=plan.requests, warmup=plan.warmup, concurrency=concurrency,
-            max_tokens=plan.max_tokens, temperature=plan.temperature,
+            max_tokens=workload.max_tokens or plan.max_tokens, temperature=plan.temperature,
             drain_timeout_s=plan.drain_timeout_s, request_timeout_s=plan.request_timeout_s,
+            arrival=plan.arrival, rate_rps=plan.rate_rps,
+            prompt_cache=workload.prompt_cache or plan.prompt_cache,
+            input_tokens=workload.input_tokens, seed=plan.seed,
         )
         result = measure_window(target, spec)
         manifest = write_window(layout, arm_name, k, workload_name, workload.prompts,

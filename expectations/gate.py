@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-SUITES = ("restarts", "windows", "measured_requests")
+SUITES = ("restarts", "windows", "measured_requests")  # run_gate; run_entry_gate: "entries"
 
 # Rows are matched to subjects through this column, added by the _prepare_* functions.
 _SUBJECT = "subject"
@@ -44,12 +44,23 @@ _EXPECTATIONS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
      {"column_A": "completed", "column_B": "min_requests", "or_equal": True,
       "ignore_row_if": "neither"}),
     ("measured_requests", "token_source_is_usage", "ExpectColumnValuesToBeInSet",
-     {"column": "token_source_or_null", "value_set": ["usage"]}),
+     {"column": "completed_token_source", "value_set": ["usage"]}),
     ("measured_requests", "temperature_is_zero", "ExpectColumnValuesToBeInSet",
      {"column": "temperature_or_null", "value_set": [0.0]}),
     ("measured_requests", "ttft_not_above_e2e", "ExpectColumnPairValuesAToBeGreaterThanB",
      {"column_A": "completed_e2e_s", "column_B": "completed_ttft_s", "or_equal": True,
       "ignore_row_if": "either_value_is_missing"}),
+    # Derived entries, checked before anything is published. Each *_check column holds the
+    # labelled value where the rule applies and NULL elsewhere (GX skips NULLs there).
+    ("entries", "incomplete_rate_labelled", "ExpectColumnValuesToBeInSet",
+     {"column": "incomplete_rate_check", "value_set": ["completed_only"]}),
+    ("entries", "latency_population_labelled", "ExpectColumnValuesToBeInSet",
+     {"column": "latency_population_check", "value_set": ["completed_only"]}),
+    ("entries", "rate_numerator_labelled", "ExpectColumnValuesToBeInSet",
+     {"column": "rate_numerator_check",
+      "value_set": ["output_tokens", "input_plus_output_tokens", "prompt_tokens"]}),
+    ("entries", "prefill_rate_cold_prompts", "ExpectColumnValuesToBeInSet",
+     {"column": "prefill_rate_check", "value_set": ["cold"]}),
 )  # fmt: skip
 
 RULES: dict[str, str] = {
@@ -58,10 +69,18 @@ RULES: dict[str, str] = {
     "accounting_balances": "the window accounts for every request: "
     "submitted == completed + failed + unresolved (T14)",
     "n_at_least_min": "the window completed at least the n the protocol requires (T4)",
-    "token_source_is_usage": "every measured request's output tokens come from server usage, "
-    "never from chunk counts (T1)",
+    "token_source_is_usage": "every completed measured request's output tokens come from "
+    "server usage, never from chunk counts (T1)",
     "temperature_is_zero": "every measured request ran at temperature 0 (T9)",
     "ttft_not_above_e2e": "for completed requests with both times, TTFT <= E2E latency",
+    "incomplete_rate_labelled": "a rate from a window with unresolved requests (drain "
+    "incomplete) is labelled population = 'completed_only' (T14)",
+    "latency_population_labelled": "a latency from windows where requests failed or stayed "
+    "unresolved is labelled population = 'completed_only' (T14)",
+    "rate_numerator_labelled": "every rate names its numerator: output_tokens, "
+    "input_plus_output_tokens or prompt_tokens (T12)",
+    "prefill_rate_cold_prompts": "a prefill rate comes from cold prompts only; warm prompts "
+    "measure the prefix cache (T9, T15)",
 }
 
 _REQUIRED_COLUMNS = {
@@ -69,6 +88,8 @@ _REQUIRED_COLUMNS = {
     "windows": ("window_id", "submitted", "completed", "failed", "unresolved", "min_requests"),
     "requests": ("request_id", "window_id", "status", "token_source", "temperature",
                  "ttft_s", "e2e_s"),
+    "entries": ("entry_id", "metric", "unit", "numerator", "population", "drain_status",
+                "prompt_cache", "n_failed", "n_unresolved"),
 }  # fmt: skip
 
 
@@ -107,6 +128,19 @@ def run_gate(
                 _split_by_subject(suite, rule, kwargs, gx_results[rule], frames[suite],
                                   subjects[suite])
             )  # fmt: skip
+    return results
+
+
+def run_entry_gate(entries: pd.DataFrame) -> list[RuleResult]:
+    """Run the entry rules over derived entries; one RuleResult per (entry_id, rule)."""
+    _check_columns(entries=entries)
+    frame = _prepare_entries(entries)
+    gx_results = _validate_suite(_ephemeral_context(), "entries", frame)
+    subjects = _unique(entries["entry_id"])
+    results: list[RuleResult] = []
+    for _, rule, _, kwargs in _rules_of("entries"):
+        results.extend(_split_by_subject("entries", rule, kwargs, gx_results[rule], frame,
+                                         subjects))
     return results
 
 
@@ -153,13 +187,30 @@ def _prepare_windows(windows: pd.DataFrame) -> pd.DataFrame:
 
 def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     out = _base(requests, "window_id")
-    out["token_source_or_null"] = _or_null(out["token_source"])
+    # A failed or unresolved request has no usage by nature; the rule is that every
+    # completed one's tokens come from usage (its NULL elsewhere is skipped by GX).
+    completed = out["status"] == "completed"
+    out["completed_token_source"] = _or_null(out["token_source"]).where(completed)
     out["temperature_or_null"] = _or_null(out["temperature"])
     # Only completed requests have a meaningful TTFT/E2E pair; blanking the others lets
     # ignore_row_if="either_value_is_missing" skip them together with rows lacking a time.
     completed = out["status"] == "completed"
     out["completed_ttft_s"] = out["ttft_s"].where(completed)
     out["completed_e2e_s"] = out["e2e_s"].where(completed)
+    return out
+
+
+def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
+    out = _base(entries, "entry_id")
+    rate = out["unit"] == "tok/s"
+    latency = out["unit"] == "s"
+    troubled = (out["n_failed"].fillna(0) + out["n_unresolved"].fillna(0)) > 0
+    out["incomplete_rate_check"] = _or_null(out["population"]).where(
+        rate & (out["drain_status"] == "incomplete"))
+    out["latency_population_check"] = _or_null(out["population"]).where(latency & troubled)
+    out["rate_numerator_check"] = _or_null(out["numerator"]).where(rate)
+    out["prefill_rate_check"] = _or_null(out["prompt_cache"]).where(
+        out["metric"] == "prefill_rate")
     return out
 
 
@@ -313,7 +364,9 @@ def _share(frame: pd.DataFrame, column: str, rows: Rows, bad: Rows) -> str:
 
 
 def _observe_token_source(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    return f"token_source in {kw['value_set']}", _share(frame, "token_source", rows, bad)
+    completed = [row for row in rows if frame.at[row, "status"] == "completed"]
+    found = _share(frame, "token_source", completed, bad).replace(" rows ", " completed rows ")
+    return f"token_source in {kw['value_set']} on completed requests", found
 
 
 def _observe_temperature(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
@@ -335,7 +388,26 @@ def _observe_ttft(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
     return "ttft_s <= e2e_s on completed requests", found
 
 
+def _observe_check(label: str) -> Observer:
+    """For the entry rules: the labelled value where the rule applies."""
+
+    def observe(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+        column = kw["column"]
+        applicable = [row for row in rows if frame.at[row, column] is not None
+                      and not (isinstance(frame.at[row, column], float)
+                               and pd.isna(frame.at[row, column]))]
+        values = [None if v == _NULL else v for v in frame.loc[applicable, column]]
+        found = _join(values) if applicable else "rule not applicable"
+        return f"{label} in {kw['value_set']}", found
+
+    return observe
+
+
 _OBSERVE: dict[str, Observer] = {
+    "incomplete_rate_labelled": _observe_check("population"),
+    "latency_population_labelled": _observe_check("population"),
+    "rate_numerator_labelled": _observe_check("numerator"),
+    "prefill_rate_cold_prompts": _observe_check("prompt_cache"),
     "restart_healthy": _observe_status,
     "accounting_balances": _observe_accounting,
     "n_at_least_min": _observe_min,

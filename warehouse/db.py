@@ -102,7 +102,8 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "concurrency", "submitted", "completed", "failed", "unresolved",
                   "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
                   "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
-                  "requests_file_sha256")
+                  "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
+                  "prompt_cache", "input_tokens_target", "seed", "denominator")
 
 
 def _pick(manifest: dict, columns: tuple[str, ...]) -> dict:

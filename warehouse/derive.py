@@ -1,57 +1,127 @@
 """Derive entries from validated raw rows only (PROTOCOL sections 2 and 5).
 
-An entry is one labelled number for an (arm, workload, concurrency) cell. Its value comes
-only from windows whose every rule passed; if any rule of its windows or restarts failed,
-the entry is still written (so the failure is visible) but `publishable` is false and
-`blocked_by` names each failed rule with what was expected and found.
+An entry is one labelled number for an (arm, workload, concurrency) cell: its phase
+(prefill / decode / end_to_end), scope (single_stream / per_user / aggregate), numerator
+and denominator, statistic, population, and the workload it describes. Its value comes
+only from windows whose every rule passed. If a rule of its windows or restarts failed,
+or an entry rule fails (expectations suite "entries"), the entry is still written, so the
+failure is visible, but `publishable` is false and `blocked_by` names each failed rule
+with what was expected and found.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from benchledger import __version__
-from benchledger.stats import two_level
-from benchledger.sweep import parse_sweep
+from benchledger.stats import t_interval, two_level
+from benchledger.sweep import ArmPlan, parse_sweep
+from expectations.gate import run_entry_gate
 from warehouse.db import first_row, query_sql
+from warehouse.validate import coverage_subject, store_results
+
+PERCENTILES = (50, 90, 99)
 
 
 @dataclass(frozen=True)
-class MetricSpec:
+class RequestMetric:
+    """A per-request number (a column of the `requests` view), summarised over requests."""
+
     metric: str
-    column: str  # the per-request column of the `requests` view
+    column: str
     unit: str
     phase: str  # prefill | decode | end_to_end (T7)
-    numerator: str | None  # output_tokens | input_plus_output_tokens (T12); None for latencies
+    numerator: str | None  # rates: output_tokens | prompt_tokens (T12); None for latencies
     denominator: str | None
+    percentiles: bool = False  # latencies also get p50/p90/p99
 
 
-# Issue #2's entry set; every rate names its phase, numerator and denominator.
-METRICS = (
-    MetricSpec("decode_rate", "decode_tok_s", "tok/s", "decode", "output_tokens",
-               "t_last - t_first (per request, first token excluded)"),
-    MetricSpec("ttft", "ttft_s", "s", "prefill", None, None),
-    MetricSpec("e2e_rate", "e2e_tok_s", "tok/s", "end_to_end", "output_tokens",
-               "t_done - t_submit (per request)"),
+REQUEST_METRICS = (
+    RequestMetric("decode_rate", "decode_tok_s", "tok/s", "decode", "output_tokens",
+                  "t_last - t_first of each request (its tokens after the first)"),
+    RequestMetric("e2e_rate", "e2e_tok_s", "tok/s", "end_to_end", "output_tokens",
+                  "t_done - t_submit of each request"),
+    RequestMetric("prefill_rate", "prefill_tok_s", "tok/s", "prefill", "prompt_tokens",
+                  "t_first - t_submit of each request (TTFT)"),
+    RequestMetric("ttft", "ttft_s", "s", "prefill", None, None, percentiles=True),
+    RequestMetric("tpot", "tpot_s", "s", "decode", None, None, percentiles=True),
+    RequestMetric("e2e_latency", "e2e_s", "s", "end_to_end", None, None, percentiles=True),
 )
 
 
-def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> str:
-    return f"{run_id}/{arm}/{workload}-c{concurrency}"
+def _output_throughput(window: pd.Series, done: pd.DataFrame) -> float | None:
+    return done["output_tokens"].sum() / window["elapsed_s"] if window["elapsed_s"] else None
+
+
+def _total_throughput(window: pd.Series, done: pd.DataFrame) -> float | None:
+    tokens = (done["prompt_tokens"] + done["output_tokens"]).sum()
+    return tokens / window["elapsed_s"] if window["elapsed_s"] else None
+
+
+def _aggregate_decode(window: pd.Series, done: pd.DataFrame) -> float | None:
+    """Tokens after each request's first, over the span in which the window decoded."""
+    timed = done[done["t_first_ns"].notna() & done["t_last_ns"].notna()]
+    span_s = (timed["t_last_ns"].max() - timed["t_first_ns"].min()) / 1e9 if len(timed) else 0
+    return (timed["output_tokens"] - 1).sum() / span_s if span_s > 0 else None
+
+
+def _completion_fraction(window: pd.Series, done: pd.DataFrame) -> float | None:
+    finished = window["completed"] + window["failed"]
+    return finished / window["submitted"] if window["submitted"] else None
+
+
+def _success_fraction(window: pd.Series, done: pd.DataFrame) -> float | None:
+    return window["completed"] / window["submitted"] if window["submitted"] else None
+
+
+def _success_rate_finished(window: pd.Series, done: pd.DataFrame) -> float | None:
+    finished = window["completed"] + window["failed"]
+    return window["completed"] / finished if finished else None
+
+
+@dataclass(frozen=True)
+class WindowMetric:
+    """A per-window number (the unit is the window); entry value = mean over windows."""
+
+    metric: str
+    unit: str
+    phase: str
+    numerator: str
+    denominator: str
+    value: Callable[[pd.Series, pd.DataFrame], float | None]
+    population: str | None = None  # None: 'all_submitted' or 'completed_only' by the data
+    counts: str = "completed"  # n_requests counts completed or submitted requests
+
+
+WINDOW_ELAPSED = "window elapsed_s: first measured submission to last completion or drain deadline"
+WINDOW_METRICS = (
+    WindowMetric("throughput", "tok/s", "end_to_end", "output_tokens", WINDOW_ELAPSED,
+                 _output_throughput),
+    WindowMetric("throughput", "tok/s", "end_to_end", "input_plus_output_tokens",
+                 WINDOW_ELAPSED, _total_throughput),
+    WindowMetric("decode_rate", "tok/s", "decode", "output_tokens",
+                 "first t_first to last t_last in the window (each request's tokens after "
+                 "its first)", _aggregate_decode),
+    WindowMetric("completion_fraction", "fraction", "end_to_end", "finished_requests",
+                 "submitted_requests", _completion_fraction, "all_submitted", "submitted"),
+    WindowMetric("success_fraction", "fraction", "end_to_end", "completed_requests",
+                 "submitted_requests", _success_fraction, "all_submitted", "submitted"),
+    # "80 of 85 finished" is true only with its label; never an unlabelled 94% (T14).
+    WindowMetric("success_rate", "fraction", "end_to_end", "completed_requests",
+                 "finished_requests", _success_rate_finished, "finished_only", "submitted"),
+)
 
 
 def entry_id(run_id: str, *labels) -> str:
     return hashlib.sha256(json.dumps([run_id, *labels]).encode()).hexdigest()[:20]
-
-
-def _frame(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql(name), {"run_id": run_id}).df()
 
 
 @dataclass
@@ -72,114 +142,219 @@ class RunFacts:
         restarts = con.execute(
             "SELECT restart_id, arm, status, server_kind, server_version, "
             "effective_config_sha256 FROM restarts WHERE run_id = ?", [run_id]).df()
-        return cls(row[0], restarts, _frame(con, "gate_windows", run_id),
-                   _frame(con, "measured_requests", run_id),
-                   _frame(con, "latest_validations", run_id))
 
-    def failed_rules(self, subjects: set[str]) -> pd.DataFrame:
-        v = self.validations
-        return v[v["subject"].isin(subjects) & ~v["success"].astype(bool)]
+        def frame(name: str) -> pd.DataFrame:
+            return con.execute(query_sql(name), {"run_id": run_id}).df()
 
-    def rules_for(self, subjects: set[str]) -> pd.DataFrame:
-        return self.validations[self.validations["subject"].isin(subjects)]
+        return cls(row[0], restarts, frame("run_windows"), frame("measured_requests"),
+                   frame("latest_validations"))
 
 
-def _blocked_by(failed: pd.DataFrame) -> list[str]:
-    return [f"{r.expectation} [{r.subject}]: {r.observed}" for r in failed.itertuples()]
+@dataclass
+class Cell:
+    """One (arm, workload, concurrency) of a run: its windows, what passed, what failed."""
+
+    run_id: str
+    plan: ArmPlan
+    workload: str
+    concurrency: int
+    passing: pd.DataFrame  # windows whose every rule passed
+    done: pd.DataFrame  # completed measured requests of the passing windows
+    failed_rules: pd.DataFrame  # latest failed validations of its restarts and windows
+    rules: pd.DataFrame  # every latest validation of its restarts and windows
+    restarts: pd.DataFrame
+
+    @property
+    def scope(self) -> str:
+        closed_single = self.concurrency == 1 and self.plan.arrival == "closed"
+        return "single_stream" if closed_single else "per_user"
+
+    @property
+    def population(self) -> str:
+        troubled = (self.passing["completed"] != self.passing["submitted"]).any()
+        return "completed_only" if troubled else "all_submitted"
+
+    def labels(self) -> dict:
+        """The workload, state and provenance every entry of this cell carries."""
+        w, arm = self.passing, self.plan.arm
+        return {
+            "run_id": self.run_id, "arm": arm.name, "workload": self.workload,
+            "concurrency": self.concurrency, "model": arm.model, "server_kind": arm.server,
+            "server_version": _single(self.restarts["server_version"]),
+            "effective_config_sha256": _single(self.restarts["effective_config_sha256"]),
+            "max_tokens": _single(w["max_tokens"]), "temperature": _single(w["temperature"]),
+            "arrival": self.plan.arrival, "requested_rate_rps": self.plan.rate_rps,
+            "achieved_rate_rps": _mean(w["achieved_rate_rps"]),
+            "prompt_cache": _single(w["prompt_cache"]),
+            "input_tokens_target": _single(w["input_tokens_target"]),
+            "n_submitted": int(w["submitted"].sum()), "n_completed": int(w["completed"].sum()),
+            "n_failed": int(w["failed"].sum()), "n_unresolved": int(w["unresolved"].sum()),
+            "drain_status": ("incomplete" if (w["drain_status"] == "incomplete").any()
+                             else "complete") if len(w) else None,
+            "mean_prompt_tokens": _mean(self.done["prompt_tokens"]),
+            "mean_output_tokens": _mean(self.done["output_tokens"]),
+            "mean_cached_tokens": _mean(self.done["cached_tokens"]),
+            "evidence": "rerun", "harness_version": __version__,
+        }
+
+    def blocked_by(self) -> list[str]:
+        return [f"{r.expectation} [{r.subject}]: {r.observed}"
+                for r in self.failed_rules.itertuples()]
 
 
-def _single(values: pd.Series):
-    distinct = values.dropna().unique()
-    return distinct[0] if len(distinct) == 1 else None
+def _cells(facts: RunFacts, run_id: str):
+    sweep = parse_sweep(facts.sweep_toml, source=f"runs[{run_id}].sweep_toml")
+    v = facts.validations
+    failed_subjects = set(v.loc[~v["success"].astype(bool), "subject"])
+    for arm in sweep.arms:
+        plan = sweep.plan(arm)
+        restarts = facts.restarts[facts.restarts["arm"] == arm.name]
+        for workload in sweep.workloads:
+            for concurrency in plan.concurrency:
+                windows = facts.windows[(facts.windows["arm"] == arm.name)
+                                        & (facts.windows["workload"] == workload.name)
+                                        & (facts.windows["concurrency"] == concurrency)]
+                subjects = (set(restarts["restart_id"]) | set(windows["window_id"])
+                            | {coverage_subject(run_id, arm.name, workload.name, concurrency)})
+                passing = windows[~windows["window_id"].isin(failed_subjects)
+                                  & ~windows["restart_id"].isin(failed_subjects)]
+                requests = facts.requests
+                done = requests[requests["window_id"].isin(passing["window_id"])
+                                & (requests["status"] == "completed")]
+                rules = v[v["subject"].isin(subjects)]
+                yield Cell(run_id, plan, workload.name, concurrency, passing, done,
+                           rules[~rules["success"].astype(bool)], rules, restarts)
+
+
+def _request_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame]]:
+    """Entries over requests: means with two-level intervals, percentiles for latencies."""
+    out = []
+    for spec in REQUEST_METRICS:
+        used = cell.done[cell.done[spec.column].notna()]
+        by_restart = {rid: list(g[spec.column]) for rid, g in used.groupby("restart_id")}
+        base = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
+                "scope": cell.scope, "numerator": spec.numerator,
+                "denominator": spec.denominator, "population": cell.population,
+                "n_requests": len(used), "n_restarts": len(by_restart)}
+        out.append(({**base, "statistic": "mean", **_mean_stats(by_restart)}, used))
+        if spec.percentiles:
+            for q in PERCENTILES:
+                out.append(({**base, "statistic": f"p{q}",
+                             **_percentile_stats(by_restart, q)}, used))
+    return out
+
+
+def _window_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame]]:
+    """Entries over windows (scope aggregate): one value per window, mean over windows."""
+    out = []
+    for spec in WINDOW_METRICS:
+        values = {}
+        for window in cell.passing.itertuples(index=False):
+            row = pd.Series(window._asdict())
+            done = cell.done[cell.done["window_id"] == row["window_id"]]
+            value = spec.value(row, done)
+            if value is not None and not pd.isna(value):
+                values[row["restart_id"]] = float(value)
+        n = (len(cell.done) if spec.counts == "completed"
+             else int(cell.passing["submitted"].sum()))
+        entry = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
+                 "scope": "aggregate", "numerator": spec.numerator,
+                 "denominator": spec.denominator, "statistic": "mean",
+                 "population": spec.population or cell.population,
+                 "n_requests": n, "n_restarts": len(values), **_window_stats(values)}
+        out.append((entry, cell.done))
+    return out
+
+
+def _mean_stats(by_restart: dict[str, list[float]]) -> dict:
+    if not by_restart:
+        return {}
+    stats = two_level(by_restart)
+    return {"value": stats.requests.mean, "ci95_low": stats.requests.low,
+            "ci95_high": stats.requests.high, "restart_mean": stats.restarts.mean,
+            "restart_ci95_low": stats.restarts.low, "restart_ci95_high": stats.restarts.high,
+            "restart_effect": stats.restart_effect}
+
+
+def _percentile_stats(by_restart: dict[str, list[float]], q: int) -> dict:
+    """Pooled percentile (no interval is claimed); restart level: the per-restart
+    percentiles' mean and t-interval."""
+    if not by_restart:
+        return {}
+    pooled = [v for vs in by_restart.values() for v in vs]
+    per_restart = t_interval([float(np.percentile(vs, q)) for vs in by_restart.values()])
+    return {"value": float(np.percentile(pooled, q)), "restart_mean": per_restart.mean,
+            "restart_ci95_low": per_restart.low, "restart_ci95_high": per_restart.high}
+
+
+def _window_stats(values: dict[str, float]) -> dict:
+    if not values:
+        return {}
+    iv = t_interval(list(values.values()))
+    # One window per restart: the window-level interval is the restart-level one.
+    return {"value": iv.mean, "ci95_low": iv.low, "ci95_high": iv.high,
+            "restart_mean": iv.mean, "restart_ci95_low": iv.low, "restart_ci95_high": iv.high}
 
 
 def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     """Write the run's entries and their lineage; returns how many were new."""
     facts = RunFacts.query(con, run_id)
-    sweep = parse_sweep(facts.sweep_toml, source=f"runs[{run_id}].sweep_toml")
+    candidates = []  # (entry, blocked reasons, requests used, validations behind it)
+    for cell in _cells(facts, run_id):
+        labels = cell.labels()
+        for entry, used in _request_entries(cell) + _window_entries(cell):
+            entry = {**labels, **entry}
+            entry["entry_id"] = entry_id(run_id, entry["arm"], entry["workload"],
+                                         entry["metric"], entry["scope"],
+                                         entry["concurrency"], entry["statistic"],
+                                         entry["numerator"])
+            blocked = cell.blocked_by()
+            if entry.get("value") is None:
+                blocked.append(f"no_validated_requests [{cell.plan.arm.name}/{cell.workload}"
+                               f"-c{cell.concurrency}]: expected a value from windows that "
+                               "passed every rule, found none")
+            candidates.append((entry, blocked, used, list(cell.rules["validation_id"])))
+    new = [c for c in candidates
+           if not first_row(con, "SELECT count(*) FROM entries WHERE entry_id = ?",
+                            [c[0]["entry_id"]])[0]]  # an entry never silently changes
+    if not new:
+        return 0
+    _gate_entries(con, run_id, new)
     now = datetime.now(UTC)
-    written = 0
-    for arm in sweep.arms:
-        plan = sweep.plan(arm)
-        arm_restarts = facts.restarts[facts.restarts["arm"] == arm.name]
-        for workload in sweep.workloads:
-            for concurrency in plan.concurrency:
-                cell = facts.windows[(facts.windows["arm"] == arm.name)
-                                     & (facts.windows["workload"] == workload.name)
-                                     & (facts.windows["concurrency"] == concurrency)]
-                subjects = (set(arm_restarts["restart_id"]) | set(cell["window_id"])
-                            | {coverage_subject(run_id, arm.name, workload.name, concurrency)})
-                failed = facts.failed_rules(subjects)
-                bad = set(failed["subject"])
-                passing = cell[~cell["window_id"].isin(bad) & ~cell["restart_id"].isin(bad)]
-                rows = facts.requests[facts.requests["window_id"].isin(passing["window_id"])
-                                      & (facts.requests["status"] == "completed")]
-                context = {
-                    "run_id": run_id, "arm": arm.name, "workload": workload.name,
-                    "concurrency": concurrency, "model": arm.model,
-                    "server_kind": arm.server,
-                    "server_version": _single(arm_restarts["server_version"]),
-                    "effective_config_sha256": _single(arm_restarts["effective_config_sha256"]),
-                    "max_tokens": plan.max_tokens, "temperature": plan.temperature,
-                    "population": ("all_measured"
-                                   if (cell["completed"] == cell["submitted"]).all()
-                                   else "completed_only"),
-                    "derived_at": now,
-                }
-                for spec in METRICS:
-                    written += _write_entry(con, facts, spec, context, rows,
-                                            _blocked_by(failed), facts.rules_for(subjects))
-    return written
+    for entry, blocked, used, validation_ids in new:
+        entry.update(publishable=not blocked, blocked_by="; ".join(blocked) or None,
+                     derived_at=now)
+        columns = ", ".join(entry)
+        con.execute(f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * len(entry))})",
+                    list(entry.values()))
+        lineage = [(entry["entry_id"], r.request_id, r.raw_file_sha256, None)
+                   for r in used.itertuples()]
+        lineage += [(entry["entry_id"], None, None, v) for v in validation_ids]
+        if lineage:
+            con.executemany("INSERT INTO entry_lineage VALUES (?, ?, ?, ?)", lineage)
+    return len(new)
 
 
-def _write_entry(con, facts: RunFacts, spec: MetricSpec, context: dict, rows: pd.DataFrame,
-                 blocked: list[str], rules: pd.DataFrame) -> int:
-    concurrency = context["concurrency"]
-    scope = "single_stream" if concurrency == 1 else "per_user"
-    eid = entry_id(context["run_id"], context["arm"], context["workload"], spec.metric,
-                   scope, concurrency, "mean", spec.numerator)
-    if first_row(con, "SELECT count(*) FROM entries WHERE entry_id = ?", [eid])[0]:
-        return 0  # an entry never silently changes value
-    used = rows[rows[spec.column].notna()]
-    by_restart = {rid: list(g[spec.column]) for rid, g in used.groupby("restart_id")}
-    blocked = list(blocked)
-    stats = two_level(by_restart) if by_restart else None
-    if stats is None:
-        blocked.append(f"no_validated_requests [{context['arm']}/{context['workload']}"
-                       f"-c{concurrency}]: expected completed measured requests with a "
-                       f"{spec.column} value in windows that passed every rule, found none")
-    entry = {
-        "entry_id": eid, "run_id": context["run_id"], "arm": context["arm"],
-        "workload": context["workload"], "metric": spec.metric, "unit": spec.unit,
-        "phase": spec.phase, "scope": scope, "concurrency": concurrency,
-        "numerator": spec.numerator, "denominator": spec.denominator, "statistic": "mean",
-        "value": stats.requests.mean if stats else None,
-        "ci95_low": stats.requests.low if stats else None,
-        "ci95_high": stats.requests.high if stats else None,
-        "n_requests": len(used), "n_restarts": len(by_restart),
-        "restart_mean": stats.restarts.mean if stats else None,
-        "restart_ci95_low": stats.restarts.low if stats else None,
-        "restart_ci95_high": stats.restarts.high if stats else None,
-        "restart_effect": stats.restart_effect if stats else None,
-        "population": context["population"], "evidence": "rerun",
-        "publishable": not blocked, "blocked_by": "; ".join(blocked) or None,
-        "model": context["model"], "server_kind": context["server_kind"],
-        "server_version": context["server_version"],
-        "effective_config_sha256": context["effective_config_sha256"],
-        "max_tokens": context["max_tokens"],
-        "mean_prompt_tokens": _mean(used["prompt_tokens"]),
-        "mean_output_tokens": _mean(used["output_tokens"]),
-        "temperature": context["temperature"], "harness_version": __version__,
-        "derived_at": context["derived_at"],
-    }
-    columns = ", ".join(entry)
-    con.execute(f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * len(entry))})",
-                list(entry.values()))
-    lineage = [(eid, r.request_id, r.raw_file_sha256, None) for r in used.itertuples()]
-    lineage += [(eid, None, None, v) for v in rules["validation_id"]]
-    if lineage:
-        con.executemany("INSERT INTO entry_lineage VALUES (?, ?, ?, ?)", lineage)
-    return 1
+def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list) -> None:
+    """Run the entry rules; record every result; a failure blocks its entry."""
+    frame = pd.DataFrame([entry for entry, *_ in candidates])
+    results = run_entry_gate(frame)
+    ids = store_results(con, run_id, results)
+    by_entry = {entry["entry_id"]: (blocked, validation_ids)
+                for entry, blocked, _, validation_ids in candidates}
+    for result, validation_id in zip(results, ids, strict=True):
+        blocked, validation_ids = by_entry[result.subject]
+        validation_ids.append(validation_id)
+        if not result.success:
+            blocked.append(f"{result.expectation} [{result.subject}]: {result.observed}")
+
+
+def _single(values: pd.Series):
+    distinct = values.dropna().unique()
+    if len(distinct) != 1:
+        return None
+    value = distinct[0]
+    return value.item() if hasattr(value, "item") else value
 
 
 def _mean(values: pd.Series) -> float | None:

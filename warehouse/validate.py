@@ -11,7 +11,10 @@ import pandas as pd
 from benchledger.sweep import parse_sweep
 from expectations.gate import RuleResult, run_gate
 from warehouse.db import first_row, query_sql
-from warehouse.derive import coverage_subject
+
+
+def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> str:
+    return f"{run_id}/{arm}/{workload}-c{concurrency}"
 
 
 def coverage_results(run_id: str, sweep_toml: str, windows: pd.DataFrame) -> list[RuleResult]:
@@ -43,6 +46,14 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     windows = con.execute(query_sql("gate_windows"), params).df()
     requests = con.execute(query_sql("measured_requests"), params).df()
     results = run_gate(restarts, windows, requests) + coverage_results(run_id, row[0], windows)
+    store_results(con, run_id, results)
+    failed = [f"{r.expectation} [{r.subject}]" for r in results if not r.success]
+    return {"results": len(results), "failed": len(failed), "failed_rules": failed[:20]}
+
+
+def store_results(con: duckdb.DuckDBPyConnection, run_id: str,
+                  results: list[RuleResult]) -> list[str]:
+    """Insert every rule result as a `validations` row; returns their ids, in order."""
     now = datetime.now(UTC)
     rows = [
         (hashlib.sha256(f"{run_id}|{r.suite}|{r.subject}|{r.expectation}|{now.isoformat()}"
@@ -50,6 +61,6 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
          run_id, r.suite, r.subject, r.expectation, bool(r.success), r.observed, now)
         for r in results
     ]
-    con.executemany("INSERT INTO validations VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    failed = [f"{r.expectation} [{r.subject}]" for r in results if not r.success]
-    return {"results": len(rows), "failed": len(failed), "failed_rules": failed[:20]}
+    if rows:
+        con.executemany("INSERT INTO validations VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return [row[0] for row in rows]

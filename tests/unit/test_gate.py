@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from expectations.gate import RULES, SUITES, RuleResult, run_gate, to_records
+from expectations.gate import RULES, SUITES, RuleResult, run_entry_gate, run_gate, to_records
 
 N_MEASURED = 15
 SUITE_RULES = {
@@ -13,6 +13,8 @@ SUITE_RULES = {
     "windows": ["accounting_balances", "n_at_least_min"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e"],
 }
+ENTRY_RULES = ["incomplete_rate_labelled", "latency_population_labelled",
+               "rate_numerator_labelled", "prefill_rate_cold_prompts"]
 
 
 def make_run(
@@ -95,7 +97,8 @@ def test_every_subject_rule_pair_appears_exactly_once(clean_results):
 
 
 def test_rules_table_names_every_rule_of_every_suite():
-    assert set(RULES) == {rule for rules in SUITE_RULES.values() for rule in rules}
+    assert set(RULES) == {rule for rules in SUITE_RULES.values() for rule in rules} | set(
+        ENTRY_RULES)
     assert set(SUITES) == set(SUITE_RULES)
 
 
@@ -105,7 +108,8 @@ def test_missing_token_source_fails_only_that_window():
     results = run_gate(restarts, windows, requests)
     assert failures(results) == {("r1-w0", "token_source_is_usage")}
     observed = by_key(results)[("r1-w0", "token_source_is_usage")].observed
-    assert observed == "expected token_source in ['usage'], found 15 of 15 rows 'missing'"
+    assert observed == ("expected token_source in ['usage'] on completed requests, "
+                        "found 15 of 15 completed rows 'missing'")
 
 
 def test_null_token_source_is_not_silently_accepted():
@@ -115,7 +119,8 @@ def test_null_token_source_is_not_silently_accepted():
     results = run_gate(restarts, windows, requests)
     window_id = requests.loc[3, "window_id"]
     assert failures(results) == {(window_id, "token_source_is_usage")}
-    assert "1 of 15 rows NULL" in by_key(results)[(window_id, "token_source_is_usage")].observed
+    observed = by_key(results)[(window_id, "token_source_is_usage")].observed
+    assert "1 of 15 completed rows NULL" in observed
 
 
 def test_nonzero_temperature_fails_temperature_is_zero():
@@ -185,7 +190,7 @@ def test_window_without_measured_requests_still_gets_request_rule_rows():
     rows = [r for r in results if r.subject == "r0-w1" and r.suite == "measured_requests"]
     assert sorted(r.expectation for r in rows) == sorted(SUITE_RULES["measured_requests"])
     assert all(r.success for r in rows)
-    assert "0 of 0 rows" in by_key(results)[("r0-w1", "token_source_is_usage")].observed
+    assert "0 of 0 completed rows" in by_key(results)[("r0-w1", "token_source_is_usage")].observed
 
 
 def test_several_failures_are_all_reported():
@@ -214,3 +219,52 @@ def test_to_records_gives_plain_dicts(clean_results):
     assert len(records) == len(clean_results)
     assert set(records[0]) == {"suite", "subject", "expectation", "success", "observed"}
     assert all(isinstance(r["success"], bool) for r in records)
+
+
+def test_failed_and_unresolved_requests_need_no_usage():
+    restarts, windows, requests = make_run()
+    rows = requests["window_id"] == "r0-w0"
+    first_two = requests[rows].index[:2]
+    requests.loc[first_two, "status"] = ["failed", "unresolved"]
+    requests.loc[first_two, "token_source"] = "missing"
+    results = run_gate(restarts, windows, requests)
+    result = by_key(results)[("r0-w0", "token_source_is_usage")]
+    assert result.success and "0 of 13 completed rows" not in result.observed
+
+
+def entry(**overrides) -> dict:
+    values = dict(entry_id="e1", metric="decode_rate", unit="tok/s", numerator="output_tokens",
+                  population="all_submitted", drain_status="complete", prompt_cache="cold",
+                  n_failed=0, n_unresolved=0)
+    values.update(overrides)
+    return values
+
+
+def test_entry_rules_pass_on_honest_labels():
+    entries = pd.DataFrame([
+        entry(),
+        entry(entry_id="e2", metric="throughput", drain_status="incomplete",
+              population="completed_only", n_unresolved=3),
+        entry(entry_id="e3", metric="ttft", unit="s", numerator=None,
+              population="completed_only", n_failed=1),
+        entry(entry_id="e4", metric="prefill_rate", numerator="prompt_tokens"),
+    ])
+    results = run_entry_gate(entries)
+    assert len(results) == 4 * len(ENTRY_RULES)
+    assert all(r.success for r in results), [r for r in results if not r.success]
+
+
+@pytest.mark.parametrize(("overrides", "rule", "found"), [
+    (dict(drain_status="incomplete", n_unresolved=15), "incomplete_rate_labelled",
+     "'all_submitted'"),
+    (dict(metric="ttft", unit="s", numerator=None, n_failed=5), "latency_population_labelled",
+     "'all_submitted'"),
+    (dict(numerator=None), "rate_numerator_labelled", "NULL"),
+    (dict(metric="prefill_rate", numerator="prompt_tokens", prompt_cache="warm"),
+     "prefill_rate_cold_prompts", "'warm'"),
+])
+def test_entry_rule_failures_name_what_was_found(overrides, rule, found):
+    results = run_entry_gate(pd.DataFrame([entry(**overrides)]))
+    failed = [r for r in results if not r.success]
+    assert [r.expectation for r in failed] == [rule]
+    assert failed[0].observed.endswith(f"found {found}")

@@ -1,0 +1,83 @@
+"""Synthetic raw files with hand-chosen timestamps, written by the project's own writers.
+
+Used where a test needs numbers it can compute by hand (the protocol's worked examples,
+derivation, the gate), without a server in the loop.
+"""
+
+from __future__ import annotations
+
+from benchledger.client import WindowResult
+from benchledger.restart import RunLayout, write_json, write_run_manifest, write_window
+
+S = 1_000_000_000  # ns per second
+RUN_ID = "manual__2026-11-30T00:00:00+00:00"
+WALL_ANCHOR_NS = 1_796_000_000 * S
+
+
+def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=50,
+                tokens=21, submit_s=None, ttft_s=0.5, decode_s=1.0, tail_s=0.1):
+    """One request: submitted at submit_s (default i * 10 s), first token after ttft_s,
+    last token decode_s later, stream done tail_s after that."""
+    t0 = int((i * 10 if submit_s is None else submit_s) * S)
+    t_first, t_last = t0 + int(ttft_s * S), t0 + int((ttft_s + decode_s) * S)
+    row = {
+        "request_id": f"{window_id}/{'w' if warm else 'm'}{i:04d}", "window_id": window_id,
+        "seq": i, "is_warmup": warm, "status": status, "http_status": 200, "error": None,
+        "prompt_id": "code-00", "prompt_sha256": "x" * 64, "prompt_prefix": None,
+        "max_tokens": 128, "temperature": 0.0, "prompt_tokens": prompt_tokens,
+        "output_tokens": tokens, "cached_tokens": 0, "token_source": "usage", "chunks": 7,
+        "finish_reason": "length", "t_submit_ns": t0, "t_first_ns": t_first,
+        "t_last_ns": t_last, "t_done_ns": t_last + int(tail_s * S),
+        "content_event_ns": [t_first, t_last],
+    }
+    if status == "failed":
+        row.update(http_status=500, error="HTTP 500", prompt_tokens=None, output_tokens=None,
+                   cached_tokens=None, token_source="missing", chunks=0, finish_reason=None,
+                   t_first_ns=None, t_last_ns=None, content_event_ns=[])
+    elif status == "unresolved":
+        row.update(error="still running at the drain deadline", prompt_tokens=None,
+                   output_tokens=None, cached_tokens=None, token_source="missing",
+                   finish_reason=None, t_done_ns=None)
+    return row
+
+
+def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_cache="warm"):
+    """The window manifest the client would write for these rows (PROTOCOL section 2)."""
+    measured = [r for r in rows if not r["is_warmup"]]
+    counts = {s: sum(r["status"] == s for r in measured)
+              for s in ("completed", "failed", "unresolved")}
+    start = min(r["t_submit_ns"] for r in measured)
+    if counts["unresolved"]:
+        end = int(drain_deadline_s * S)
+    else:
+        end = max(r["t_done_ns"] for r in measured)
+    return {"window_id": window_id, "concurrency": concurrency, "submitted": len(measured),
+            **counts, "warmup_submitted": len(rows) - len(measured), "warmup_completed": 0,
+            "drain_status": "incomplete" if counts["unresolved"] else "complete",
+            "drain_timeout_s": 60.0, "anchor_wall_ns": WALL_ANCHOR_NS, "anchor_perf_ns": 0,
+            "window_start_ns": start, "window_end_ns": end,
+            "window_start_wall_ns": WALL_ANCHOR_NS + start,
+            "window_end_wall_ns": WALL_ANCHOR_NS + end, "elapsed_s": (end - start) / S,
+            "denominator": "synthetic", "max_tokens": 128, "temperature": 0.0,
+            "arrival": "closed", "requested_rate_rps": None, "achieved_rate_rps": None,
+            "prompt_cache": prompt_cache, "input_tokens_target": None, "seed": 0}
+
+
+def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_requests=5,
+                        run_id=RUN_ID) -> RunLayout:
+    """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}."""
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(sweep_text)
+    layout = RunLayout(tmp_path / "data", run_id)
+    write_run_manifest(layout, sweep_file)
+    for (arm, k, workload), (rows, kwargs) in windows.items():
+        if not layout.restart_manifest(arm, k).exists():
+            write_json(layout.restart_manifest(arm, k), {
+                "restart_id": layout.restart_id(arm, k), "run_id": run_id, "arm": arm,
+                "restart_index": k, "server_kind": "simulator", "single_instance": False,
+                "status": "ok", "effective_config_sha256": "c" * 64,
+                "server_version": "sim 1"})
+        result = WindowResult(rows=rows, accounting=accounting(rows[0]["window_id"], rows,
+                                                               **kwargs))
+        write_window(layout, arm, k, workload, workload, min_requests, result)
+    return layout
