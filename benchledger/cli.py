@@ -60,7 +60,7 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
 
     from warehouse.db import connect
     from warehouse.export import blocked_entries, latest_run_id, published_entries
-    from warehouse.report import format_blocked, format_entries
+    from warehouse.report import format_blocked, format_entries, headline
 
     try:
         con = connect(warehouse, read_only=True)
@@ -68,11 +68,15 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
         raise CliError(f"cannot open {warehouse} read-only: {exc}") from exc
     with con:
         run_id = run_id or latest_run_id(con)
-        print(f"\nPublished entries of run {run_id} (validated only):")
-        print(format_entries(published_entries(con, run_id)))
+        published = published_entries(con, run_id)
+        print(f"\nPublished entries of run {run_id} (validated only; headline means):")
+        print(format_entries(headline(published)))
+        print(f"\n{len(published)} published entries in all (percentiles, per-user and "
+              "aggregate rates, outcomes): benchledger publish / benchledger sql")
         blocked = blocked_entries(con, run_id)
         if len(blocked):
-            print(f"\nBlocked entries ({len(blocked)}; not published):")
+            print(f"\nBlocked entries ({len(blocked)}; not published), by the rule that "
+                  "blocked them:")
             print(format_blocked(blocked))
     print(f"\nwarehouse: {warehouse}")
 

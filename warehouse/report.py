@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+
 import pandas as pd
+
+# The few entries a reader looks at first; every other entry is in the warehouse and the
+# exports. (metric, numerator) pairs; statistic is always the mean here.
+HEADLINE = (("decode_rate", "output_tokens"), ("e2e_rate", "output_tokens"),
+            ("ttft", None), ("throughput", "output_tokens"))
 
 
 def _number(value) -> str:
@@ -11,31 +19,60 @@ def _number(value) -> str:
     return f"{value:.4g}" if abs(value) < 1 else f"{value:.1f}"
 
 
+def _interval(low, high) -> str:
+    return "[-]" if low is None or pd.isna(low) else f"[{_number(low)}, {_number(high)}]"
+
+
+def headline(entries: pd.DataFrame) -> pd.DataFrame:
+    pairs = set(HEADLINE)
+    wanted = pd.Series([(m, n if isinstance(n, str) else None) in pairs
+                        for m, n in zip(entries["metric"], entries["numerator"], strict=True)],
+                       index=entries.index, dtype=bool)
+    return entries[wanted & (entries["statistic"] == "mean")]
+
+
 def format_entries(entries: pd.DataFrame) -> str:
-    """One line per entry: the value with its interval, n, restarts and every label."""
+    """One line per entry: the value with its interval, n, restarts and its labels."""
     if entries.empty:
         return "  (none)"
     rows = []
     for e in entries.itertuples():
-        interval = (f"[{_number(e.ci95_low)}, {_number(e.ci95_high)}]"
-                    if e.ci95_low is not None and not pd.isna(e.ci95_low) else "[-]")
-        restart = (f"{_number(e.restart_mean)} [{_number(e.restart_ci95_low)}, "
-                   f"{_number(e.restart_ci95_high)}]")
+        effect = e.restart_effect is not None and not pd.isna(e.restart_effect) and bool(
+            e.restart_effect)
+        flags = [f for f, on in (("restart_effect", effect),
+                                 (e.population, e.population != "all_submitted"),
+                                 (f"drain {e.drain_status}", e.drain_status == "incomplete"))
+                 if on]
         rows.append({
             "arm": e.arm, "workload": e.workload, "metric": e.metric, "phase": e.phase,
-            "scope": f"{e.scope} c={e.concurrency}", "mean": f"{_number(e.value)} {e.unit}",
-            "95% CI": interval, "n": e.n_requests, "restarts": e.n_restarts,
-            "restart-level mean [95% CI]": restart,
-            "flag": "restart_effect" if e.restart_effect else "",
+            "scope": f"{e.scope} c={e.concurrency}",
+            "numerator": e.numerator if isinstance(e.numerator, str) else "",
+            "mean": f"{_number(e.value)} {e.unit}", "95% CI": _interval(e.ci95_low, e.ci95_high),
+            "n": e.n_requests, "restarts": e.n_restarts,
+            "restart-level mean [95% CI]":
+                f"{_number(e.restart_mean)} {_interval(e.restart_ci95_low, e.restart_ci95_high)}",
+            "labels": ", ".join(flags),
         })
     return pd.DataFrame(rows).to_string(index=False)
 
 
-def format_blocked(entries: pd.DataFrame, width: int = 160) -> str:
-    lines = []
+def _rule_of(reason: str) -> str:
+    match = re.match(r"(\w+) \[", reason)
+    return match.group(1) if match else reason.split(":")[0]
+
+
+def format_blocked(entries: pd.DataFrame, width: int = 150) -> str:
+    """Blocked entries grouped by the rule that blocked them, with one example each."""
+    groups: dict[str, list] = defaultdict(list)
     for e in entries.itertuples():
-        reason = e.blocked_by or ""
-        if len(reason) > width:
-            reason = reason[: width - 3] + "..."
-        lines.append(f"  {e.arm} / {e.workload} / {e.metric} c={e.concurrency}: {reason}")
+        reasons = (e.blocked_by or "").split("; ")
+        groups[_rule_of(reasons[0])].append((e, reasons[0]))
+    lines = []
+    for rule, members in sorted(groups.items()):
+        cells = sorted({f"{e.arm}/{e.workload}/{e.metric}" for e, _ in members})
+        example = members[0][1]
+        if len(example) > width:
+            example = example[: width - 3] + "..."
+        shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
+        lines.append(f"  {rule}: {len(members)} entries ({shown})\n      e.g. {example}")
     return "\n".join(lines)
