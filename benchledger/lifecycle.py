@@ -83,6 +83,10 @@ def simulator_command_template(arm: Arm) -> list[str]:
              "--startup-delay-s", str(opts.startup_delay_s)]
     if not opts.usage:
         argv.append("--no-usage")
+    if not opts.prefix_cache:
+        argv.append("--no-prefix-cache")
+    if opts.stall_every:
+        argv += ["--stall-every", str(opts.stall_every), "--stall-s", str(opts.stall_s)]
     return argv
 
 

@@ -44,6 +44,9 @@ class SweepSection(_Strict):
 
 class Defaults(_Strict):
     requests: int = Field(15, ge=1)
+    # The n the gate demands per workload per restart; may raise the protocol's floor
+    # (15 speculative, 5 otherwise), never lower it.
+    min_requests: int | None = Field(None, ge=1)
     warmup: int = Field(2, ge=0)
     restarts: int = Field(2, ge=1)
     max_tokens: int = Field(128, ge=1)
@@ -54,6 +57,12 @@ class Defaults(_Strict):
     request_timeout_s: float = Field(600.0, gt=0)
     ready_timeout_s: float = Field(120.0, gt=0)
     endpoint: Literal["chat", "completions"] = "chat"
+    # closed: keep `concurrency` requests outstanding. poisson: open-loop arrivals at
+    # rate_rps (seeded), at most `concurrency` outstanding (like vLLM bench's max-concurrency).
+    arrival: Literal["closed", "poisson"] = "closed"
+    rate_rps: float | None = Field(None, gt=0)
+    prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
+    seed: int = 0  # arrival times and cold-prompt prefixes derive from it
 
 
 class SimulatorOptions(_Strict):
@@ -69,6 +78,9 @@ class SimulatorOptions(_Strict):
     acceptance_code: float = Field(0.8, ge=0, le=1)
     acceptance_prose: float = Field(0.45, ge=0, le=1)
     startup_delay_s: float = Field(0.0, ge=0)
+    prefix_cache: bool = True  # vLLM v1's automatic prefix caching (cold prompts defeat it)
+    stall_every: int = Field(0, ge=0)  # every Nth request hangs after its first chunk
+    stall_s: float = Field(600.0, gt=0)  # ... for this long (a drain test's unfinished tail)
 
 
 class Arm(_Strict):
@@ -87,12 +99,15 @@ class Arm(_Strict):
     simulator: SimulatorOptions | None = None
     # Per-arm overrides of [defaults].
     requests: int | None = Field(None, ge=1)
+    min_requests: int | None = Field(None, ge=1)
     warmup: int | None = Field(None, ge=0)
     restarts: int | None = Field(None, ge=1)
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0)
     concurrency: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
     drain_timeout_s: float | None = Field(None, gt=0)
+    arrival: Literal["closed", "poisson"] | None = None
+    rate_rps: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _server_keys_fit(self) -> Arm:
@@ -118,6 +133,11 @@ class Arm(_Strict):
 class Workload(_Strict):
     name: Name
     prompt_set: Literal["code", "prose"] | None = None  # defaults to the workload name
+    prompt_cache: Literal["warm", "cold"] | None = None  # defaults to [defaults]
+    # Long inputs: filler text in front of each built-in prompt, about this many tokens
+    # (the server's usage says how many it really were).
+    input_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)  # the output target; overrides the arm's
 
     @model_validator(mode="after")
     def _prompt_set_known(self) -> Workload:
@@ -140,6 +160,7 @@ class ArmPlan(BaseModel):
 
     arm: Arm
     requests: int
+    min_requests_key: int | None
     warmup: int
     restarts: int
     max_tokens: int
@@ -149,12 +170,19 @@ class ArmPlan(BaseModel):
     request_timeout_s: float
     ready_timeout_s: float
     endpoint: str
+    arrival: str
+    rate_rps: float | None
+    prompt_cache: str
+    seed: int
+
+    @property
+    def protocol_floor(self) -> int:
+        return MIN_REQUESTS_SPECULATIVE if self.arm.is_speculative else MIN_REQUESTS_PLAIN
 
     @property
     def min_requests(self) -> int:
         """The n the gate demands per workload per restart (protocol floor or more)."""
-        floor = MIN_REQUESTS_SPECULATIVE if self.arm.is_speculative else MIN_REQUESTS_PLAIN
-        return max(floor, self.requests)
+        return max(self.protocol_floor, self.min_requests_key or 0)
 
 
 class Sweep(_Strict):
@@ -162,6 +190,30 @@ class Sweep(_Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     arms: list[Arm] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _poisson_has_rate(self) -> Sweep:
+        for i, arm in enumerate(self.arms):
+            arrival = arm.arrival or self.defaults.arrival
+            if arrival == "poisson" and (arm.rate_rps or self.defaults.rate_rps) is None:
+                raise ValueError(f"arms[{i}] ({arm.name}): arrival = 'poisson' needs rate_rps "
+                                 "(in [defaults] or the arm)")
+        return self
+
+    @model_validator(mode="after")
+    def _n_meets_the_protocol(self) -> Sweep:
+        for i, arm in enumerate(self.arms):
+            plan = self.plan(arm)
+            kind = "speculative" if arm.is_speculative else "non-speculative"
+            if plan.min_requests_key is not None and plan.min_requests_key < plan.protocol_floor:
+                raise ValueError(
+                    f"arms[{i}] ({arm.name}): min_requests = {plan.min_requests_key} is below "
+                    f"the protocol's n >= {plan.protocol_floor} for {kind} arms (T4)")
+            if plan.requests < plan.min_requests:
+                raise ValueError(
+                    f"arms[{i}] ({arm.name}): requests = {plan.requests} is below the n the "
+                    f"gate requires ({plan.min_requests} for {kind} arms, T4)")
+        return self
 
     @model_validator(mode="after")
     def _names_unique(self) -> Sweep:
@@ -188,6 +240,7 @@ class Sweep(_Strict):
         return ArmPlan(
             arm=arm,
             requests=pick("requests"),
+            min_requests_key=pick("min_requests"),
             warmup=pick("warmup"),
             restarts=restarts,
             max_tokens=pick("max_tokens"),
@@ -197,6 +250,10 @@ class Sweep(_Strict):
             request_timeout_s=d.request_timeout_s,
             ready_timeout_s=pick("ready_timeout_s"),
             endpoint=d.endpoint,
+            arrival=pick("arrival"),
+            rate_rps=pick("rate_rps"),
+            prompt_cache=d.prompt_cache,
+            seed=d.seed,
         )
 
     def arm(self, name: str) -> ArmPlan:

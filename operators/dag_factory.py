@@ -41,7 +41,10 @@ def build_sweep_dag(sweep_path: str | Path) -> DAG:
         for arm in sweep.arms:
             plan = sweep.plan(arm)
             for k in range(plan.restarts):
-                with TaskGroup(group_id=f"{arm.name}__r{k}"):
+                # A restart's tasks run on the arm's node: its Airflow queue (a Celery or
+                # edge worker there). "local" leaves the executor's default queue.
+                node = {} if arm.node == "local" else {"queue": arm.node}
+                with TaskGroup(group_id=f"{arm.name}__r{k}", default_args=node):
                     handle = t.launch_server(path, arm.name, k)
                     ready = t.wait_ready(path, arm.name, k, handle)
                     measures = [

@@ -77,3 +77,16 @@ def test_bad_sweep_file_is_an_import_error_naming_file_and_key(tmp_path):
     bag = DagBag(dag_folder=str(folder))
     message = "\n".join(bag.import_errors.values())
     assert str(bad) in message and "defaults.restrats: unknown key" in message
+
+
+def test_an_arms_node_is_the_queue_of_its_restart_tasks(tmp_path):
+    from operators.dag_factory import build_sweep_dag
+
+    sweep = tmp_path / "noded.toml"
+    sweep.write_text((DAGS / "sweeps" / "demo.toml").read_text()
+                     .replace('name = "spec-on"', 'name = "spec-on"\nnode = "gpu-node-1"'))
+    dag = build_sweep_dag(sweep)
+    queues = {t.task_id.split(".")[0]: t.queue for t in dag.tasks if "__r" in t.task_id}
+    assert queues["spec-on__r0"] == queues["spec-on__r1"] == "gpu-node-1"
+    assert queues["spec-off__r0"] != "gpu-node-1"
+    assert dag.get_task("load").queue != "gpu-node-1"

@@ -33,11 +33,16 @@ def test_demo_sweep_plan():
 
 
 def test_protocol_floor_on_n():
-    sweep = parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = 3')
-                        + "[arms.simulator]\nspeculative = true\n")
-    assert sweep.arm("a").min_requests == 15  # speculative: the gate still demands 15
-    plain = parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = 3'))
-    assert plain.arm("a").min_requests == 5
+    spec = MINIMAL + "[arms.simulator]\nspeculative = true\n"
+    assert parse_sweep(spec).arm("a").min_requests == 15
+    assert parse_sweep(MINIMAL).arm("a").min_requests == 5
+    raised = spec.replace('name = "t"', 'name = "t"\n[defaults]\nmin_requests = 20\n'
+                                        'requests = 20')
+    assert parse_sweep(raised).arm("a").min_requests == 20
+    with pytest.raises(SweepError, match=r"min_requests = 10 is below the protocol's n >= 15"):
+        parse_sweep(spec.replace('name = "t"', 'name = "t"\n[defaults]\nmin_requests = 10'))
+    with pytest.raises(SweepError, match=r"requests = 3 is below the n the gate requires \(15"):
+        parse_sweep(spec.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = 3'))
 
 
 def test_unknown_key_names_file_and_key_path(tmp_path):
