@@ -101,3 +101,45 @@ def test_window_accounting_balances_and_warmup_is_separate(scripted_server):
     assert all(r["t_done_ns"] <= first_measured for r in warm)  # warm-up is outside
     assert acc["window_start_ns"] == first_measured
     assert acc["elapsed_s"] > 0
+
+
+def test_poisson_arrivals_are_seeded_and_the_achieved_rate_recorded(scripted_server):
+    from benchledger.client import poisson_offsets
+
+    assert poisson_offsets(5, 10.0, seed=3) == poisson_offsets(5, 10.0, seed=3)
+    assert poisson_offsets(5, 10.0, seed=3) != poisson_offsets(5, 10.0, seed=4)
+    _, base = scripted_server
+    result = measure_window(Target(base, "plain"),
+                            spec(requests=12, warmup=0, concurrency=12, arrival="poisson",
+                                 rate_rps=40.0, seed=1))
+    acc = result.accounting
+    offsets = poisson_offsets(12, 40.0, seed=1)
+    assert acc["arrival"] == "poisson" and acc["requested_rate_rps"] == 40.0
+    # the client kept the schedule: achieved = the schedule's own rate, give or take
+    assert acc["achieved_rate_rps"] == pytest.approx(11 / offsets[-1], rel=0.25)
+    submits = sorted(r["t_submit_ns"] for r in measured(result))
+    assert (submits[-1] - submits[0]) / 1e9 == pytest.approx(offsets[-1], abs=0.05)
+
+
+def test_cold_prompts_get_unique_recorded_prefixes_and_filler(scripted_server):
+    server, base = scripted_server
+    result = measure_window(Target(base, "plain"),
+                            spec(requests=3, warmup=1, prompt_cache="cold", input_tokens=50))
+    rows = result.rows
+    prefixes = [r["prompt_prefix"] for r in rows]
+    assert all(p and p.startswith("[request ") for p in prefixes)
+    assert len(set(prefixes)) == len(rows)  # warm-up included: no two share a prefix
+    sent = [b["messages"][0]["content"] for b in server.bodies[-4:]]
+    assert all(text.startswith(p) for text, p in zip(sent, prefixes, strict=True))
+    filler = sent[0].split("\n\n")[1]
+    assert len(filler.split()) == 50  # the filler in front of the built-in prompt
+    assert sent[0].endswith(load_prompt_set("code")[0].text)
+    assert result.accounting["prompt_cache"] == "cold"
+    assert result.accounting["input_tokens_target"] == 50
+
+
+def test_warm_prompts_are_sent_as_they_are(scripted_server):
+    server, base = scripted_server
+    result = measure_window(Target(base, "plain"), spec(requests=1, warmup=0))
+    assert result.rows[0]["prompt_prefix"] is None
+    assert server.bodies[-1]["messages"][0]["content"] == load_prompt_set("code")[0].text

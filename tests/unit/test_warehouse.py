@@ -133,3 +133,12 @@ def test_warm_prefill_rate_is_blocked_by_the_entry_gate(con, tmp_path):
     assert "prefill_rate_cold_prompts" in blocked and "found 'warm'" in blocked
     suites = {s for s, in con.execute("SELECT DISTINCT suite FROM validations").fetchall()}
     assert "entries" in suites
+
+
+def test_event_gaps_are_per_event_never_per_token(con, tmp_path):
+    load_run_dir(con, write_run(tmp_path).run_dir)
+    gaps = con.execute(
+        "SELECT gap_index, event_gap_s FROM event_gaps "
+        "WHERE request_id LIKE '%/r1/code-c1/m0000'").fetchall()
+    # two content events 0.5 s apart carry 21 tokens: one gap of 0.5 s, not 20 small ones
+    assert [(i, round(g, 9)) for i, g in gaps] == [(1, 0.5)]
