@@ -59,8 +59,20 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
     import duckdb
 
     from warehouse.db import connect
-    from warehouse.export import blocked_entries, latest_run_id, published_entries
-    from warehouse.report import format_blocked, format_entries, headline
+    from warehouse.export import (
+        blocked_entries,
+        comparisons,
+        latest_run_id,
+        published_entries,
+        variance,
+    )
+    from warehouse.report import (
+        format_blocked,
+        format_comparisons,
+        format_entries,
+        format_variance,
+        headline,
+    )
 
     try:
         con = connect(warehouse, read_only=True)
@@ -78,6 +90,13 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
             print(f"\nBlocked entries ({len(blocked)}; not published), by the rule that "
                   "blocked them:")
             print(format_blocked(blocked))
+        found = comparisons(con, run_id)
+        if len(found):
+            print("\nComparisons (Welch over restart means, held to the A/A control; "
+                  "refuted ones included):")
+            print(format_comparisons(found))
+        print("\nVariance report (decode rate): spread within vs between restarts")
+        print(format_variance(variance(con, run_id)))
     print(f"\nwarehouse: {warehouse}")
 
 

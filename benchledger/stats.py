@@ -64,3 +64,60 @@ def two_level(values_by_restart: Mapping[str, Sequence[float]]) -> TwoLevel:
         restarts=t_interval([iv.mean for iv in ordered]),
         restart_effect=effect,
     )
+
+
+@dataclass(frozen=True)
+class Difference:
+    """b - a with a two-sided Welch t-interval (unequal variances)."""
+
+    difference: float
+    low: float | None
+    high: float | None
+    df: float | None
+    ratio: float | None  # mean(b) / mean(a)
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low is not None and (self.low > 0 or self.high < 0)
+
+
+def welch(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Difference:
+    """Welch's interval for mean(b) - mean(a); None bounds when a side has < 2 values."""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if not a or not b:
+        raise ValueError("welch needs at least one value on each side")
+    return welch_from_summary(_summary(a), _summary(b), confidence)
+
+
+def _summary(values: list[float]) -> tuple[float, float | None, int]:
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1)) if n > 1 else None
+    return mean, sd, n
+
+
+def welch_from_summary(a: tuple[float, float | None, int], b: tuple[float, float | None, int],
+                       confidence: float = CONFIDENCE) -> Difference:
+    """Welch's interval from (mean, sd, n) of each side."""
+    (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = a, b
+    diff = mean_b - mean_a
+    ratio = mean_b / mean_a if mean_a else None
+    if n_a < 2 or n_b < 2 or sd_a is None or sd_b is None:
+        return Difference(diff, None, None, None, ratio)
+    var_a, var_b = sd_a**2 / n_a, sd_b**2 / n_b
+    se = math.sqrt(var_a + var_b)
+    if se == 0:
+        return Difference(diff, diff, diff, None, ratio)
+    # Welch-Satterthwaite degrees of freedom
+    df = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
+    half = _scipy_stats.t.ppf(0.5 + confidence / 2, df) * se
+    return Difference(diff, diff - half, diff + half, df, ratio)
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float | None:
+    data = [float(v) for v in values]
+    if len(data) < 2:
+        return None
+    mean = sum(data) / len(data)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in data) / (len(data) - 1))
+    return sd / mean if mean else None

@@ -153,6 +153,23 @@ class Workload(_Strict):
         return self.prompt_set or self.name
 
 
+# Metrics a comparison may name (see warehouse/derive.py for what each one is).
+COMPARABLE_METRICS = ("decode_rate", "e2e_rate", "prefill_rate", "ttft", "tpot",
+                      "e2e_latency", "throughput", "success_fraction", "completion_fraction")
+
+
+class Comparison(_Strict):
+    """An A/B: is b better than a on `metric`, beyond what a same-vs-same control shows?"""
+
+    a: Name
+    b: Name
+    metric: Literal[COMPARABLE_METRICS]  # type: ignore[valid-type]
+    numerator: Literal["output_tokens", "input_plus_output_tokens"] | None = None
+    concurrency: int | None = Field(None, ge=1)  # default: the lowest the arms share
+    # An arm run twice under two names (A/A): a difference no larger than theirs is noise.
+    control: list[Name] | None = Field(None, min_length=2, max_length=2)
+
+
 class ArmPlan(BaseModel):
     """One arm with [defaults] applied: what the DAG and the measurement actually use."""
 
@@ -190,6 +207,28 @@ class Sweep(_Strict):
     defaults: Defaults = Field(default_factory=Defaults)
     arms: list[Arm] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
+    comparisons: list[Comparison] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _comparisons_are_ab(self) -> Sweep:
+        arms = {arm.name: arm for arm in self.arms}
+        for i, comparison in enumerate(self.comparisons):
+            named = [comparison.a, comparison.b, *(comparison.control or [])]
+            unknown = [n for n in named if n not in arms]
+            if unknown:
+                raise ValueError(f"comparisons[{i}]: no arm named {unknown} "
+                                 f"(arms: {sorted(arms)})")
+            if comparison.a == comparison.b:
+                raise ValueError(f"comparisons[{i}]: a and b are the same arm")
+            if server_settings(arms[comparison.a]) == server_settings(arms[comparison.b]):
+                # T11: an A/B whose arms run one setting can only measure noise.
+                raise ValueError(
+                    f"comparisons[{i}]: arms {comparison.a!r} and {comparison.b!r} have "
+                    "identical server settings, so this is an A/A control, not an A/B; "
+                    "name them as its `control` and compare arms that differ")
+            if comparison.control and len(set(comparison.control)) != 2:
+                raise ValueError(f"comparisons[{i}]: control needs two different arms")
+        return self
 
     @model_validator(mode="after")
     def _poisson_has_rate(self) -> Sweep:
@@ -269,6 +308,12 @@ class Sweep(_Strict):
         raise KeyError(f"sweep {self.sweep.name!r} has no workload {name!r}")
 
 
+def server_settings(arm: Arm) -> tuple:
+    """What makes two arms' servers the same configuration, as far as the sweep says
+    (the effective config each server reports is compared again at run time)."""
+    return (arm.server, arm.model, arm.command, arm.base_url, arm.simulator, arm.speculative)
+
+
 def _key_path(loc: tuple) -> str:
     path = ""
     for part in loc:
@@ -276,7 +321,7 @@ def _key_path(loc: tuple) -> str:
             path += f"[{part}]"
         elif not str(part).startswith("function-"):
             path += f".{part}" if path else str(part)
-    return path or "(top level)"
+    return path
 
 
 def _describe(error: dict) -> str:
@@ -298,7 +343,8 @@ def parse_sweep(text: str, source: str = "<sweep>") -> Sweep:
     try:
         return Sweep.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{source}: {_key_path(e['loc'])}: {_describe(e)}" for e in exc.errors()]
+        lines = [f"{source}: {_key_path(e['loc']) + ': ' if _key_path(e['loc']) else ''}"
+                 f"{_describe(e)}" for e in exc.errors()]
         raise SweepError("invalid sweep file\n  " + "\n  ".join(lines)) from None
 
 

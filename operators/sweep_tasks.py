@@ -136,14 +136,16 @@ def validate() -> dict:
 
 
 @task(pool=WAREHOUSE_POOL)
-def derive() -> int:
-    """Derive entries from validated rows; blocked ones say why."""
+def derive() -> dict:
+    """Derive entries from validated rows (blocked ones say why), then the comparisons."""
+    from warehouse.compare import derive_comparisons
     from warehouse.db import connect
     from warehouse.derive import derive_entries
 
     paths = run_paths()
     with connect(paths.warehouse) as con:
-        return derive_entries(con, paths.run_id)
+        return {"entries": derive_entries(con, paths.run_id),
+                "comparisons": derive_comparisons(con, paths.run_id)}
 
 
 @task(pool=WAREHOUSE_POOL)

@@ -64,8 +64,9 @@ def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_
 
 
 def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_requests=5,
-                        run_id=RUN_ID) -> RunLayout:
-    """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}."""
+                        run_id=RUN_ID, config_sha256: dict | None = None) -> RunLayout:
+    """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}.
+    Each arm reports its own effective config unless config_sha256 maps arms to one."""
     sweep_file = tmp_path / "sweep.toml"
     sweep_file.write_text(sweep_text)
     layout = RunLayout(tmp_path / "data", run_id)
@@ -75,7 +76,8 @@ def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_request
             write_json(layout.restart_manifest(arm, k), {
                 "restart_id": layout.restart_id(arm, k), "run_id": run_id, "arm": arm,
                 "restart_index": k, "server_kind": "simulator", "single_instance": False,
-                "status": "ok", "effective_config_sha256": "c" * 64,
+                "status": "ok",
+                "effective_config_sha256": (config_sha256 or {}).get(arm, f"config-of-{arm}"),
                 "server_version": "sim 1"})
         result = WindowResult(rows=rows, accounting=accounting(rows[0]["window_id"], rows,
                                                                **kwargs))

@@ -226,7 +226,18 @@ def _cells(facts: RunFacts, run_id: str):
                            rules[~rules["success"].astype(bool)], rules, restarts)
 
 
-def _request_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame]]:
+RestartRows = list[tuple[str, int, float, float | None]]  # (restart_id, n, mean, sd)
+
+
+def _restart_rows(by_restart: dict[str, list[float]]) -> RestartRows:
+    rows = []
+    for restart_id, values in by_restart.items():
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
+        rows.append((restart_id, len(values), float(np.mean(values)), sd))
+    return rows
+
+
+def _request_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
     """Entries over requests: means with two-level intervals, percentiles for latencies."""
     out = []
     for spec in REQUEST_METRICS:
@@ -236,25 +247,28 @@ def _request_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame]]:
                 "scope": cell.scope, "numerator": spec.numerator,
                 "denominator": spec.denominator, "population": cell.population,
                 "n_requests": len(used), "n_restarts": len(by_restart)}
-        out.append(({**base, "statistic": "mean", **_mean_stats(by_restart)}, used))
+        out.append(({**base, "statistic": "mean", **_mean_stats(by_restart)}, used,
+                    _restart_rows(by_restart)))
         if spec.percentiles:
             for q in PERCENTILES:
                 out.append(({**base, "statistic": f"p{q}",
-                             **_percentile_stats(by_restart, q)}, used))
+                             **_percentile_stats(by_restart, q)}, used, []))
     return out
 
 
-def _window_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame]]:
+def _window_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
     """Entries over windows (scope aggregate): one value per window, mean over windows."""
     out = []
     for spec in WINDOW_METRICS:
-        values = {}
+        values, restart_rows = {}, []
         for window in cell.passing.itertuples(index=False):
             row = pd.Series(window._asdict())
             done = cell.done[cell.done["window_id"] == row["window_id"]]
             value = spec.value(row, done)
             if value is not None and not pd.isna(value):
                 values[row["restart_id"]] = float(value)
+                n = len(done) if spec.counts == "completed" else int(row["submitted"])
+                restart_rows.append((row["restart_id"], n, float(value), None))
         n = (len(cell.done) if spec.counts == "completed"
              else int(cell.passing["submitted"].sum()))
         entry = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
@@ -262,7 +276,7 @@ def _window_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame]]:
                  "denominator": spec.denominator, "statistic": "mean",
                  "population": spec.population or cell.population,
                  "n_requests": n, "n_restarts": len(values), **_window_stats(values)}
-        out.append((entry, cell.done))
+        out.append((entry, cell.done, restart_rows))
     return out
 
 
@@ -302,7 +316,7 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     candidates = []  # (entry, blocked reasons, requests used, validations behind it)
     for cell in _cells(facts, run_id):
         labels = cell.labels()
-        for entry, used in _request_entries(cell) + _window_entries(cell):
+        for entry, used, restart_rows in _request_entries(cell) + _window_entries(cell):
             entry = {**labels, **entry}
             entry["entry_id"] = entry_id(run_id, entry["arm"], entry["workload"],
                                          entry["metric"], entry["scope"],
@@ -313,7 +327,8 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
                 blocked.append(f"no_validated_requests [{cell.plan.arm.name}/{cell.workload}"
                                f"-c{cell.concurrency}]: expected a value from windows that "
                                "passed every rule, found none")
-            candidates.append((entry, blocked, used, list(cell.rules["validation_id"])))
+            candidates.append((entry, blocked, used, list(cell.rules["validation_id"]),
+                               restart_rows))
     new = [c for c in candidates
            if not first_row(con, "SELECT count(*) FROM entries WHERE entry_id = ?",
                             [c[0]["entry_id"]])[0]]  # an entry never silently changes
@@ -321,7 +336,7 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
         return 0
     _gate_entries(con, run_id, new)
     now = datetime.now(UTC)
-    for entry, blocked, used, validation_ids in new:
+    for entry, blocked, used, validation_ids, restart_rows in new:
         entry.update(publishable=not blocked, blocked_by="; ".join(blocked) or None,
                      derived_at=now)
         columns = ", ".join(entry)
@@ -332,6 +347,9 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
         lineage += [(entry["entry_id"], None, None, v) for v in validation_ids]
         if lineage:
             con.executemany("INSERT INTO entry_lineage VALUES (?, ?, ?, ?)", lineage)
+        if restart_rows:
+            con.executemany("INSERT INTO entry_restart_means VALUES (?, ?, ?, ?, ?)",
+                            [(entry["entry_id"], *row) for row in restart_rows])
     return len(new)
 
 
@@ -341,7 +359,7 @@ def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list)
     results = run_entry_gate(frame)
     ids = store_results(con, run_id, results)
     by_entry = {entry["entry_id"]: (blocked, validation_ids)
-                for entry, blocked, _, validation_ids in candidates}
+                for entry, blocked, _, validation_ids, _ in candidates}
     for result, validation_id in zip(results, ids, strict=True):
         blocked, validation_ids = by_entry[result.subject]
         validation_ids.append(validation_id)

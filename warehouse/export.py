@@ -31,6 +31,14 @@ def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame
     return con.execute(query_sql("blocked_for_run"), {"run_id": run_id}).df()
 
 
+def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return con.execute(query_sql("comparisons_for_run"), {"run_id": run_id}).df()
+
+
+def variance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return con.execute(query_sql("variance_for_run"), {"run_id": run_id}).df()
+
+
 def _json_ready(frame: pd.DataFrame) -> list[dict]:
     frame = frame.drop(columns=[c for c in UNSTABLE_COLUMNS if c in frame.columns])
     records = json.loads(frame.to_json(orient="records", date_format="iso", double_precision=10))
@@ -46,6 +54,10 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_root: Path) -> P
     (out / "entries.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
     entries.drop(columns=[c for c in UNSTABLE_COLUMNS if c in entries.columns]).to_csv(
         out / "entries.csv", index=False)
+    # Verdicts are published like entries, refuted hypotheses included.
+    found = comparisons(con, run_id)
+    (out / "comparisons.json").write_text(
+        json.dumps(_json_ready(found), indent=1, sort_keys=True) + "\n")
     return out
 
 

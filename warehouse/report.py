@@ -76,3 +76,39 @@ def format_blocked(entries: pd.DataFrame, width: int = 150) -> str:
         shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
         lines.append(f"  {rule}: {len(members)} entries ({shown})\n      e.g. {example}")
     return "\n".join(lines)
+
+
+def format_comparisons(comparisons: pd.DataFrame) -> str:
+    """Each verdict with its difference, interval, ratio and the control it was held to."""
+    if comparisons.empty:
+        return "  (none)"
+    lines = []
+    for c in comparisons.itertuples():
+        arrow = "vs" if c.role == "control" else "->"
+        head = (f"  {c.role:<7} {c.a} {arrow} {c.b}  {c.workload}  {c.metric} "
+                f"c={c.concurrency}: {c.verdict.upper()}")
+        numbers = ""
+        if c.difference is not None and not pd.isna(c.difference):
+            numbers = (f"  difference {_number(c.difference)} "
+                       f"{_interval(c.ci95_low, c.ci95_high)}")
+            if c.ratio is not None and not pd.isna(c.ratio):
+                numbers += f", ratio {c.ratio:.3g}x"
+            if c.control_difference is not None and not pd.isna(c.control_difference):
+                numbers += f", A/A control difference {_number(c.control_difference)}"
+        lines.append(f"{head}{numbers}\n      ({c.reason})")
+    return "\n".join(lines)
+
+
+def format_variance(report: pd.DataFrame) -> str:
+    if report.empty:
+        return "  (none)"
+    rows = [{"arm": r.arm, "workload": r.workload, "metric": r.metric,
+             "scope": f"{r.scope} c={r.concurrency}", "restarts": r.n_restarts,
+             "CV within restarts": _percent(r.cv_within_restarts),
+             "CV between restarts": _percent(r.cv_between_restarts)}
+            for r in report.itertuples()]
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+def _percent(value) -> str:
+    return "-" if value is None or pd.isna(value) else f"{100 * value:.1f}%"

@@ -46,3 +46,33 @@ def test_two_level_restart_view_and_effect():
 def test_two_level_overlapping_restarts_have_no_effect():
     stats = two_level({"r0": [25.0, 26.0, 27.0], "r1": [25.5, 26.5, 24.5]})
     assert not stats.restart_effect
+
+
+def test_welch_matches_scipy():
+    from benchledger.stats import welch
+
+    a = [24.0, 26.1, 25.2]
+    b = [27.9, 30.2, 28.8, 29.5]
+    result = scipy_stats.ttest_ind(b, a, equal_var=False)
+    ci = result.confidence_interval(0.95)
+    diff = welch(a, b)
+    assert diff.difference == pytest.approx(sum(b) / 4 - sum(a) / 3)
+    assert (diff.low, diff.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert diff.df == pytest.approx(result.df)
+    assert diff.ratio == pytest.approx((sum(b) / 4) / (sum(a) / 3))
+    assert diff.excludes_zero
+
+
+def test_welch_with_one_value_a_side_claims_no_interval():
+    from benchledger.stats import welch
+
+    diff = welch([25.0], [27.0, 28.0])
+    assert diff.difference == pytest.approx(2.5) and diff.low is None
+    assert not diff.excludes_zero
+
+
+def test_coefficient_of_variation():
+    from benchledger.stats import coefficient_of_variation
+
+    assert coefficient_of_variation([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
+    assert coefficient_of_variation([5.0]) is None

@@ -24,7 +24,10 @@ name = "code"
 
 def test_demo_sweep_plan():
     sweep = load_sweep(REPO / "dags" / "sweeps" / "demo.toml")
-    assert [a.name for a in sweep.arms] == ["spec-on", "spec-off"]
+    assert [a.name for a in sweep.arms] == ["spec-on", "spec-off", "spec-on-again"]
+    (comparison,) = sweep.comparisons
+    assert (comparison.a, comparison.b, comparison.control) == (
+        "spec-off", "spec-on", ["spec-on", "spec-on-again"])
     assert [w.name for w in sweep.workloads] == ["code", "prose"]
     on, off = sweep.arm("spec-on"), sweep.arm("spec-off")
     assert on.arm.is_speculative and not off.arm.is_speculative
@@ -80,3 +83,26 @@ def test_unknown_prompt_set_and_duplicate_arms_are_errors():
 def test_invalid_toml_names_file():
     with pytest.raises(SweepError, match="x.toml: not valid TOML"):
         parse_sweep("[sweep", "x.toml")
+
+
+TWO_ARMS = MINIMAL + '[[arms]]\nname = "b"\nserver = "simulator"\nmodel = "sim-model"\n'
+
+
+def test_an_ab_between_identical_arms_is_refused_naming_the_control_route():
+    text = TWO_ARMS + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "decode_rate"\n'
+    with pytest.raises(SweepError) as err:
+        parse_sweep(text, "ab.toml")
+    message = str(err.value)
+    assert "ab.toml: comparisons[0]: arms 'a' and 'b' have identical server settings" in message
+    assert "A/A control, not an A/B" in message
+
+
+def test_comparisons_name_real_arms_and_known_metrics():
+    differs = TWO_ARMS + "[arms.simulator]\nspeculative = true\n"
+    ok = parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "ttft"\n'
+                     'control = ["b", "a"]\n')
+    assert ok.comparisons[0].control == ["b", "a"]
+    with pytest.raises(SweepError, match=r"no arm named \['c'\]"):
+        parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "c"\nmetric = "ttft"\n')
+    with pytest.raises(SweepError, match=r"comparisons\[0\]\.metric"):
+        parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "speed"\n')

@@ -1,0 +1,225 @@
+"""A/B comparisons with same-vs-same controls (PROTOCOL T5, T11).
+
+The restart is the unit of replication: a comparison's interval is Welch's over the two
+arms' restart means. A difference is a finding only when that interval excludes zero AND
+the difference is larger than what an A/A control (one configuration run under two names)
+shows. Every comparison gets a verdict, refuted ones included:
+
+    improvement | regression | no finding | not decidable
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import duckdb
+import pandas as pd
+
+from benchledger import __version__
+from benchledger.stats import Difference, welch, welch_from_summary
+from benchledger.sweep import Comparison, Sweep, parse_sweep
+from warehouse.db import first_row, query_sql
+
+# Which entry a comparison reads for a metric: request-level where there is one.
+WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction"}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One arm's entry in a comparison, with its restart means."""
+
+    entry: pd.Series | None
+    restarts: pd.DataFrame  # restart_id, n_requests, mean, sd
+
+    @property
+    def means(self) -> list[float]:
+        return list(self.restarts["mean"])
+
+    @property
+    def blocked(self) -> str | None:
+        if self.entry is None:
+            return "no entry"
+        return None if self.entry["publishable"] else "blocked: " + str(self.entry["blocked_by"])
+
+
+def decide(diff: Difference | None, higher_is_better: bool, control: float | None,
+           has_control: bool, single_instance: bool) -> tuple[str, str]:
+    """The verdict and its reason, from the difference and the control's difference."""
+    if diff is None:
+        return "not decidable", "no difference could be computed"
+    if single_instance:
+        if diff.low is not None and not diff.excludes_zero:
+            return "no finding", ("no difference found between single instances (request-"
+                                  "level interval includes 0); a finding needs >= 2 restarts "
+                                  "per arm (T5)")
+        return "not decidable", ("one restart per arm: an instance effect cannot be told "
+                                 "from the arm; run >= 2 restarts per arm (T5)")
+    if not diff.excludes_zero:
+        return "no finding", "the 95% interval of the difference over restarts includes 0"
+    if has_control and control is None:
+        return "not decidable", "the A/A control was not measured (no publishable entries)"
+    if control is not None and abs(diff.difference) <= abs(control):
+        return "no finding", (f"the difference ({diff.difference:.4g}) is not larger than the "
+                              f"A/A control's ({control:.4g}) (T11)")
+    better = (diff.difference > 0) == higher_is_better
+    return ("improvement" if better else "regression"), (
+        "the interval over restart means excludes 0"
+        + (" and the difference exceeds the A/A control's" if control is not None else ""))
+
+
+def _side(entries: pd.DataFrame, restart_means: pd.DataFrame, arm: str, workload: str,
+          metric: str, numerator: str | None, concurrency: int) -> Side:
+    level = entries["scope"] == "aggregate" if metric in WINDOW_LEVEL else (
+        entries["scope"] != "aggregate")
+    match = entries[(entries["arm"] == arm) & (entries["workload"] == workload)
+                    & (entries["metric"] == metric) & (entries["concurrency"] == concurrency)
+                    & (entries["statistic"] == "mean") & level]
+    if numerator is not None:
+        match = match[match["numerator"] == numerator]
+    if match.empty:
+        return Side(None, restart_means.iloc[0:0])
+    entry = match.iloc[0]
+    return Side(entry, restart_means[restart_means["entry_id"] == entry["entry_id"]])
+
+
+def _difference(a: Side, b: Side, single_instance: bool) -> Difference | None:
+    if a.restarts.empty or b.restarts.empty:
+        return None
+    if not single_instance:
+        return welch(a.means, b.means)
+    ra, rb = a.restarts.iloc[0], b.restarts.iloc[0]  # within one instance: over requests
+    summary = [(r["mean"], None if pd.isna(r["sd"]) else r["sd"], int(r["n_requests"]))
+               for r in (ra, rb)]
+    return welch_from_summary(*summary)
+
+
+def _concurrency(sweep: Sweep, comparison: Comparison) -> int | None:
+    if comparison.concurrency is not None:
+        return comparison.concurrency
+    shared = set(sweep.arm(comparison.a).concurrency) & set(sweep.arm(comparison.b).concurrency)
+    return min(shared) if shared else None
+
+
+def _identical_configs(restarts: pd.DataFrame, a: str, b: str) -> str | None:
+    hashes = {arm: set(restarts.loc[restarts["arm"] == arm, "effective_config_sha256"].dropna())
+              for arm in (a, b)}
+    if len(hashes[a]) == 1 and hashes[a] == hashes[b]:
+        return next(iter(hashes[a]))
+    return None
+
+
+def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
+    """Write every comparison of the run's sweep, per workload; returns how many were new."""
+    row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
+    if row is None:
+        raise LookupError(f"run {run_id!r} is not in the warehouse")
+    sweep = parse_sweep(row[0], source=f"runs[{run_id}].sweep_toml")
+    entries = con.execute("SELECT * FROM entries WHERE run_id = ?", [run_id]).df()
+    restart_means = con.execute(query_sql("entry_restart_means_for_run"),
+                                {"run_id": run_id}).df()
+    restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "
+                           "WHERE run_id = ?", [run_id]).df()
+    written = 0
+    for comparison in sweep.comparisons:
+        pairs = [("ab", comparison)]
+        if comparison.control:  # the A/A is recorded too: its own verdict says if it held
+            control = comparison.model_copy(update={"a": comparison.control[0],
+                                                    "b": comparison.control[1],
+                                                    "control": None})
+            pairs.insert(0, ("control", control))
+        for role, pair in pairs:
+            for workload in sweep.workloads:
+                record = _compare(sweep, pair, role, workload.name, entries, restart_means,
+                                  restarts, run_id)
+                exists = first_row(con, "SELECT count(*) FROM comparisons "
+                                        "WHERE comparison_id = ?", [record["comparison_id"]])[0]
+                if exists:
+                    continue
+                columns = ", ".join(record)
+                con.execute(f"INSERT INTO comparisons ({columns}) "
+                            f"VALUES ({', '.join('?' * len(record))})", list(record.values()))
+                written += 1
+    return written
+
+
+def _compare(sweep: Sweep, comparison: Comparison, role: str, workload: str,
+             entries: pd.DataFrame, restart_means: pd.DataFrame, restarts: pd.DataFrame,
+             run_id: str) -> dict:
+    c = _concurrency(sweep, comparison)
+    numerator = comparison.numerator or ("output_tokens" if comparison.metric == "throughput"
+                                         else None)
+    labels = [role, comparison.a, comparison.b, workload, comparison.metric, numerator, c]
+    record = {
+        "comparison_id": hashlib.sha256(json.dumps([run_id, *labels]).encode()).hexdigest()[:20],
+        "run_id": run_id, "role": role, "a": comparison.a, "b": comparison.b,
+        "workload": workload,
+        "metric": comparison.metric, "numerator": numerator, "concurrency": c or 0,
+        "control_a": (comparison.control or [None, None])[0],
+        "control_b": (comparison.control or [None, None])[1],
+        "harness_version": __version__, "derived_at": datetime.now(UTC),
+    }
+    if c is None:
+        return {**record, "verdict": "not decidable",
+                "reason": "the arms share no concurrency to compare at"}
+
+    def side(arm: str) -> Side:
+        return _side(entries, restart_means, arm, workload, comparison.metric, numerator, c)
+
+    a, b = side(comparison.a), side(comparison.b)
+    record.update(a_entry_id=_id(a), b_entry_id=_id(b), a_restarts=len(a.restarts),
+                  b_restarts=len(b.restarts))
+    for arm, s in ((comparison.a, a), (comparison.b, b)):
+        if s.blocked:
+            return {**record, "verdict": "not decidable",
+                    "reason": f"arm {arm!r}: {s.blocked[:300]}"}
+    unit = a.entry["unit"]
+    record.update(unit=unit, higher_is_better=unit != "s",
+                  a_mean=sum(a.means) / len(a.means), b_mean=sum(b.means) / len(b.means))
+    same = _identical_configs(restarts, comparison.a, comparison.b)
+    if role == "control":
+        return {**record, **_control_verdict(a, b, same)}
+    if same:
+        return {**record, "verdict": "not decidable",
+                "reason": f"refused as an A/B: arms {comparison.a!r} and {comparison.b!r} "
+                          f"report identical effective configs ({same[:12]}), so this is an "
+                          "A/A control, not an A/B (T11)"}
+    single = len(a.restarts) < 2 or len(b.restarts) < 2
+    diff = _difference(a, b, single)
+    control_difference = None
+    if comparison.control:
+        ca, cb = (side(arm) for arm in comparison.control)
+        record.update(control_a_entry_id=_id(ca), control_b_entry_id=_id(cb))
+        if not (ca.blocked or cb.blocked or ca.restarts.empty or cb.restarts.empty):
+            control_difference = sum(cb.means) / len(cb.means) - sum(ca.means) / len(ca.means)
+    verdict, reason = decide(diff, unit != "s", control_difference, bool(comparison.control),
+                             single)
+    return {**record, "difference": diff.difference if diff else None,
+            "ci95_low": diff.low if diff else None, "ci95_high": diff.high if diff else None,
+            "df": diff.df if diff else None, "ratio": diff.ratio if diff else None,
+            "control_difference": control_difference, "verdict": verdict, "reason": reason}
+
+
+def _control_verdict(a: Side, b: Side, same_config: str | None) -> dict:
+    """An A/A: a difference here is instance-to-instance noise, never a finding."""
+    diff = _difference(a, b, len(a.restarts) < 2 or len(b.restarts) < 2)
+    values = {"difference": diff.difference if diff else None,
+              "ci95_low": diff.low if diff else None, "ci95_high": diff.high if diff else None,
+              "df": diff.df if diff else None, "ratio": diff.ratio if diff else None}
+    note = "" if same_config else (" (note: the two arms report different effective "
+                                   "configs, so this control may not be same-vs-same)")
+    if diff is None or diff.low is None:
+        return {**values, "verdict": "not decidable",
+                "reason": "A/A control without an interval (needs >= 2 restarts per arm)" + note}
+    if diff.excludes_zero:
+        return {**values, "verdict": "not decidable",
+                "reason": "the A/A control itself differs (interval excludes 0): instances "
+                          "vary more than the restarts average out; add restarts" + note}
+    return {**values, "verdict": "no finding",
+            "reason": "same-vs-same: the interval of the difference includes 0" + note}
+
+
+def _id(side: Side) -> str | None:
+    return None if side.entry is None else side.entry["entry_id"]
