@@ -1,0 +1,134 @@
+"""Issue #4 through the real pipeline: restart-level statistics and A/B verdicts.
+
+One sweep on the simulator: speculation on vs off held to an A/A control (spec-on run
+again under another name), an arm whose instances differ a lot in speed, and two
+`external` arms that are really the same server (refused as an A/B at run time)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import duckdb
+import pytest
+
+from benchledger.cli import run_sweep
+from tests.conftest import start_simulator, stop_process_group
+
+pytestmark = pytest.mark.integration
+
+
+def sweep_text(external: str) -> str:
+    spec = "[arms.simulator]\nspeculative = true\n"
+    return textwrap.dedent(f"""
+        [sweep]
+        name = "it-replication"
+        [defaults]
+        requests = 15
+        warmup = 1
+        restarts = 2
+        max_tokens = 16
+
+        [[arms]]
+        name = "spec-on"
+        server = "simulator"
+        model = "sim-model"
+        {spec}
+        [[arms]]
+        name = "spec-on-again"
+        server = "simulator"
+        model = "sim-model"
+        {spec}
+        [[arms]]
+        name = "spec-off"
+        server = "simulator"
+        model = "sim-model"
+
+        [[arms]]                 # instances of one config that differ a lot in speed
+        name = "spread"
+        server = "simulator"
+        model = "sim-model"
+        restarts = 3
+        requests = 8
+        [arms.simulator]
+        speed_spread = 0.3
+
+        [[arms]]                 # one server under two spellings of its URL
+        name = "ext-a"
+        server = "external"
+        base_url = "{external}"
+        model = "sim-model"
+        [[arms]]
+        name = "ext-b"
+        server = "external"
+        base_url = "{external}/"
+        model = "sim-model"
+
+        [[workloads]]
+        name = "code"
+
+        [[comparisons]]
+        a = "spec-off"
+        b = "spec-on"
+        metric = "decode_rate"
+        control = ["spec-on", "spec-on-again"]
+
+        [[comparisons]]
+        a = "ext-a"
+        b = "ext-b"
+        metric = "decode_rate"
+    """)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("replication")
+    proc, base = start_simulator("--seed", "11")
+    try:
+        sweep = workdir / "replication.toml"
+        sweep.write_text(sweep_text(base))
+        run_id, state = run_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
+    finally:
+        stop_process_group(proc)
+    con = duckdb.connect(str(workdir / "wh.duckdb"), read_only=True)
+    yield run_id, state, con
+    con.close()
+
+
+def verdict(con, run_id, role, a, b):
+    return con.execute("SELECT verdict, reason, difference, ci95_low, ci95_high FROM "
+                       "comparisons WHERE run_id = ? AND role = ? AND a = ? AND b = ?",
+                       [run_id, role, a, b]).fetchall()[0]
+
+
+def test_speculation_is_an_improvement_beyond_the_aa_control(run):
+    run_id, state, con = run
+    assert state == "success"
+    aa = verdict(con, run_id, "control", "spec-on", "spec-on-again")
+    assert aa[0] == "no finding"
+    ab = verdict(con, run_id, "ab", "spec-off", "spec-on")
+    assert ab[0] == "improvement"
+    assert 0 < ab[3] < ab[2] < ab[4]  # difference inside an interval that excludes 0
+
+
+def test_same_server_under_two_names_is_refused_as_an_ab(run):
+    run_id, _, con = run
+    result = verdict(con, run_id, "ab", "ext-a", "ext-b")
+    assert result[0] == "not decidable"
+    assert "refused as an A/B" in result[1] and "identical effective configs" in result[1]
+
+
+def test_instances_that_differ_set_restart_effect_and_widen_the_interval(run):
+    run_id, _, con = run
+    (effect, low, high, r_low, r_high), = con.execute(
+        "SELECT restart_effect, ci95_low, ci95_high, restart_ci95_low, restart_ci95_high "
+        "FROM entries WHERE run_id = ? AND arm = 'spread' AND metric = 'decode_rate' "
+        "AND scope = 'single_stream'", [run_id]).fetchall()
+    assert effect is True
+    assert (r_high - r_low) > 2 * (high - low)
+    published = con.execute("SELECT count(*) FROM published_entries WHERE run_id = ? AND "
+                            "arm = 'spread' AND restart_effect", [run_id]).fetchall()
+    assert published[0][0] > 0  # published, with its flag and both intervals
+    (within, between), = con.execute(
+        "SELECT cv_within_restarts, cv_between_restarts FROM variance_report "
+        "WHERE run_id = ? AND arm = 'spread' AND metric = 'decode_rate'", [run_id]).fetchall()
+    assert between > 3 * within  # the variance report points at restarts, not requests
