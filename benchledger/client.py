@@ -13,6 +13,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -294,7 +295,11 @@ def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[Re
     }
 
 
-async def measure_window_async(target: Target, spec: WindowSpec) -> WindowResult:
+async def measure_window_async(target: Target, spec: WindowSpec,
+                               on_start: Callable[[], None] | None = None,
+                               on_stop: Callable[[], None] | None = None) -> WindowResult:
+    """Warm-up, then the measured window; on_start/on_stop bracket only the measured part
+    (counter scrapes, log slices and clock sampling must not include warm-up)."""
     warmup = _records(spec, True, spec.warmup)
     measured = _records(spec, False, spec.requests)
     timeout = httpx.Timeout(spec.request_timeout_s, connect=30.0)
@@ -304,13 +309,19 @@ async def measure_window_async(target: Target, spec: WindowSpec) -> WindowResult
         await _drive(http, target, warmup, spec.concurrency, spec.request_timeout_s)
         offsets = (poisson_offsets(len(measured), spec.rate_rps, spec.seed)
                    if spec.arrival == "poisson" else None)
+        if on_start:
+            await asyncio.to_thread(on_start)
         anchor = (time.time_ns(), time.perf_counter_ns())
         deadline = await _drive(http, target, measured, spec.concurrency,
                                 spec.drain_timeout_s, offsets)
+        if on_stop:
+            await asyncio.to_thread(on_stop)
     rows = [r.row() for r in warmup + measured]
     return WindowResult(rows=rows, accounting=_accounting(spec, measured, warmup, anchor, deadline))
 
 
-def measure_window(target: Target, spec: WindowSpec) -> WindowResult:
+def measure_window(target: Target, spec: WindowSpec,
+                   on_start: Callable[[], None] | None = None,
+                   on_stop: Callable[[], None] | None = None) -> WindowResult:
     """Run one window to the end (synchronous entry point for tasks and tests)."""
-    return asyncio.run(measure_window_async(target, spec))
+    return asyncio.run(measure_window_async(target, spec, on_start, on_stop))

@@ -67,7 +67,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def simulator_command_template(arm: Arm) -> list[str]:
+def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:
     """`benchledger simulator` flags for an arm; {port} and {seed} are per instance."""
     opts = arm.simulator
     argv = [sys.executable, "-m", "benchledger.simulator", "--host", "127.0.0.1",
@@ -87,12 +87,17 @@ def simulator_command_template(arm: Arm) -> list[str]:
         argv.append("--no-prefix-cache")
     if opts.stall_every:
         argv += ["--stall-every", str(opts.stall_every), "--stall-s", str(opts.stall_s)]
+    argv += ["--log-interval-s", str(opts.log_interval_s)]
+    if restart_index in opts.low_clock_restarts:
+        argv.append("--low-clock")
+    if opts.metrics_generation_scale != 1.0:
+        argv += ["--metrics-generation-scale", str(opts.metrics_generation_scale)]
     return argv
 
 
-def command_template(arm: Arm) -> list[str]:
+def command_template(arm: Arm, restart_index: int = 0) -> list[str]:
     if arm.server == "simulator":
-        return simulator_command_template(arm)
+        return simulator_command_template(arm, restart_index)
     if arm.server == "command":
         return shlex.split(arm.command or "")
     raise ValueError(f"arm {arm.name!r}: server = {arm.server!r} is not started by benchledger")
@@ -104,13 +109,13 @@ def instance_seed(sweep_name: str, arm: str, restart_index: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def launch(arm: Arm, log_path: Path, seed: int) -> ServerHandle:
+def launch(arm: Arm, log_path: Path, seed: int, restart_index: int = 0) -> ServerHandle:
     """Spawn the arm's server in a new session; returns at once (see wait_ready)."""
     if arm.server == "external":
         return ServerHandle(base_url=arm.base_url or "", pid=None, port=None, command=None,
                             command_template=None, log_path=None)
     port = free_port()
-    template = command_template(arm)
+    template = command_template(arm, restart_index)
     argv = [part.format(port=port, seed=seed) for part in template]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from benchledger import __version__, lifecycle
 from benchledger.client import Target, WindowResult, WindowSpec, measure_window
+from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_all
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
 from benchledger.sweep import Sweep, load_sweep, sweep_sha256
@@ -126,7 +127,7 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> di
     )
     try:
         seed = lifecycle.instance_seed(sweep.sweep.name, arm_name, k)
-        handle = lifecycle.launch(arm, layout.slot_dir(arm_name, k) / "server.log", seed)
+        handle = lifecycle.launch(arm, layout.slot_dir(arm_name, k) / "server.log", seed, k)
     except Exception as exc:
         _update_restart(layout, arm_name, k, status="failed", error=f"launch failed: {exc}")
         raise
@@ -173,9 +174,16 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             prompt_cache=workload.prompt_cache or plan.prompt_cache,
             input_tokens=workload.input_tokens, seed=plan.seed,
         )
-        result = measure_window(target, spec)
+        observers = _observers(plan, server)
+        result = measure_window(target, spec, *observe_all(list(observers.values())))
+        observations = {name: observer.result for name, observer in observers.items()}
+        observations["thresholds"] = {
+            "reconcile_tolerance": plan.reconcile_tolerance,
+            "min_clock_ratio": plan.min_clock_ratio,
+            "require_clock_check": plan.require_clock_check,
+        }
         manifest = write_window(layout, arm_name, k, workload_name, workload.prompts,
-                                plan.min_requests, result)
+                                plan.min_requests, result, observations)
         summaries.append({k_: manifest[k_] for k_ in
                           ("window_id", "submitted", "completed", "failed", "unresolved",
                            "drain_status", "elapsed_s")})
@@ -186,12 +194,28 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     return summaries
 
 
+def _observers(plan, server: lifecycle.ServerHandle) -> dict:
+    base = server.base_url.rstrip("/")
+    clock_url = plan.clock_url.format(base_url=base) if plan.clock_url else None
+    return {
+        "metrics": MetricsScrape(base + plan.arm.metrics_path),
+        "log": LogSlice(server.log_path),
+        "clocks": ClockSampler(plan.clock_source, clock_url, socket.gethostname(),
+                               plan.clock_interval_s),
+    }
+
+
 def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
-                 min_requests: int, result: WindowResult) -> dict:
-    """Write one window's raw files: the requests (Parquet) and its accounting (JSON)."""
+                 min_requests: int, result: WindowResult,
+                 observations: dict | None = None) -> dict:
+    """Write one window's raw files: the requests (Parquet), what the server and node
+    said during it (JSON) and its accounting (the manifest, JSON, written last)."""
     accounting = result.accounting
     parquet_path, manifest_path = layout.window_files(arm, k, workload,
                                                       accounting["concurrency"])
+    observed_path = manifest_path.with_suffix(".observed.json")
+    # Named after its window, so two windows' files never share a sha256.
+    write_json(observed_path, {"window_id": accounting["window_id"], **(observations or {})})
     parquet_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = parquet_path.with_suffix(".parquet.tmp")
     pq.write_table(requests_table(result.rows), tmp)
@@ -208,6 +232,8 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
         "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
         "requests_file": parquet_path.name,
         "requests_file_sha256": file_sha256(parquet_path),
+        "observed_file": observed_path.name,
+        "observed_file_sha256": file_sha256(observed_path),
     }
     write_json(manifest_path, manifest)
     return manifest

@@ -63,6 +63,15 @@ class Defaults(_Strict):
     rate_rps: float | None = Field(None, gt=0)
     prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
     seed: int = 0  # arrival times and cold-prompt prefixes derive from it
+    # Server counters must agree with delivered usage within this fraction (T3).
+    reconcile_tolerance: float = Field(0.01, ge=0, le=1)
+    # GPU clocks under load (T10): read with nvidia-smi on the measuring node, or from an
+    # HTTP endpoint ({base_url} is the arm's server); "none" leaves the node unchecked.
+    clock_source: Literal["nvidia-smi", "http", "none"] = "nvidia-smi"
+    clock_url: str | None = None
+    clock_interval_s: float = Field(0.5, gt=0)
+    min_clock_ratio: float = Field(0.9, gt=0, le=1)
+    require_clock_check: bool = True  # false: an unchecked node may publish (recorded)
 
 
 class SimulatorOptions(_Strict):
@@ -81,6 +90,10 @@ class SimulatorOptions(_Strict):
     prefix_cache: bool = True  # vLLM v1's automatic prefix caching (cold prompts defeat it)
     stall_every: int = Field(0, ge=0)  # every Nth request hangs after its first chunk
     stall_s: float = Field(600.0, gt=0)  # ... for this long (a drain test's unfinished tail)
+    log_interval_s: float = Field(1.0, gt=0)  # vLLM-style periodic throughput log lines
+    # Restarts (by index) whose node is stuck at a low SM clock and that much slower (T10).
+    low_clock_restarts: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    metrics_generation_scale: float = Field(1.0, gt=0)  # /metrics over/under-counts tokens
 
 
 class Arm(_Strict):
@@ -108,6 +121,10 @@ class Arm(_Strict):
     drain_timeout_s: float | None = Field(None, gt=0)
     arrival: Literal["closed", "poisson"] | None = None
     rate_rps: float | None = Field(None, gt=0)
+    clock_source: Literal["nvidia-smi", "http", "none"] | None = None
+    clock_url: str | None = None
+    min_clock_ratio: float | None = Field(None, gt=0, le=1)
+    require_clock_check: bool | None = None
 
     @model_validator(mode="after")
     def _server_keys_fit(self) -> Arm:
@@ -191,6 +208,12 @@ class ArmPlan(BaseModel):
     rate_rps: float | None
     prompt_cache: str
     seed: int
+    reconcile_tolerance: float
+    clock_source: str
+    clock_url: str | None
+    clock_interval_s: float
+    min_clock_ratio: float
+    require_clock_check: bool
 
     @property
     def protocol_floor(self) -> int:
@@ -228,6 +251,15 @@ class Sweep(_Strict):
                     "name them as its `control` and compare arms that differ")
             if comparison.control and len(set(comparison.control)) != 2:
                 raise ValueError(f"comparisons[{i}]: control needs two different arms")
+        return self
+
+    @model_validator(mode="after")
+    def _http_clocks_have_a_url(self) -> Sweep:
+        for i, arm in enumerate(self.arms):
+            plan = self.plan(arm)
+            if plan.clock_source == "http" and not plan.clock_url:
+                raise ValueError(f"arms[{i}] ({arm.name}): clock_source = 'http' needs a "
+                                 "clock_url (e.g. \"{base_url}/clocks\")")
         return self
 
     @model_validator(mode="after")
@@ -293,6 +325,12 @@ class Sweep(_Strict):
             rate_rps=pick("rate_rps"),
             prompt_cache=d.prompt_cache,
             seed=d.seed,
+            reconcile_tolerance=d.reconcile_tolerance,
+            clock_source=pick("clock_source"),
+            clock_url=pick("clock_url"),
+            clock_interval_s=d.clock_interval_s,
+            min_clock_ratio=pick("min_clock_ratio"),
+            require_clock_check=pick("require_clock_check"),
         )
 
     def arm(self, name: str) -> ArmPlan:

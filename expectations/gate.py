@@ -43,6 +43,22 @@ _EXPECTATIONS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("windows", "n_at_least_min", "ExpectColumnPairValuesAToBeGreaterThanB",
      {"column_A": "completed", "column_B": "min_requests", "or_equal": True,
       "ignore_row_if": "neither"}),
+    # Server counter delta vs client usage: relative error within the sweep's tolerance.
+    # Windows without the counter (or without a tolerance) have NULL there and are skipped.
+    ("windows", "generation_tokens_reconcile", "ExpectColumnPairValuesAToBeGreaterThanB",
+     {"column_A": "reconcile_tolerance", "column_B": "generation_error",
+      "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
+    ("windows", "prompt_tokens_reconcile", "ExpectColumnPairValuesAToBeGreaterThanB",
+     {"column_A": "reconcile_tolerance", "column_B": "prompt_error",
+      "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
+    ("windows", "finished_requests_reconcile", "ExpectColumnPairValuesAToBeGreaterThanB",
+     {"column_A": "reconcile_tolerance", "column_B": "success_error",
+      "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
+    # SM clock under load as a fraction of max; an unreadable clock is -1 when the sweep
+    # requires a check (fails) and NULL when it does not (skipped, and labelled).
+    ("restarts", "clock_under_load", "ExpectColumnPairValuesAToBeGreaterThanB",
+     {"column_A": "clock_ratio_checked", "column_B": "min_clock_ratio", "or_equal": True,
+      "ignore_row_if": "either_value_is_missing"}),
     ("measured_requests", "token_source_is_usage", "ExpectColumnValuesToBeInSet",
      {"column": "completed_token_source", "value_set": ["usage"]}),
     ("measured_requests", "temperature_is_zero", "ExpectColumnValuesToBeInSet",
@@ -61,6 +77,9 @@ _EXPECTATIONS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
       "value_set": ["output_tokens", "input_plus_output_tokens", "prompt_tokens"]}),
     ("entries", "prefill_rate_cold_prompts", "ExpectColumnValuesToBeInSet",
      {"column": "prefill_rate_check", "value_set": ["cold"]}),
+    ("entries", "server_log_kept_apart", "ExpectColumnValuesToBeInSet",
+     {"column": "server_log_check", "value_set": ["server_log_* metric with a server_log_* "
+                                                  "statistic"]}),
 )  # fmt: skip
 
 RULES: dict[str, str] = {
@@ -69,6 +88,14 @@ RULES: dict[str, str] = {
     "accounting_balances": "the window accounts for every request: "
     "submitted == completed + failed + unresolved (T14)",
     "n_at_least_min": "the window completed at least the n the protocol requires (T4)",
+    "generation_tokens_reconcile": "the server's vllm:generation_tokens_total delta over the "
+    "window matches the delivered usage within the tolerance (T1, T3)",
+    "prompt_tokens_reconcile": "the server's vllm:prompt_tokens_total delta matches the "
+    "prompt tokens in usage within the tolerance",
+    "finished_requests_reconcile": "the server's vllm:request_success_total delta matches "
+    "the completed requests within the tolerance",
+    "clock_under_load": "the restart's GPUs ran at >= min_clock_ratio of their max SM clock "
+    "under load; an unreadable clock fails unless require_clock_check = false (T10)",
     "token_source_is_usage": "every completed measured request's output tokens come from "
     "server usage, never from chunk counts (T1)",
     "temperature_is_zero": "every measured request ran at temperature 0 (T9)",
@@ -81,6 +108,8 @@ RULES: dict[str, str] = {
     "input_plus_output_tokens or prompt_tokens (T12)",
     "prefill_rate_cold_prompts": "a prefill rate comes from cold prompts only; warm prompts "
     "measure the prefix cache (T9, T15)",
+    "server_log_kept_apart": "server log values (peak, mean) stay under server_log_* metric "
+    "names and are never labelled as a delivered rate (T2)",
 }
 
 _REQUIRED_COLUMNS = {
@@ -89,7 +118,7 @@ _REQUIRED_COLUMNS = {
     "requests": ("request_id", "window_id", "status", "token_source", "temperature",
                  "ttft_s", "e2e_s"),
     "entries": ("entry_id", "metric", "unit", "numerator", "population", "drain_status",
-                "prompt_cache", "n_failed", "n_unresolved"),
+                "prompt_cache", "n_failed", "n_unresolved", "statistic"),
 }  # fmt: skip
 
 
@@ -172,9 +201,25 @@ def _or_null(column: pd.Series) -> pd.Series:
     return column.astype(object).where(column.notna(), _NULL)
 
 
+def _optional(frame: pd.DataFrame, *columns: str) -> None:
+    """Evidence columns a caller may not have (no scrape, no clock): NULL = not checked."""
+    for column in columns:
+        if column not in frame.columns:
+            frame[column] = None
+        frame[column] = pd.to_numeric(frame[column], errors="coerce") if not column.endswith(
+            "detail") else frame[column]
+
+
 def _prepare_restarts(restarts: pd.DataFrame) -> pd.DataFrame:
     out = _base(restarts, "restart_id")
     out["status_or_null"] = _or_null(out["status"])
+    _optional(out, "clock_ratio", "min_clock_ratio", "clock_detail")
+    if "require_clock_check" not in out.columns:
+        out["require_clock_check"] = None
+    required = out["require_clock_check"].fillna(True).astype(bool)
+    unchecked = out["clock_ratio"].isna() & out["min_clock_ratio"].notna()
+    out["clock_ratio_checked"] = out["clock_ratio"].where(
+        ~unchecked, pd.Series(-1.0, index=out.index).where(required))
     return out
 
 
@@ -182,6 +227,8 @@ def _prepare_windows(windows: pd.DataFrame) -> pd.DataFrame:
     out = _base(windows, "window_id")
     # GX compares two columns, not a column with a sum, so the sum becomes a column.
     out["accounted"] = out["completed"] + out["failed"] + out["unresolved"]
+    _optional(out, "reconcile_tolerance", "generation_error", "prompt_error", "success_error",
+              "generation_detail", "prompt_detail", "success_detail")
     return out
 
 
@@ -202,7 +249,14 @@ def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
 
 def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
     out = _base(entries, "entry_id")
-    rate = out["unit"] == "tok/s"
+    log_metric = out["metric"].astype(str).str.startswith("server_log_")
+    log_statistic = out["statistic"].astype(str).str.startswith("server_log_")
+    # The delivered-rate rules are about delivered rates; server log values have their own.
+    rate = (out["unit"] == "tok/s") & ~log_statistic
+    out["server_log_check"] = (out["metric"].astype(str) + " / " + out["statistic"].astype(str)
+                               ).where(log_metric | log_statistic)
+    out.loc[log_metric & log_statistic, "server_log_check"] = (
+        "server_log_* metric with a server_log_* statistic")
     latency = out["unit"] == "s"
     troubled = (out["n_failed"].fillna(0) + out["n_unresolved"].fillna(0)) > 0
     out["incomplete_rate_check"] = _or_null(out["population"]).where(
@@ -403,11 +457,34 @@ def _observe_check(label: str) -> Observer:
     return observe
 
 
+def _observe_reconcile(prefix: str, counter: str) -> Observer:
+    def observe(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+        details = [frame.at[row, f"{prefix}_detail"] for row in rows]
+        found = "; ".join(str(d) for d in details if isinstance(d, str)) or "not reconciled"
+        tolerance = _join(frame.loc[rows, "reconcile_tolerance"])
+        return f"{counter} delta within {tolerance} (relative) of the client's count", found
+
+    return observe
+
+
+def _observe_clock(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    details = [frame.at[row, "clock_detail"] for row in rows]
+    found = "; ".join(str(d) for d in details if isinstance(d, str)) or "no clock samples"
+    return (f"SM clock under load >= {_join(frame.loc[rows, 'min_clock_ratio'])} of max",
+            found)
+
+
 _OBSERVE: dict[str, Observer] = {
+    "generation_tokens_reconcile": _observe_reconcile("generation",
+                                                      "vllm:generation_tokens_total"),
+    "prompt_tokens_reconcile": _observe_reconcile("prompt", "vllm:prompt_tokens_total"),
+    "finished_requests_reconcile": _observe_reconcile("success", "vllm:request_success_total"),
+    "clock_under_load": _observe_clock,
     "incomplete_rate_labelled": _observe_check("population"),
     "latency_population_labelled": _observe_check("population"),
     "rate_numerator_labelled": _observe_check("numerator"),
     "prefill_rate_cold_prompts": _observe_check("prompt_cache"),
+    "server_log_kept_apart": _observe_check("metric / statistic"),
     "restart_healthy": _observe_status,
     "accounting_balances": _observe_accounting,
     "n_at_least_min": _observe_min,

@@ -117,12 +117,13 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _load_manifest(con, path: Path, kind: str, table: str, columns: tuple[str, ...]) -> int:
+def _load_manifest(con, path: Path, kind: str, table: str, columns: tuple[str, ...],
+                   extra: dict | None = None) -> int:
     sha = _sha256(path)
     if _already_loaded(con, sha):
         return 0
     manifest = json.loads(path.read_text())
-    row = _pick(manifest, columns)
+    row = {**_pick(manifest, columns), **(extra or {})}
     if table != "runs":
         row["raw_file_sha256"] = sha
     key = columns[0]
@@ -156,16 +157,70 @@ def _load_requests(con, parquet_path: Path, expected_sha: str) -> int:
     return table.num_rows
 
 
+def _load_window(con, path: Path, manifest: dict) -> int:
+    """The window manifest, plus the thresholds and failures its observations recorded."""
+    observed_name = manifest.get("observed_file")
+    observed = (json.loads((path.parent / observed_name).read_text())
+                if observed_name else {})
+    thresholds = observed.get("thresholds", {})
+    errors = [f"{part}: {e}" for part in ("metrics", "log", "clocks")
+              for e in (observed.get(part) or {}).get("errors", [])]
+    extra = {
+        "reconcile_tolerance": thresholds.get("reconcile_tolerance"),
+        "min_clock_ratio": thresholds.get("min_clock_ratio"),
+        "require_clock_check": thresholds.get("require_clock_check"),
+        "clock_source": (observed.get("clocks") or {}).get("source"),
+        "observation_errors": "; ".join(errors)[:4000] or None,
+    }
+    return _load_manifest(con, path, "window", "windows", WINDOW_COLUMNS, extra)
+
+
+def _load_observations(con, path: Path, expected_sha: str, manifest: dict) -> int:
+    """server_metrics, server_log_lines and node_clocks rows of one window."""
+    from warehouse.observations import clock_rows, log_rows, metric_samples
+
+    sha = _sha256(path)
+    if sha != expected_sha:
+        raise WarehouseError(f"{path}: sha256 {sha} does not match its window manifest")
+    if _already_loaded(con, sha):
+        return 0
+    observed = json.loads(path.read_text())
+    keys = (manifest["restart_id"], manifest["window_id"])
+    metrics = observed.get("metrics") or {}
+    rows = 0
+    for phase in ("before", "after"):
+        page = metrics.get(phase)
+        if not page:
+            continue
+        samples = [(*keys, phase, name, labels, value, page["scraped_at"], sha)
+                   for name, labels, value in metric_samples(page["text"])]
+        if samples:
+            con.executemany("INSERT INTO server_metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            samples)
+        rows += len(samples)
+    for line in log_rows((observed.get("log") or {}).get("lines", [])):
+        _insert_row(con, "server_log_lines", {"restart_id": keys[0], "window_id": keys[1],
+                                              **line, "raw_file_sha256": sha})
+        rows += 1
+    for sample in clock_rows(observed.get("clocks") or {}):
+        _insert_row(con, "node_clocks", {"restart_id": keys[0], "window_id": keys[1],
+                                         **sample, "raw_file_sha256": sha})
+        rows += 1
+    _record_file(con, path, sha, "observations", rows)
+    return rows
+
+
 def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int]:
     """Load every raw file of one run; files already loaded (by sha256) add nothing.
 
     Each file is loaded in its own transaction, so a crash mid-load leaves no half file.
     """
-    counts = {"runs": 0, "restarts": 0, "windows": 0, "requests": 0}
+    counts = {"runs": 0, "restarts": 0, "windows": 0, "requests": 0, "observations": 0}
     run_dir = Path(run_dir)
     steps: list[tuple[str, Path]] = [("run", run_dir / "run.json")]
     steps += [("restart", p) for p in sorted(run_dir.glob("*/r*/restart.json"))]
-    steps += [("window", p) for p in sorted(run_dir.glob("*/r*/*-c*.json"))]
+    steps += [("window", p) for p in sorted(run_dir.glob("*/r*/*-c*.json"))
+              if not p.name.endswith(".observed.json")]
     for kind, path in steps:
         if not path.exists():
             raise WarehouseError(f"{path}: missing raw file")
@@ -181,7 +236,11 @@ def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int
                 counts["requests"] += _load_requests(
                     con, path.parent / manifest["requests_file"],
                     manifest["requests_file_sha256"])
-                counts["windows"] += _load_manifest(con, path, kind, "windows", WINDOW_COLUMNS)
+                if manifest.get("observed_file"):
+                    counts["observations"] += _load_observations(
+                        con, path.parent / manifest["observed_file"],
+                        manifest["observed_file_sha256"], manifest)
+                counts["windows"] += _load_window(con, path, manifest)
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

@@ -29,6 +29,10 @@ from warehouse.db import first_row, query_sql
 from warehouse.validate import coverage_subject, store_results
 
 PERCENTILES = (50, 90, 99)
+LATENCY_STATS = tuple(f"p{q}" for q in PERCENTILES)
+# Rules whose failure leaves a restart out (its windows feed no entry) instead of
+# blocking the entries: a throttled node is a fault of that instance, not of the arm.
+EXCLUDING_RULES = {"clock_under_load"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class RequestMetric:
     phase: str  # prefill | decode | end_to_end (T7)
     numerator: str | None  # rates: output_tokens | prompt_tokens (T12); None for latencies
     denominator: str | None
-    percentiles: bool = False  # latencies also get p50/p90/p99
+    extra: tuple[str, ...] = ()  # statistics besides the mean: p50/p90/p99, min/max
 
 
 REQUEST_METRICS = (
@@ -51,10 +55,16 @@ REQUEST_METRICS = (
                   "t_done - t_submit of each request"),
     RequestMetric("prefill_rate", "prefill_tok_s", "tok/s", "prefill", "prompt_tokens",
                   "t_first - t_submit of each request (TTFT)"),
-    RequestMetric("ttft", "ttft_s", "s", "prefill", None, None, percentiles=True),
-    RequestMetric("tpot", "tpot_s", "s", "decode", None, None, percentiles=True),
-    RequestMetric("e2e_latency", "e2e_s", "s", "end_to_end", None, None, percentiles=True),
+    RequestMetric("ttft", "ttft_s", "s", "prefill", None, None, LATENCY_STATS),
+    RequestMetric("tpot", "tpot_s", "s", "decode", None, None, LATENCY_STATS),
+    RequestMetric("e2e_latency", "e2e_s", "s", "end_to_end", None, None, LATENCY_STATS),
+    # > 1 means each streamed event carried several tokens (speculative decoding): a
+    # harness counting chunks would under-report by this factor (T1).
+    RequestMetric("tokens_per_chunk", "tokens_per_chunk", "tokens/chunk", "decode", None,
+                  "output_tokens / content-bearing stream events, per request",
+                  ("min", "max")),
 )
+CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
 
 
 def _output_throughput(window: pd.Series, done: pd.DataFrame) -> float | None:
@@ -71,6 +81,15 @@ def _aggregate_decode(window: pd.Series, done: pd.DataFrame) -> float | None:
     timed = done[done["t_first_ns"].notna() & done["t_last_ns"].notna()]
     span_s = (timed["t_last_ns"].max() - timed["t_first_ns"].min()) / 1e9 if len(timed) else 0
     return (timed["output_tokens"] - 1).sum() / span_s if span_s > 0 else None
+
+
+def _acceptance_length(window: pd.Series, done: pd.DataFrame) -> float | None:
+    """1 + accepted / drafts from the server's spec-decode counter deltas (vLLM's mean
+    acceptance length); compare with the client's tokens per chunk."""
+    counters = window["counters"]
+    drafts = counters.get("vllm:spec_decode_num_drafts_total")
+    accepted = counters.get("vllm:spec_decode_num_accepted_tokens_total")
+    return 1 + accepted / drafts if drafts and accepted is not None else None
 
 
 def _completion_fraction(window: pd.Series, done: pd.DataFrame) -> float | None:
@@ -99,6 +118,7 @@ class WindowMetric:
     value: Callable[[pd.Series, pd.DataFrame], float | None]
     population: str | None = None  # None: 'all_submitted' or 'completed_only' by the data
     counts: str = "completed"  # n_requests counts completed or submitted requests
+    optional: bool = False  # no entry at all where no window has a value (not applicable)
 
 
 WINDOW_ELAPSED = "window elapsed_s: first measured submission to last completion or drain deadline"
@@ -117,7 +137,17 @@ WINDOW_METRICS = (
     # "80 of 85 finished" is true only with its label; never an unlabelled 94% (T14).
     WindowMetric("success_rate", "fraction", "end_to_end", "completed_requests",
                  "finished_requests", _success_rate_finished, "finished_only", "submitted"),
+    WindowMetric("mean_acceptance_length", "tokens/step", "decode",
+                 "vllm:spec_decode_num_accepted_tokens_total delta",
+                 "vllm:spec_decode_num_drafts_total delta (plus one token per step)",
+                 _acceptance_length, optional=True),
 )
+
+# Server log lines (T2): each field under its own metric name, as peak and mean; never
+# the delivered rate (the entry gate checks these names stay apart).
+LOG_METRICS = (("server_log_generation_throughput", "generation_tok_s"),
+               ("server_log_prompt_throughput", "prompt_tok_s"),
+               ("server_log_accepted_throughput", "accepted_tok_s"))
 
 
 def entry_id(run_id: str, *labels) -> str:
@@ -133,6 +163,8 @@ class RunFacts:
     windows: pd.DataFrame
     requests: pd.DataFrame
     validations: pd.DataFrame
+    counters: pd.DataFrame  # window_id, name, delta
+    log_lines: pd.DataFrame  # window_id, generation_tok_s, prompt_tok_s, accepted_tok_s
 
     @classmethod
     def query(cls, con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
@@ -147,7 +179,8 @@ class RunFacts:
             return con.execute(query_sql(name), {"run_id": run_id}).df()
 
         return cls(row[0], restarts, frame("run_windows"), frame("measured_requests"),
-                   frame("latest_validations"))
+                   frame("latest_validations"), frame("counter_deltas_for_run"),
+                   frame("log_lines_for_run"))
 
 
 @dataclass
@@ -163,6 +196,9 @@ class Cell:
     failed_rules: pd.DataFrame  # latest failed validations of its restarts and windows
     rules: pd.DataFrame  # every latest validation of its restarts and windows
     restarts: pd.DataFrame
+    excluded: pd.DataFrame  # failed EXCLUDING_RULES: restarts left out
+    counters: dict  # window_id -> {counter name: delta}
+    log_lines: pd.DataFrame  # the server log lines of the passing windows
 
     @property
     def scope(self) -> str:
@@ -195,7 +231,20 @@ class Cell:
             "mean_output_tokens": _mean(self.done["output_tokens"]),
             "mean_cached_tokens": _mean(self.done["cached_tokens"]),
             "evidence": "rerun", "harness_version": __version__,
+            "clock_check": self.clock_check(),
+            "excluded": "; ".join(f"{r.subject}: {r.expectation}: {r.observed}"
+                                  for r in self.excluded.itertuples()) or None,
         }
+
+    def clock_check(self) -> str | None:
+        """How the clocks behind this cell were checked (None: no rule ran)."""
+        clock = self.rules[self.rules["expectation"] == "clock_under_load"]
+        used = clock[clock["subject"].isin(self.passing["restart_id"])]
+        if used.empty:
+            return None
+        if used["observed"].str.contains("unchecked").any():
+            return "unchecked (require_clock_check = false)"
+        return "checked"
 
     def blocked_by(self) -> list[str]:
         return [f"{r.expectation} [{r.subject}]: {r.observed}"
@@ -205,7 +254,12 @@ class Cell:
 def _cells(facts: RunFacts, run_id: str):
     sweep = parse_sweep(facts.sweep_toml, source=f"runs[{run_id}].sweep_toml")
     v = facts.validations
-    failed_subjects = set(v.loc[~v["success"].astype(bool), "subject"])
+    failed = v[~v["success"].astype(bool)]
+    excluding = failed["expectation"].isin(EXCLUDING_RULES)
+    failed_subjects = set(failed.loc[~excluding, "subject"])
+    excluded_restarts = set(failed.loc[excluding, "subject"])
+    counters = {wid: dict(zip(g["name"], g["delta"], strict=True))
+                for wid, g in facts.counters.groupby("window_id")}
     for arm in sweep.arms:
         plan = sweep.plan(arm)
         restarts = facts.restarts[facts.restarts["arm"] == arm.name]
@@ -217,13 +271,17 @@ def _cells(facts: RunFacts, run_id: str):
                 subjects = (set(restarts["restart_id"]) | set(windows["window_id"])
                             | {coverage_subject(run_id, arm.name, workload.name, concurrency)})
                 passing = windows[~windows["window_id"].isin(failed_subjects)
-                                  & ~windows["restart_id"].isin(failed_subjects)]
+                                  & ~windows["restart_id"].isin(failed_subjects)
+                                  & ~windows["restart_id"].isin(excluded_restarts)]
                 requests = facts.requests
                 done = requests[requests["window_id"].isin(passing["window_id"])
                                 & (requests["status"] == "completed")]
                 rules = v[v["subject"].isin(subjects)]
+                bad = rules[~rules["success"].astype(bool)]
+                out = bad["expectation"].isin(EXCLUDING_RULES)
+                logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
                 yield Cell(run_id, plan, workload.name, concurrency, passing, done,
-                           rules[~rules["success"].astype(bool)], rules, restarts)
+                           bad[~out], rules, restarts, bad[out], counters, logs)
 
 
 RestartRows = list[tuple[str, int, float, float | None]]  # (restart_id, n, mean, sd)
@@ -247,12 +305,33 @@ def _request_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]
                 "scope": cell.scope, "numerator": spec.numerator,
                 "denominator": spec.denominator, "population": cell.population,
                 "n_requests": len(used), "n_restarts": len(by_restart)}
-        out.append(({**base, "statistic": "mean", **_mean_stats(by_restart)}, used,
-                    _restart_rows(by_restart)))
-        if spec.percentiles:
-            for q in PERCENTILES:
-                out.append(({**base, "statistic": f"p{q}",
-                             **_percentile_stats(by_restart, q)}, used, []))
+        mean = {**base, "statistic": "mean", **_mean_stats(by_restart)}
+        if spec.metric == "tokens_per_chunk" and (mean.get("value") or 0) > 1.0:
+            mean["warning"] = f"{CHUNK_WARNING}: x{mean['value']:.2f}"
+        out.append((mean, used, _restart_rows(by_restart)))
+        for statistic in spec.extra:
+            out.append(({**base, "statistic": statistic,
+                         **_extra_stats(by_restart, statistic)}, used, []))
+    return out
+
+
+def _log_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
+    """The server's own log lines, peak and mean, under their own names (T2)."""
+    out = []
+    for metric, column in LOG_METRICS:
+        lines = cell.log_lines[cell.log_lines[column].notna()]
+        if lines.empty:
+            continue
+        values = lines[column].astype(float)
+        base = {"metric": metric, "unit": "tok/s", "phase": "end_to_end",
+                "scope": "aggregate", "numerator": None,
+                "denominator": f"the server's logging interval ({len(values)} log lines)",
+                "population": "server_log_lines", "n_requests": len(cell.done),
+                "n_restarts": lines["restart_id"].nunique()}
+        out.append(({**base, "statistic": "server_log_peak", "value": float(values.max())},
+                    cell.done, []))
+        out.append(({**base, "statistic": "server_log_mean", "value": float(values.mean())},
+                    cell.done, []))
     return out
 
 
@@ -262,13 +341,16 @@ def _window_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
     for spec in WINDOW_METRICS:
         values, restart_rows = {}, []
         for window in cell.passing.itertuples(index=False):
-            row = pd.Series(window._asdict())
+            row = pd.Series({**window._asdict(),
+                             "counters": cell.counters.get(window.window_id, {})})
             done = cell.done[cell.done["window_id"] == row["window_id"]]
             value = spec.value(row, done)
             if value is not None and not pd.isna(value):
                 values[row["restart_id"]] = float(value)
                 n = len(done) if spec.counts == "completed" else int(row["submitted"])
                 restart_rows.append((row["restart_id"], n, float(value), None))
+        if spec.optional and not values:
+            continue
         n = (len(cell.done) if spec.counts == "completed"
              else int(cell.passing["submitted"].sum()))
         entry = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
@@ -290,14 +372,19 @@ def _mean_stats(by_restart: dict[str, list[float]]) -> dict:
             "restart_effect": stats.restart_effect}
 
 
-def _percentile_stats(by_restart: dict[str, list[float]], q: int) -> dict:
-    """Pooled percentile (no interval is claimed); restart level: the per-restart
-    percentiles' mean and t-interval."""
+STATISTICS = {f"p{q}": (lambda vs, q=q: float(np.percentile(vs, q))) for q in PERCENTILES}
+STATISTICS.update(min=lambda vs: float(np.min(vs)), max=lambda vs: float(np.max(vs)))
+
+
+def _extra_stats(by_restart: dict[str, list[float]], statistic: str) -> dict:
+    """Pooled percentile/min/max (no interval is claimed); restart level: the per-restart
+    values' mean and t-interval."""
     if not by_restart:
         return {}
+    of = STATISTICS[statistic]
     pooled = [v for vs in by_restart.values() for v in vs]
-    per_restart = t_interval([float(np.percentile(vs, q)) for vs in by_restart.values()])
-    return {"value": float(np.percentile(pooled, q)), "restart_mean": per_restart.mean,
+    per_restart = t_interval([of(vs) for vs in by_restart.values()])
+    return {"value": of(pooled), "restart_mean": per_restart.mean,
             "restart_ci95_low": per_restart.low, "restart_ci95_high": per_restart.high}
 
 
@@ -316,7 +403,8 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     candidates = []  # (entry, blocked reasons, requests used, validations behind it)
     for cell in _cells(facts, run_id):
         labels = cell.labels()
-        for entry, used, restart_rows in _request_entries(cell) + _window_entries(cell):
+        computed = _request_entries(cell) + _window_entries(cell) + _log_entries(cell)
+        for entry, used, restart_rows in computed:
             entry = {**labels, **entry}
             entry["entry_id"] = entry_id(run_id, entry["arm"], entry["workload"],
                                          entry["metric"], entry["scope"],

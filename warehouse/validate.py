@@ -11,6 +11,7 @@ import pandas as pd
 from benchledger.sweep import parse_sweep
 from expectations.gate import RuleResult, run_gate
 from warehouse.db import first_row, query_sql
+from warehouse.reconcile import reconcile_run
 
 
 def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> str:
@@ -42,6 +43,7 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
     if row is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
+    reconcile_run(con, run_id)  # the windows suite reads its results
     restarts = con.execute(query_sql("gate_restarts"), params).df()
     windows = con.execute(query_sql("gate_windows"), params).df()
     requests = con.execute(query_sql("measured_requests"), params).df()

@@ -20,6 +20,8 @@ SWEEP = textwrap.dedent("""
     warmup = 1
     restarts = 2
     max_tokens = 32
+    clock_source = "http"
+    clock_url = "{base_url}/clocks"
 
     [[arms]]                 # single stream, then 8 closed-loop streams
     name = "ladder"

@@ -27,6 +27,8 @@ def sweep_text(external: str) -> str:
         warmup = 1
         restarts = 2
         max_tokens = 16
+        clock_source = "http"
+        clock_url = "{{base_url}}/clocks"
 
         [[arms]]
         name = "spec-on"

@@ -9,12 +9,13 @@ from expectations.gate import RULES, SUITES, RuleResult, run_entry_gate, run_gat
 
 N_MEASURED = 15
 SUITE_RULES = {
-    "restarts": ["restart_healthy"],
-    "windows": ["accounting_balances", "n_at_least_min"],
+    "restarts": ["restart_healthy", "clock_under_load"],
+    "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
+                "prompt_tokens_reconcile", "finished_requests_reconcile"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e"],
 }
 ENTRY_RULES = ["incomplete_rate_labelled", "latency_population_labelled",
-               "rate_numerator_labelled", "prefill_rate_cold_prompts"]
+               "rate_numerator_labelled", "prefill_rate_cold_prompts", "server_log_kept_apart"]
 
 
 def make_run(
@@ -235,7 +236,7 @@ def test_failed_and_unresolved_requests_need_no_usage():
 def entry(**overrides) -> dict:
     values = dict(entry_id="e1", metric="decode_rate", unit="tok/s", numerator="output_tokens",
                   population="all_submitted", drain_status="complete", prompt_cache="cold",
-                  n_failed=0, n_unresolved=0)
+                  n_failed=0, n_unresolved=0, statistic="mean")
     values.update(overrides)
     return values
 
@@ -248,9 +249,12 @@ def test_entry_rules_pass_on_honest_labels():
         entry(entry_id="e3", metric="ttft", unit="s", numerator=None,
               population="completed_only", n_failed=1),
         entry(entry_id="e4", metric="prefill_rate", numerator="prompt_tokens"),
+        entry(entry_id="e5", metric="server_log_generation_throughput", numerator=None,
+              statistic="server_log_peak", population="server_log_lines",
+              drain_status="incomplete"),
     ])
     results = run_entry_gate(entries)
-    assert len(results) == 4 * len(ENTRY_RULES)
+    assert len(results) == 5 * len(ENTRY_RULES)
     assert all(r.success for r in results), [r for r in results if not r.success]
 
 
@@ -262,9 +266,40 @@ def test_entry_rules_pass_on_honest_labels():
     (dict(numerator=None), "rate_numerator_labelled", "NULL"),
     (dict(metric="prefill_rate", numerator="prompt_tokens", prompt_cache="warm"),
      "prefill_rate_cold_prompts", "'warm'"),
+    # a server log peak dressed up as the delivered decode rate (the 40.7 vs 27.8 trap)
+    (dict(statistic="server_log_peak"), "server_log_kept_apart",
+     "'decode_rate / server_log_peak'"),
 ])
 def test_entry_rule_failures_name_what_was_found(overrides, rule, found):
     results = run_entry_gate(pd.DataFrame([entry(**overrides)]))
     failed = [r for r in results if not r.success]
     assert [r.expectation for r in failed] == [rule]
     assert failed[0].observed.endswith(f"found {found}")
+
+
+def test_counter_mismatch_fails_naming_the_counter_and_both_counts():
+    restarts, windows, requests = make_run()
+    windows["reconcile_tolerance"] = 0.01
+    windows["generation_error"] = 0.0
+    windows.loc[0, "generation_error"] = 0.10
+    windows.loc[0, "generation_detail"] = ("vllm:generation_tokens_total delta 2112 vs "
+                                           "delivered output tokens 1920 (+10.0%)")
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r0-w0", "generation_tokens_reconcile")}
+    observed = by_key(results)[("r0-w0", "generation_tokens_reconcile")].observed
+    assert observed.startswith("expected vllm:generation_tokens_total delta within 0.01")
+    assert "2112 vs delivered output tokens 1920" in observed
+
+
+@pytest.mark.parametrize(("ratio", "require", "passes"), [
+    (0.95, True, True), (0.196, True, False), (None, True, False), (None, False, True),
+])
+def test_clock_under_load(ratio, require, passes):
+    restarts, windows, requests = make_run(n_restarts=1)
+    restarts["clock_ratio"] = ratio
+    restarts["min_clock_ratio"] = 0.9
+    restarts["require_clock_check"] = require
+    restarts["clock_detail"] = "GPU 0: 494 of 2520 MHz" if ratio else "unchecked"
+    result = by_key(run_gate(restarts, windows, requests))[("r0", "clock_under_load")]
+    assert result.success is passes
+    assert result.observed.startswith("expected SM clock under load >= 0.9 of max, found")

@@ -63,12 +63,11 @@ def test_migrations_are_recorded_and_not_reapplied(con):
 def test_loading_is_idempotent(con, tmp_path):
     layout = write_run(tmp_path)
     first = load_run_dir(con, layout.run_dir)
-    assert first == {"runs": 1, "restarts": 2, "windows": 2, "requests": 12}
-    assert load_run_dir(con, layout.run_dir) == {"runs": 0, "restarts": 0, "windows": 0,
-                                                   "requests": 0}
+    assert first == {"runs": 1, "restarts": 2, "windows": 2, "requests": 12, "observations": 0}
+    assert set(load_run_dir(con, layout.run_dir).values()) == {0}
     assert con.execute("SELECT count(*) FROM request_records").fetchall() == [(12,)]
-    # run + 2 restart manifests + 2 window manifests + 2 request files
-    assert con.execute("SELECT count(*) FROM raw_files").fetchall() == [(7,)]
+    # run + 2 restart manifests + 2 window manifests + 2 request files + 2 observations
+    assert con.execute("SELECT count(*) FROM raw_files").fetchall() == [(9,)]
 
 
 def test_requests_view_derives_protocol_metrics(con, tmp_path):
@@ -84,7 +83,8 @@ def test_requests_view_derives_protocol_metrics(con, tmp_path):
 def test_clean_run_publishes_request_and_restart_level_statistics(con, tmp_path):
     load_run_dir(con, write_run(tmp_path).run_dir)
     assert validate_run(con, RUN_ID)["failed"] == 0
-    assert derive_entries(con, RUN_ID) == 21  # 6 request metrics (+ 9 percentiles), 6 window
+    # 7 request metrics (+ 9 percentiles, + tokens per chunk min/max), 6 window metrics
+    assert derive_entries(con, RUN_ID) == 24
     assert derive_entries(con, RUN_ID) == 0  # an entry never silently changes
     value, n, restarts, rmean, effect, publishable = con.execute(
         "SELECT value, n_requests, n_restarts, restart_mean, restart_effect, publishable "
@@ -142,3 +142,16 @@ def test_event_gaps_are_per_event_never_per_token(con, tmp_path):
         "WHERE request_id LIKE '%/r1/code-c1/m0000'").fetchall()
     # two content events 0.5 s apart carry 21 tokens: one gap of 0.5 s, not 20 small ones
     assert [(i, round(g, 9)) for i, g in gaps] == [(1, 0.5)]
+
+
+def test_tokens_per_chunk_above_one_carries_the_under_report_warning(con, tmp_path):
+    load_run_dir(con, write_run(tmp_path).run_dir)
+    validate_run(con, RUN_ID)
+    derive_entries(con, RUN_ID)
+    stats = dict(con.execute("SELECT statistic, value FROM entries "
+                             "WHERE metric = 'tokens_per_chunk'").fetchall())
+    assert stats == {"mean": pytest.approx(3.0), "min": pytest.approx(3.0),
+                     "max": pytest.approx(3.0)}  # 21 tokens in 7 events
+    (warning,), = con.execute("SELECT warning FROM entries WHERE metric = 'tokens_per_chunk' "
+                              "AND statistic = 'mean'").fetchall()
+    assert warning.startswith("chunk counting would under-report") and "x3.00" in warning

@@ -1,6 +1,17 @@
--- Windows of one run, as the GX gate's "windows" suite sees them.
-SELECT window_id, restart_id, arm, workload, concurrency, submitted, completed, failed,
-       unresolved, drain_status, min_requests
-FROM windows
-WHERE run_id = $run_id
-ORDER BY window_id
+-- Windows of one run, as the GX gate's "windows" suite sees them, with each counter's
+-- reconciliation (NULL error = not reconciled: no counter, or no scrape).
+SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
+       w.completed, w.failed, w.unresolved, w.drain_status, w.min_requests,
+       w.reconcile_tolerance,
+       g.relative_error AS generation_error, g.detail AS generation_detail,
+       p.relative_error AS prompt_error,     p.detail AS prompt_detail,
+       s.relative_error AS success_error,    s.detail AS success_detail
+FROM windows AS w
+LEFT JOIN reconciliations AS g
+       ON g.window_id = w.window_id AND g.counter = 'vllm:generation_tokens_total'
+LEFT JOIN reconciliations AS p
+       ON p.window_id = w.window_id AND p.counter = 'vllm:prompt_tokens_total'
+LEFT JOIN reconciliations AS s
+       ON s.window_id = w.window_id AND s.counter = 'vllm:request_success_total'
+WHERE w.run_id = $run_id
+ORDER BY w.window_id

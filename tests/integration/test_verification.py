@@ -1,0 +1,154 @@
+"""Issue #5 through the real pipeline: server counters, server log lines and GPU clocks
+checked against what the client received.
+
+- `spec`: two restarts on the simulator, the second on a node stuck at a low SM clock;
+- `miscount`: a simulator whose /metrics over-counts generated tokens by 10%;
+- `noclock`: a node whose clock cannot be read (require_clock_check = false, labelled)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import duckdb
+import pytest
+
+from benchledger.cli import run_sweep
+
+pytestmark = pytest.mark.integration
+
+SWEEP = textwrap.dedent("""
+    [sweep]
+    name = "it-verify"
+    [defaults]
+    requests = 15
+    warmup = 1
+    restarts = 2
+    max_tokens = 48
+    clock_source = "http"
+    clock_url = "{base_url}/clocks"
+    clock_interval_s = 0.2
+
+    [[arms]]
+    name = "spec"
+    server = "simulator"
+    model = "sim-model"
+    [arms.simulator]
+    speculative = true
+    log_interval_s = 0.25
+    low_clock_restarts = [1]
+
+    [[arms]]
+    name = "miscount"
+    server = "simulator"
+    model = "sim-model"
+    restarts = 1
+    [arms.simulator]
+    metrics_generation_scale = 1.1
+
+    [[arms]]
+    name = "noclock"
+    server = "simulator"
+    model = "sim-model"
+    restarts = 1
+    clock_url = "{base_url}/no-such-endpoint"
+    require_clock_check = false
+
+    [[workloads]]
+    name = "code"
+""")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("verify")
+    sweep = workdir / "verify.toml"
+    sweep.write_text(SWEEP)
+    run_id, state = run_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
+    con = duckdb.connect(str(workdir / "wh.duckdb"), read_only=True)
+    yield run_id, state, con
+    con.close()
+
+
+def q(con, sql, params):
+    return con.execute(sql, params).fetchall()
+
+
+def test_counters_reconcile_for_every_window_of_honest_servers(run):
+    run_id, _, con = run
+    statuses = q(con, "SELECT w.arm, r.counter, r.status FROM reconciliations r "
+                      "JOIN windows w USING (window_id) WHERE w.run_id = ?", [run_id])
+    windows = q(con, "SELECT count(*) FROM windows WHERE run_id = ?", [run_id])[0][0]
+    assert len(statuses) == 3 * windows  # every window, every counter
+    honest = {(arm, status) for arm, _, status in statuses if arm != "miscount"}
+    assert {status for _, status in honest} == {"match"}
+
+
+def test_overcounting_metrics_block_publication_naming_the_counter(run):
+    run_id, _, con = run
+    (status, client, server), = q(
+        con, "SELECT r.status, r.client_value, r.server_delta FROM reconciliations r JOIN "
+             "windows w USING (window_id) WHERE w.run_id = ? AND w.arm = 'miscount' AND "
+             "r.counter = 'vllm:generation_tokens_total'", [run_id])
+    assert status == "mismatch" and server == pytest.approx(1.1 * client, rel=0.01)
+    blocked = q(con, "SELECT DISTINCT blocked_by FROM entries WHERE run_id = ? AND "
+                     "arm = 'miscount' AND metric = 'decode_rate'", [run_id])
+    assert len(blocked) == 1
+    text = blocked[0][0]
+    assert "generation_tokens_reconcile" in text and "vllm:generation_tokens_total" in text
+    assert "+10.0%" in text
+
+
+def test_low_clock_restart_is_left_out_while_the_other_publishes(run):
+    run_id, _, con = run
+    clock = dict(q(con, "SELECT subject, observed FROM validations WHERE run_id = ? AND "
+                        "expectation = 'clock_under_load' AND NOT success", [run_id]))
+    low = [s for s in clock if s.endswith("/spec/r1")]
+    assert low and "494 of 2520 MHz" in clock[low[0]] and ">= 0.9 of max" in clock[low[0]]
+    (value, restarts, publishable, excluded, check), = q(
+        con, "SELECT value, n_restarts, publishable, excluded, clock_check FROM entries "
+             "WHERE run_id = ? AND arm = 'spec' AND metric = 'decode_rate' "
+             "AND scope = 'single_stream'", [run_id])
+    assert publishable and restarts == 1 and check == "checked"
+    assert "/spec/r1: clock_under_load" in excluded
+    means = q(con, "SELECT m.restart_id FROM entry_restart_means m JOIN entries e "
+                   "USING (entry_id) WHERE e.run_id = ? AND e.arm = 'spec' AND "
+                   "e.metric = 'decode_rate' AND e.scope = 'single_stream'", [run_id])
+    assert [r for r, in means] == [f"{run_id}/spec/r0"]
+
+
+def test_unreadable_clock_is_unchecked_and_says_so(run):
+    run_id, _, con = run
+    (publishable, check), = q(con, "SELECT publishable, clock_check FROM entries WHERE "
+                                   "run_id = ? AND arm = 'noclock' AND metric = 'decode_rate' "
+                                   "AND scope = 'single_stream'", [run_id])
+    assert publishable and check == "unchecked (require_clock_check = false)"
+
+
+def test_acceptance_length_from_counters_matches_tokens_per_chunk(run):
+    run_id, _, con = run
+    values = dict(q(con, "SELECT metric, value FROM entries WHERE run_id = ? AND arm = 'spec' "
+                         "AND metric IN ('mean_acceptance_length', 'tokens_per_chunk') "
+                         "AND statistic = 'mean'", [run_id]))
+    assert values["tokens_per_chunk"] > 1.5
+    assert values["mean_acceptance_length"] == pytest.approx(values["tokens_per_chunk"],
+                                                             rel=0.1)
+    (warning,), = q(con, "SELECT warning FROM published_entries WHERE run_id = ? AND "
+                         "arm = 'spec' AND metric = 'tokens_per_chunk' AND "
+                         "statistic = 'mean'", [run_id])
+    assert warning.startswith("chunk counting would under-report")
+
+
+def test_server_log_peak_is_kept_apart_from_the_delivered_rate(run):
+    run_id, _, con = run
+    rows = dict(q(con, "SELECT statistic, value FROM published_entries WHERE run_id = ? AND "
+                       "arm = 'spec' AND metric = 'server_log_generation_throughput'",
+                  [run_id]))
+    delivered = q(con, "SELECT value FROM published_entries WHERE run_id = ? AND "
+                       "arm = 'spec' AND metric = 'throughput' AND "
+                       "numerator = 'output_tokens'", [run_id])[0][0]
+    assert set(rows) == {"server_log_peak", "server_log_mean"}
+    assert rows["server_log_peak"] > delivered
+    lines = q(con, "SELECT count(*), count(accepted_tok_s) FROM server_log_lines l JOIN "
+                   "windows w USING (window_id) WHERE w.run_id = ? AND w.arm = 'spec'",
+              [run_id])
+    assert lines[0][0] > 0 and lines[0][1] > 0  # both kinds of line, each kept

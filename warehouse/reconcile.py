@@ -1,0 +1,105 @@
+"""Reconcile what the client received with the server's own counters, per window (T3).
+
+The before/after scrapes bracket the measured window only (warm-up is outside), so a
+counter's delta must equal the client's usage sum within the sweep's tolerance. When a
+window had failed or unresolved requests the server also counted work whose usage the
+client never saw, so then the client's count is only a lower bound of the delta.
+"""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pandas as pd
+
+# server counter -> (client column it is checked against, how to sum it)
+COUNTERS = {
+    "vllm:generation_tokens_total": "delivered output tokens (usage.completion_tokens)",
+    "vllm:prompt_tokens_total": "prompt tokens (usage.prompt_tokens)",
+    "vllm:request_success_total": "completed requests",
+}
+
+
+def _client_values(requests: pd.DataFrame) -> dict[str, float]:
+    measured = requests[~requests["is_warmup"].astype(bool)]
+    return {
+        "vllm:generation_tokens_total": float(measured["output_tokens"].fillna(0).sum()),
+        "vllm:prompt_tokens_total": float(measured["prompt_tokens"].fillna(0).sum()),
+        "vllm:request_success_total": float((measured["status"] == "completed").sum()),
+    }
+
+
+def _server_delta(metrics: pd.DataFrame, counter: str) -> float | None:
+    rows = metrics[metrics["name"] == counter]
+    if counter == "vllm:request_success_total":  # aborted requests are not successes
+        reasons = rows["labels"].map(lambda labels: json.loads(labels).get("finished_reason"))
+        rows = rows[reasons != "abort"]
+    if not (rows["phase"] == "after").any():
+        return None  # a label set may first appear after the window; none at all: no counter
+    after = rows.loc[rows["phase"] == "after", "value"].sum()
+    before = rows.loc[rows["phase"] == "before", "value"].sum()
+    return float(after - before)
+
+
+def reconcile_window(window: pd.Series, requests: pd.DataFrame,
+                     metrics: pd.DataFrame) -> list[dict]:
+    clean = window["failed"] == 0 and window["unresolved"] == 0
+    tolerance = window.get("reconcile_tolerance")
+    # The scrape itself failing is recorded by the observer as a "metrics: ..." error.
+    scraped = "metrics:" not in str(window.get("observation_errors") or "")
+    client = _client_values(requests)
+    rows = []
+    for counter, meaning in COUNTERS.items():
+        server = _server_delta(metrics, counter) if scraped else None
+        value = client[counter]
+        base = {"window_id": window["window_id"], "run_id": window["run_id"],
+                "counter": counter, "client_value": value, "server_delta": server,
+                "tolerance": tolerance}
+        if server is None:
+            why = ("the server exposes no such counter" if scraped
+                   else "no /metrics scrape before and after the window")
+            rows.append({**base, "relative_error": None, "status": "no counter",
+                         "detail": f"{counter}: not reconciled ({why})"})
+            continue
+        if clean:
+            error = abs(server - value) / max(value, 1.0)
+            status = "match" if tolerance is None or error <= tolerance else "mismatch"
+        else:
+            error = max(0.0, (value - server) / max(value, 1.0))
+            status = "lower bound"
+        sign = (server - value) / max(value, 1.0)
+        rows.append({**base, "relative_error": error, "status": status,
+                     "detail": f"{counter} delta {server:g} vs {meaning} {value:g} "
+                               f"({sign:+.1%})" + ("" if clean else
+                                                   "; failed/unresolved requests make the "
+                                                   "client count a lower bound")})
+    return rows
+
+
+def reconcile_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Compute and store (replacing earlier results) the run's reconciliations."""
+    windows = con.execute("SELECT * FROM windows WHERE run_id = ?", [run_id]).df()
+    requests = con.execute(
+        "SELECT r.window_id, r.is_warmup, r.status, r.output_tokens, r.prompt_tokens "
+        "FROM request_records r JOIN windows w USING (window_id) WHERE w.run_id = ?",
+        [run_id]).df()
+    metrics = con.execute(
+        "SELECT m.window_id, m.phase, m.name, m.labels, m.value FROM server_metrics m "
+        "JOIN windows w USING (window_id) WHERE w.run_id = ? AND m.name IN (?, ?, ?)",
+        [run_id, *COUNTERS]).df()
+    rows = []
+    for _, window in windows.iterrows():
+        rows += reconcile_window(window, requests[requests["window_id"] == window["window_id"]],
+                                 metrics[metrics["window_id"] == window["window_id"]])
+    frame = pd.DataFrame(rows, columns=["window_id", "run_id", "counter", "client_value",
+                                        "server_delta", "relative_error", "tolerance",
+                                        "status", "detail"])
+    if not frame.empty:
+        con.execute("DELETE FROM reconciliations WHERE run_id = ?", [run_id])
+        con.register("incoming_reconciliations", frame)
+        try:
+            con.execute("INSERT INTO reconciliations SELECT * FROM incoming_reconciliations")
+        finally:
+            con.unregister("incoming_reconciliations")
+    return frame
