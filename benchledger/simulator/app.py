@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from benchledger.simulator import protocol
+from benchledger.simulator.clocks import gpu_clocks
 from benchledger.simulator.engine import VERSION, Engine, SimConfig, SimRequest
 from benchledger.simulator.metrics import CONTENT_TYPE, render_metrics
 from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuilder, sse
@@ -65,6 +66,10 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
     async def metrics(_request: Request) -> Response:
         return Response(render_metrics(engine), headers={"content-type": CONTENT_TYPE})
 
+    async def clocks(_request: Request) -> Response:
+        """Pretend nvidia-smi clocks: load clocks while any request is in the engine."""
+        return JSONResponse(gpu_clocks(config, engine.under_load))
+
     async def api_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -76,6 +81,7 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         Route("/health", health),
         Route("/version", version),
         Route("/metrics", metrics),
+        Route("/clocks", clocks),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={ApiError: api_error})

@@ -9,6 +9,10 @@ tokens per step with speculative decoding (1 without). Counters mirror vLLM's me
 Automatic prefix caching (on by default, as in vLLM v1) makes a request's prefill cost
 only its uncached prompt tokens. For drain tests every Nth admitted request can stall
 (``stall_every``): it stays running but skips steps, emitting nothing, for ``stall_s``.
+
+Pretend GPU clocks (see clocks.py) only change timing in ``low_clock`` mode: GPU 0 is
+stuck at ``low_clock_mhz`` under load, so every step (decode and prefill) takes
+sm_clock_mhz / low_clock_mhz times longer.
 """
 
 from __future__ import annotations
@@ -58,6 +62,13 @@ class SimConfig:
     prefix_cache_max_blocks: int = 262144  # LRU cap: 4M tokens at 16 per block
     stall_every: int = 0  # every Nth admitted request stalls after its first chunk; 0: off
     stall_s: float = 600.0
+    num_gpus: int = 1
+    sm_clock_mhz: int = 2400  # SM clock under load
+    max_sm_clock_mhz: int = 2520
+    idle_sm_clock_mhz: int = 210
+    low_clock: bool = False  # GPU 0 stuck at low_clock_mhz under load, no throttle reason
+    low_clock_mhz: int = 494
+    metrics_generation_scale: float = 1.0  # /metrics generation counter = true count * this
 
     def __post_init__(self) -> None:
         checks = {
@@ -78,10 +89,27 @@ class SimConfig:
             "prefix_cache_max_blocks": self.prefix_cache_max_blocks >= 1,
             "stall_every": self.stall_every >= 0,
             "stall_s": self.stall_s >= 0,
+            "num_gpus": self.num_gpus >= 1,
+            "sm_clock_mhz": 0 < self.sm_clock_mhz <= self.max_sm_clock_mhz,
+            "idle_sm_clock_mhz": 0 < self.idle_sm_clock_mhz <= self.max_sm_clock_mhz,
+            "low_clock_mhz": self.low_clock_mhz > 0 and (
+                not self.low_clock or self.low_clock_mhz <= self.sm_clock_mhz),
+            "metrics_generation_scale": self.metrics_generation_scale >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid simulator config value(s): {', '.join(bad)}")
+
+    @property
+    def load_clock_mhz(self) -> int:
+        """SM clock of GPU 0 under load (the low clock in low-clock mode)."""
+        return self.low_clock_mhz if self.low_clock else self.sm_clock_mhz
+
+    @property
+    def clock_slowdown(self) -> float:
+        """Step-time multiplier from the clock: sm_clock / low_clock in low-clock mode (the
+        engine runs at the pace of its slowest GPU), else 1."""
+        return self.sm_clock_mhz / self.load_clock_mhz
 
 
 def speed_factor(seed: int, spread: float) -> float:
@@ -90,7 +118,8 @@ def speed_factor(seed: int, spread: float) -> float:
 
 
 def log_line(source: str, message: str) -> None:
-    """Write one vLLM-style log line (``INFO mm-dd HH:MM:SS [file.py:N] msg``) to stderr."""
+    """Write one vLLM-style log line (``INFO mm-dd HH:MM:SS [file.py:N] msg``) to stderr,
+    flushed at once: a harness reads the log file while the server runs."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     sys.stderr.write(f"INFO {stamp} [{source}] {message}\n")
     sys.stderr.flush()
@@ -302,6 +331,11 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def under_load(self) -> bool:
+        """Whether any request is in the engine (running or waiting): the GPUs are busy."""
+        return bool(self._running or self._waiting)
+
     def submit(self, prompt: str, max_tokens: int, temperature: float = 0.0,
                prompt_tokens: int | None = None, ignore_eos: bool = False,
                tokens: Sequence[str] | None = None) -> SimRequest:
@@ -340,12 +374,14 @@ class Engine:
             self.abort(request)
 
     def step_duration(self, running: int, prefill_tokens: int) -> float:
-        """Seconds one step takes with `running` requests and `prefill_tokens` to prefill."""
+        """Seconds one step takes with `running` requests and `prefill_tokens` to prefill
+        (both parts stretched by the clock slowdown in low-clock mode)."""
         c = self.config
         decode = c.step_ms / 1000.0 * (1.0 + c.batch_penalty * max(0, running - 1))
         if c.speculative:
             decode *= c.spec_step_overhead
-        return (decode + prefill_tokens / c.prefill_tok_s) * self.speed_factor
+        return ((decode + prefill_tokens / c.prefill_tok_s) * self.speed_factor
+                * c.clock_slowdown)
 
     async def run(self) -> None:
         """Step forever. Oversleeping is paid back on the next step (at most one step's
@@ -436,11 +472,15 @@ class Engine:
     # --- periodic logging, formatted like vLLM v1's LoggingStatLogger ----------------------
 
     async def log_loop(self) -> None:
-        """Every log_interval_s, log throughput lines if anything happened."""
+        """Every log_interval_s (fractions allowed, e.g. 0.25), log throughput lines if
+        anything happened. Ticks follow a fixed cadence, so sleep overshoot does not add up
+        (rates use the measured interval either way)."""
         loop = asyncio.get_running_loop()
         previous, since = copy.deepcopy(self.counters), loop.time()
+        tick = since
         while True:
-            await asyncio.sleep(self.config.log_interval_s)
+            tick = max(tick + self.config.log_interval_s, loop.time())
+            await asyncio.sleep(tick - loop.time())
             current, now = copy.deepcopy(self.counters), loop.time()
             self.report(previous, current, now - since)
             previous, since = current, now

@@ -3,6 +3,10 @@
 Written by hand (prometheus_client is not a dependency). Spec-decode and prefix-cache
 counters are always exposed (0 without speculation / with the cache off) so a scraper can
 take deltas without special cases.
+
+With metrics_generation_scale != 1 the generation counter is deliberately wrong (true count
+times the scale, rounded), modelling a server whose counters disagree with what it
+delivered; usage and log lines stay true.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def render_metrics(engine: Engine) -> str:
     """The whole /metrics body for one engine."""
     model = {"model_name": engine.config.model}
     c = engine.counters
+    generation = round(c.generation_tokens_total * engine.config.metrics_generation_scale)
     families = [
         ("vllm:num_requests_running", "gauge",
          "Number of requests in model execution batches.", [(model, engine.num_running)]),
@@ -39,7 +44,7 @@ def render_metrics(engine: Engine) -> str:
         ("vllm:prompt_tokens_total", "counter",
          "Number of prefill tokens processed.", [(model, c.prompt_tokens_total)]),
         ("vllm:generation_tokens_total", "counter",
-         "Number of generation tokens processed.", [(model, c.generation_tokens_total)]),
+         "Number of generation tokens processed.", [(model, generation)]),
         ("vllm:prefix_cache_queries_total", "counter",
          "Prefix cache queries, in terms of number of queried tokens.",
          [(model, c.prefix_cache_queries_total)]),

@@ -12,6 +12,7 @@ import threading
 import uvicorn
 
 from benchledger.simulator.app import create_app
+from benchledger.simulator.clocks import clock_summary
 from benchledger.simulator.engine import VERSION, Engine, SimConfig, log_line
 
 
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never report usage (models a server without usage reporting)")
     p.add_argument("--acceptance-code", type=float, default=d.acceptance_code)
     p.add_argument("--acceptance-prose", type=float, default=d.acceptance_prose)
-    p.add_argument("--log-interval-s", type=float, default=d.log_interval_s)
+    p.add_argument("--log-interval-s", type=float, default=d.log_interval_s,
+                   help="seconds between throughput log lines; fractions work (e.g. 0.25)")
     p.add_argument("--startup-delay-s", type=float, default=d.startup_delay_s)
     p.add_argument("--max-model-len", type=int, default=d.max_model_len)
     p.add_argument("--eos-rate", type=float, default=d.eos_rate,
@@ -72,6 +74,32 @@ def build_parser() -> argparse.ArgumentParser:
                         "a client disconnect aborts it. 0 (default): off")
     p.add_argument("--stall-s", type=float, default=d.stall_s,
                    help="how long a stalled request hangs (default %(default)s)")
+    clocks = p.add_argument_group(
+        "pretend GPU clocks", "GET /clocks answers like nvidia-smi --query-gpu=index,"
+        "clocks.sm,clocks.max.sm,pstate,clocks_throttle_reasons.active,utilization.gpu: "
+        "load clocks (P0, 100% utilization) while any request is in the engine, idle clocks "
+        "(P8, 0%) otherwise; throttle reasons are always none")
+    clocks.add_argument("--num-gpus", type=int, default=d.num_gpus, metavar="N",
+                        help="GPUs listed by /clocks (default %(default)s)")
+    clocks.add_argument("--sm-clock-mhz", type=int, default=d.sm_clock_mhz,
+                        help="SM clock under load (default %(default)s)")
+    clocks.add_argument("--max-sm-clock-mhz", type=int, default=d.max_sm_clock_mhz,
+                        help="max SM clock (default %(default)s)")
+    clocks.add_argument("--idle-sm-clock-mhz", type=int, default=d.idle_sm_clock_mhz,
+                        help="SM clock when idle (default %(default)s)")
+    clocks.add_argument("--low-clock", action="store_true", default=d.low_clock,
+                        help="models a node stuck at a low clock with no throttle reason "
+                             "reported: under load GPU 0 stays at --low-clock-mhz and every "
+                             "step (decode and prefill) takes sm-clock / low-clock times "
+                             "longer (about 4.9x with the defaults)")
+    clocks.add_argument("--low-clock-mhz", type=int, default=d.low_clock_mhz,
+                        help="GPU 0's clock under load with --low-clock (default %(default)s)")
+    p.add_argument("--metrics-generation-scale", type=float,
+                   default=d.metrics_generation_scale, metavar="F",
+                   help="models a server whose counters disagree with what it delivered: "
+                        "/metrics reports vllm:generation_tokens_total as the true count "
+                        "times F, rounded (1.10 over-counts by 10%%, 0.9 under-counts); "
+                        "usage and log lines stay true (default %(default)s)")
     return p
 
 
@@ -91,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(config)
     log_line("api_server.py:1", (
         f"{VERSION} starting on http://{args.host}:{args.port} speed_factor="
-        f"{engine.speed_factor:.4f} effective config: "
+        f"{engine.speed_factor:.4f} gpu clocks: {clock_summary(config)} effective config: "
         f"{json.dumps(dataclasses.asdict(config), sort_keys=True)}"))
     # uvicorn re-raises the signal it shut down on after restoring the previous handler;
     # a no-op SIGTERM handler makes that a normal return (exit code 0) instead of death

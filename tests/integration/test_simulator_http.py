@@ -337,3 +337,125 @@ def test_stalled_request_hangs_after_its_first_chunk(stall_sim: Sim) -> None:
     aborts = [_metric(m, "vllm:request_success_total", finished_reason="abort")
               for m in (before, _metrics(stall_sim))]
     assert aborts[1] == aborts[0] + 1
+
+
+# --- pretend GPU clocks, miscounting metrics, fractional log interval ---------------------
+
+NO_THROTTLE = "0x0000000000000000"
+ENGINE_LINE = re.compile(
+    r"\[loggers\.py:123\] Engine 000: Avg prompt throughput: \d+\.\d tokens/s, "
+    r"Avg generation throughput: \d+\.\d tokens/s, Running: \d+ reqs, Waiting: \d+ reqs, "
+    r"GPU KV cache usage: \d+\.\d%, Prefix cache hit rate: \d+\.\d%$", re.MULTILINE)
+SPEC_LINE = re.compile(
+    r"\[metrics\.py:97\] SpecDecoding metrics: Mean acceptance length: \d+\.\d\d, "
+    r"Accepted throughput: \d+\.\d\d tokens/s, Drafted throughput: \d+\.\d\d tokens/s, "
+    r"Accepted: \d+ tokens, Drafted: \d+ tokens, "
+    r"Per-position acceptance rate: \d\.\d{3}, \d\.\d{3}, \d\.\d{3}, "
+    r"Avg Draft acceptance rate: \d+\.\d%$", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def gpu_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    yield from _start(tmp_path_factory.mktemp("gpu"), "--speculative", "--step-ms", "1",
+                      "--num-gpus", "2", "--metrics-generation-scale", "1.1",
+                      "--log-interval-s", "0.25")
+
+
+@pytest.fixture
+def low_clock_sim(tmp_path: Path) -> Iterator[Sim]:
+    yield from _start(tmp_path, "--low-clock", "--num-gpus", "2", "--step-ms", "1",
+                      "--prefill-tok-s", "1000000")
+
+
+def _clocks(sim: Sim) -> list[dict]:
+    return httpx.get(sim.url + "/clocks").json()["gpus"]
+
+
+def _gpu(index: int, clock: int, pstate: str, utilization: int) -> dict:
+    return {"index": index, "sm_clock_mhz": clock, "max_sm_clock_mhz": 2520, "pstate": pstate,
+            "throttle_reasons": NO_THROTTLE, "utilization_gpu": utilization}
+
+
+def _wait_idle(sim: Sim) -> None:
+    deadline = time.monotonic() + 3
+    while _metric(_metrics(sim), "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def _clocks_during_a_stream(sim: Sim) -> list[dict]:
+    """Sample /clocks while a long stream is open (then disconnect, aborting it)."""
+    body = _chat_body("Tell me a long story.", 4000) | {"stream": True}
+    with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body,
+                      timeout=10) as response:
+        events = _sse_events(response.iter_text())  # keep it: closing it disconnects
+        next(events)
+        gpus = _clocks(sim)
+        assert _metric(_metrics(sim), "vllm:num_requests_running") == 1
+    _wait_idle(sim)
+    return gpus
+
+
+def test_clocks_are_idle_when_idle_and_at_load_clock_during_a_stream(gpu_sim: Sim) -> None:
+    assert _clocks(gpu_sim) == [_gpu(0, 210, "P8", 0), _gpu(1, 210, "P8", 0)]
+    assert _clocks_during_a_stream(gpu_sim) == [_gpu(0, 2400, "P0", 100),
+                                                _gpu(1, 2400, "P0", 100)]
+    assert _clocks(gpu_sim) == [_gpu(0, 210, "P8", 0), _gpu(1, 210, "P8", 0)]
+    assert "gpu clocks: num_gpus=2 sm_clock_mhz=2400 max_sm_clock_mhz=2520 " \
+           "idle_sm_clock_mhz=210 low_clock=off" in gpu_sim.log()
+
+
+def test_default_server_lists_one_gpu(spec_sim: Sim) -> None:
+    gpus = _clocks(spec_sim)
+    assert [g["index"] for g in gpus] == [0]
+    assert gpus[0]["max_sm_clock_mhz"] == 2520 and gpus[0]["throttle_reasons"] == NO_THROTTLE
+
+
+def test_low_clock_gpu0_stays_low_under_load_without_a_reason(low_clock_sim: Sim) -> None:
+    assert _clocks(low_clock_sim) == [_gpu(0, 210, "P8", 0), _gpu(1, 210, "P8", 0)]
+    assert _clocks_during_a_stream(low_clock_sim) == [_gpu(0, 494, "P0", 100),
+                                                      _gpu(1, 2400, "P0", 100)]
+    assert "low_clock=on (GPU 0 at 494 MHz under load" in low_clock_sim.log()
+    # and the engine is slower: 40 steps of ~1 ms each take ~4.9 ms
+    start = time.monotonic()
+    usage = httpx.post(low_clock_sim.url + "/v1/completions",
+                       json={"prompt": "hi", "max_tokens": 40, "temperature": 0}).json()["usage"]
+    assert usage["completion_tokens"] == 40
+    assert time.monotonic() - start > 0.8 * 40 * 0.001 * 2400 / 494
+
+
+def test_generation_scale_miscounts_the_counter_but_not_usage(gpu_sim: Sim) -> None:
+    before = _metrics(gpu_sim)
+    chat, completions = gpu_sim.url + "/v1/chat/completions", gpu_sim.url + "/v1/completions"
+    payloads = _stream(chat, _chat_body(CODE_PROMPT, 40, stream_options={"include_usage": True}))
+    events = [json.loads(p) for p in payloads[:-1]]
+    streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
+    usages = [events[-1]["usage"]]
+    assert usages[0]["completion_tokens"] == count_tokens(streamed) == 40
+    usages.append(httpx.post(chat, json=_chat_body("Tell me about rivers.", 50)).json()["usage"])
+    usages.append(httpx.post(completions, json={"prompt": "def f(x):", "max_tokens": 30,
+                                                "temperature": 0}).json()["usage"])
+    assert [u["completion_tokens"] for u in usages] == [40, 50, 30]  # usage stays exact
+    after = _metrics(gpu_sim)
+    delta = {name: _metric(after, name) - _metric(before, name)
+             for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")}
+    assert abs(delta["vllm:generation_tokens_total"] - 1.1 * 120) <= 1  # 132, +-1 rounding
+    assert delta["vllm:prompt_tokens_total"] == sum(u["prompt_tokens"] for u in usages)
+
+
+def test_fractional_log_interval_gives_several_vllm_lines(gpu_sim: Sim) -> None:
+    engine_before = len(ENGINE_LINE.findall(gpu_sim.log()))
+    spec_before = len(SPEC_LINE.findall(gpu_sim.log()))
+    body = _chat_body("Tell me a long story.", 4000) | {"stream": True}
+    with httpx.stream("POST", gpu_sim.url + "/v1/chat/completions", json=body,
+                      timeout=10) as response:
+        start = time.monotonic()
+        for _event in _sse_events(response.iter_text()):
+            if time.monotonic() - start > 0.8:  # a 0.8 s window spans >= 3 ticks of 0.25 s
+                break
+    deadline = time.monotonic() + 1
+    while len(ENGINE_LINE.findall(gpu_sim.log())) - engine_before < 3:
+        assert time.monotonic() < deadline, gpu_sim.log()
+        time.sleep(0.02)
+    assert len(SPEC_LINE.findall(gpu_sim.log())) - spec_before >= 3
+    _wait_idle(gpu_sim)

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from benchledger.simulator.clocks import clock_summary, gpu_clocks
 from benchledger.simulator.engine import (
     CODE_VOCAB,
     PROSE_VOCAB,
@@ -20,6 +21,7 @@ from benchledger.simulator.engine import (
     is_code_prompt,
     speed_factor,
 )
+from benchledger.simulator.metrics import render_metrics
 from benchledger.simulator.prefix_cache import block_hashes
 from benchledger.simulator.protocol import (
     CHAT_TOKENS_FIXED,
@@ -463,3 +465,132 @@ def test_stalled_request_resumes_after_stall_s() -> None:
     assert time.monotonic() - start >= 0.05
     assert sum(c.tokens for c in results[0]) == 5
     assert results[0][-1].finish_reason == "length"
+
+
+# --- pretend GPU clocks -------------------------------------------------------------------
+
+
+def _step_durations(config: SimConfig, prompts: list[str], max_tokens: int = 20) -> list[float]:
+    """Durations of every step the engine takes to run `prompts` concurrently."""
+
+    async def go() -> list[float]:
+        engine = Engine(config, sleep=_no_sleep, log=lambda *_: None)
+        durations: list[float] = []
+        step_duration = engine.step_duration
+
+        def recording(running: int, prefill_tokens: int) -> float:
+            durations.append(step_duration(running, prefill_tokens))
+            return durations[-1]
+
+        engine.step_duration = recording  # type: ignore[method-assign]
+        task = asyncio.create_task(engine.run())
+        requests = [engine.submit(p, max_tokens) for p in prompts]
+        for request in requests:
+            assert sum([c.tokens async for c in request.chunks()]) == max_tokens
+        task.cancel()
+        return durations
+
+    return asyncio.run(go())
+
+
+def test_low_clock_mode_slows_steps_by_the_clock_ratio() -> None:
+    ratio = 2400 / 494
+    normal = Engine(SimConfig(speed_spread=0.0))
+    low = Engine(SimConfig(speed_spread=0.0, low_clock=True))
+    assert SimConfig().clock_slowdown == 1.0
+    assert low.config.clock_slowdown == pytest.approx(ratio) == pytest.approx(4.858, abs=1e-3)
+    assert low.step_duration(1, 0) == pytest.approx(0.004 * ratio)  # decode
+    assert low.step_duration(1, 2000) == pytest.approx((0.004 + 0.1) * ratio)  # and prefill
+    for running, prefill in ((1, 0), (5, 0), (3, 4000)):
+        assert low.step_duration(running, prefill) == pytest.approx(
+            normal.step_duration(running, prefill) * ratio)
+    custom = SimConfig(low_clock=True, sm_clock_mhz=2000, low_clock_mhz=500)
+    assert custom.clock_slowdown == 4.0
+    # the engine loop pays the slowdown on every step it takes (same steps, same seed)
+    plain = _step_durations(SimConfig(), PROSE_PROMPTS[:3])
+    slow = _step_durations(SimConfig(low_clock=True), PROSE_PROMPTS[:3])
+    assert len(slow) == len(plain)
+    assert sum(slow) == pytest.approx(sum(plain) * ratio)
+
+
+def test_clock_config_is_validated() -> None:
+    for bad in (dict(num_gpus=0), dict(sm_clock_mhz=2600), dict(idle_sm_clock_mhz=0),
+                dict(low_clock=True, low_clock_mhz=2450), dict(low_clock_mhz=0),
+                dict(metrics_generation_scale=-0.1)):
+        with pytest.raises(ValueError):
+            SimConfig(**bad)
+    SimConfig(sm_clock_mhz=2600, max_sm_clock_mhz=2700)
+    SimConfig(low_clock_mhz=2450)  # only checked against the load clock in low-clock mode
+
+
+def _gpu(index: int, clock: int, pstate: str, utilization: int) -> dict:
+    return {"index": index, "sm_clock_mhz": clock, "max_sm_clock_mhz": 2520, "pstate": pstate,
+            "throttle_reasons": "0x0000000000000000", "utilization_gpu": utilization}
+
+
+def test_gpu_clocks_idle_versus_under_load() -> None:
+    assert gpu_clocks(SimConfig(), under_load=False) == {"gpus": [_gpu(0, 210, "P8", 0)]}
+    assert gpu_clocks(SimConfig(), under_load=True) == {"gpus": [_gpu(0, 2400, "P0", 100)]}
+    two = SimConfig(num_gpus=2)
+    assert gpu_clocks(two, under_load=True) == {
+        "gpus": [_gpu(0, 2400, "P0", 100), _gpu(1, 2400, "P0", 100)]}
+    # low clock: only GPU 0 under load is stuck low, still with no throttle reason
+    low = SimConfig(num_gpus=2, low_clock=True)
+    assert gpu_clocks(low, under_load=True) == {
+        "gpus": [_gpu(0, 494, "P0", 100), _gpu(1, 2400, "P0", 100)]}
+    assert gpu_clocks(low, under_load=False) == {
+        "gpus": [_gpu(0, 210, "P8", 0), _gpu(1, 210, "P8", 0)]}
+    assert "low_clock=off" in clock_summary(SimConfig())
+    assert "low_clock=on (GPU 0 at 494 MHz" in clock_summary(low)
+    assert "steps 4.858x slower" in clock_summary(low)
+
+
+def test_engine_is_under_load_while_requests_are_in_it() -> None:
+    async def go() -> None:
+        engine = Engine(SimConfig(max_num_seqs=1), sleep=_no_sleep, log=lambda *_: None)
+        assert not engine.under_load
+        requests = [engine.submit(p, 6) for p in PROSE_PROMPTS[:2]]
+        assert engine.under_load  # waiting counts: the GPUs are about to be busy
+        task = asyncio.create_task(engine.run())
+        assert sum([c.tokens async for c in requests[0].chunks()]) == 6
+        assert engine.under_load  # the second one is still in the engine
+        assert sum([c.tokens async for c in requests[1].chunks()]) == 6
+        assert not engine.under_load
+        third = engine.submit(PROSE_PROMPTS[2], 10_000)
+        await asyncio.sleep(0)
+        assert engine.under_load
+        engine.abort(third)
+        assert not engine.under_load
+        task.cancel()
+
+    asyncio.run(go())
+
+
+# --- miscounting metrics ------------------------------------------------------------------
+
+
+def _metric_value(text: str, name: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(name + "{")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_generation_scale_applies_only_to_the_metrics_text() -> None:
+    for scale, expected in ((1.1, 660), (0.9, 540), (1.0, 600)):
+        lines: list[tuple[str, str]] = []
+        config = SimConfig(speculative=True, metrics_generation_scale=scale)
+        engine, results = _run(config, CODE_PROMPTS + PROSE_PROMPTS, max_tokens=50)
+        delivered = sum(c.tokens for chunks in results for c in chunks)
+        assert delivered == engine.counters.generation_tokens_total == 600  # truth kept
+        text = render_metrics(engine)
+        assert _metric_value(text, "vllm:generation_tokens_total") == expected
+        assert _metric_value(text, "vllm:prompt_tokens_total") == \
+            engine.counters.prompt_tokens_total
+        assert _metric_value(text, "vllm:spec_decode_num_accepted_tokens_total") == \
+            engine.counters.spec_decode_num_accepted_tokens_total
+        # log lines stay true
+        logger = Engine(config, log=lambda source, msg, lines=lines: lines.append((source, msg)))
+        logger.report(Counters(3), engine.counters, 1.0)
+        assert "Avg generation throughput: 600.0 tokens/s" in lines[0][1]
+    engine = Engine(SimConfig(metrics_generation_scale=1.1))
+    engine.counters.generation_tokens_total = 7
+    assert _metric_value(render_metrics(engine), "vllm:generation_tokens_total") == 8  # 7.7
