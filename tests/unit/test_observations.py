@@ -1,0 +1,120 @@
+"""Parsers for what servers say: vLLM /metrics text and vLLM log lines (fixtures written
+from vLLM's documented formats, v1 and the older v0 logger), nvidia-smi's CSV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchledger.observe import parse_nvidia_smi
+from warehouse.observations import clock_rows, log_rows, metric_samples
+from warehouse.reconcile import reconcile_window
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_vllm_metrics_text_is_parsed_sample_by_sample():
+    samples = metric_samples((FIXTURES / "vllm_metrics.txt").read_text())
+    by_name = {}
+    for name, labels, value in samples:
+        by_name.setdefault(name, []).append((json.loads(labels), value))
+    assert by_name["vllm:generation_tokens_total"] == [
+        ({"engine": "0", "model_name": "Qwen/Qwen3-8B"}, 7680.0)]
+    reasons = {labels["finished_reason"]: v for labels, v in by_name["vllm:request_success_total"]}
+    assert reasons == {"stop": 3.0, "length": 57.0, "abort": 2.0}
+    assert by_name["vllm:spec_decode_num_accepted_tokens_total"][0][1] == 4920.0
+    # histograms keep their buckets apart, each its own sample
+    buckets = by_name["vllm:time_to_first_token_seconds_bucket"]
+    assert [labels["le"] for labels, _ in buckets] == ["0.02", "0.1", "+Inf"]
+
+
+def test_vllm_log_lines_keep_each_counter_under_its_own_name():
+    rows = log_rows((FIXTURES / "vllm_server.log").read_text().splitlines())
+    assert [r["kind"] for r in rows] == ["throughput", "spec_decode", "throughput",
+                                         "throughput"]
+    v1, spec, peak, v0 = rows
+    assert (v1["prompt_tok_s"], v1["generation_tok_s"], v1["running_reqs"]) == (1520.4, 27.1, 1)
+    assert spec["accepted_tok_s"] == 29.4 and spec["mean_acceptance_length"] == 2.61
+    assert "generation_tok_s" not in spec  # accepted throughput is not generation throughput
+    assert peak["generation_tok_s"] == 40.7 and v0["generation_tok_s"] == 25.2
+    assert all(r["text"] for r in rows)
+
+
+def test_nvidia_smi_csv():
+    text = "0, 494, 2520, P0, 0x0000000000000000, 97\n1, 2385, 2520, P0, 0x0000000000000000, 98\n"
+    gpus = parse_nvidia_smi(text)
+    assert [(g["index"], g["sm_clock_mhz"], g["max_sm_clock_mhz"]) for g in gpus] == [
+        (0, 494.0, 2520.0), (1, 2385.0, 2520.0)]
+    rows = clock_rows({"node": "n1", "samples": [{"sampled_at": "t", **g} for g in gpus]})
+    assert all(r["under_load"] and r["node"] == "n1" for r in rows)
+
+
+def _metrics(before: float, after: float, counter="vllm:generation_tokens_total"):
+    return pd.DataFrame([
+        {"phase": "before", "name": counter, "labels": "{}", "value": before},
+        {"phase": "after", "name": counter, "labels": "{}", "value": after}])
+
+
+def _window(**overrides):
+    values = {"window_id": "w", "run_id": "r", "failed": 0, "unresolved": 0,
+              "reconcile_tolerance": 0.01, "observation_errors": None}
+    values.update(overrides)
+    return pd.Series(values)
+
+
+REQUESTS = pd.DataFrame([{"is_warmup": False, "status": "completed", "output_tokens": 100,
+                          "prompt_tokens": 10}] * 10
+                        + [{"is_warmup": True, "status": "completed", "output_tokens": 100,
+                            "prompt_tokens": 10}])
+
+
+@pytest.mark.parametrize(("delta", "status"), [(1000, "match"), (1005, "match"),
+                                               (1100, "mismatch"), (900, "mismatch")])
+def test_generation_counter_reconciles_with_measured_usage_only(delta, status):
+    rows = reconcile_window(_window(), REQUESTS, _metrics(5000, 5000 + delta))
+    generation = next(r for r in rows if r["counter"] == "vllm:generation_tokens_total")
+    assert generation["client_value"] == 1000  # the warm-up request is outside the window
+    assert generation["status"] == status
+    assert generation["relative_error"] == pytest.approx(abs(delta - 1000) / 1000)
+
+
+def test_unfinished_requests_make_the_client_count_a_lower_bound():
+    rows = reconcile_window(_window(unresolved=2), REQUESTS, _metrics(0, 1300))
+    generation = next(r for r in rows if r["counter"] == "vllm:generation_tokens_total")
+    assert generation["status"] == "lower bound" and generation["relative_error"] == 0
+
+
+def test_a_server_without_the_counter_is_not_reconciled_but_says_why():
+    rows = reconcile_window(_window(), REQUESTS, _metrics(0, 5, counter="other_total"))
+    assert {r["status"] for r in rows} == {"no counter"}
+    assert "exposes no such counter" in rows[0]["detail"]
+    failed_scrape = reconcile_window(_window(observation_errors="metrics: before: timeout"),
+                                     REQUESTS, _metrics(0, 1000))
+    assert "no /metrics scrape" in failed_scrape[0]["detail"]
+
+
+def test_clock_sampler_reads_nvidia_smi_and_records_a_missing_one(tmp_path, monkeypatch):
+    from benchledger.observe import ClockSampler
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '0, 2400, 2520, P0, 0x0000000000000000, 99'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    sampler = ClockSampler("nvidia-smi", None, "node-a", interval_s=0.05)
+    sampler.start()
+    import time
+
+    time.sleep(0.2)
+    sampler.stop()
+    samples = sampler.result["samples"]
+    assert len(samples) >= 2 and samples[0]["sm_clock_mhz"] == 2400.0
+    assert sampler.result["errors"] == []
+
+    fake.unlink()  # a node without nvidia-smi: recorded, never raised
+    missing = ClockSampler("nvidia-smi", None, "node-a", interval_s=0.05)
+    missing.start()
+    missing.stop()
+    assert missing.result["samples"] == [] and "FileNotFoundError" in missing.result["errors"][0]
