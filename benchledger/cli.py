@@ -62,6 +62,7 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
     from warehouse.export import (
         blocked_entries,
         comparisons,
+        delivered_vs_server,
         latest_run_id,
         published_entries,
         variance,
@@ -69,6 +70,7 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
     from warehouse.report import (
         format_blocked,
         format_comparisons,
+        format_delivered_vs_server,
         format_entries,
         format_variance,
         headline,
@@ -85,6 +87,9 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
         print(format_entries(headline(published)))
         print(f"\n{len(published)} published entries in all (percentiles, per-user and "
               "aggregate rates, outcomes): benchledger publish / benchledger sql")
+        print("\nDelivered (tok/s, from per-request usage) beside what the server said "
+              "(its log lines and counters; never the delivered rate):")
+        print(format_delivered_vs_server(delivered_vs_server(con, run_id)))
         blocked = blocked_entries(con, run_id)
         if len(blocked):
             print(f"\nBlocked entries ({len(blocked)}; not published), by the rule that "

@@ -35,6 +35,10 @@ def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return con.execute(query_sql("comparisons_for_run"), {"run_id": run_id}).df()
 
 
+def delivered_vs_server(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return con.execute(query_sql("delivered_vs_server"), {"run_id": run_id}).df()
+
+
 def variance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return con.execute(query_sql("variance_for_run"), {"run_id": run_id}).df()
 

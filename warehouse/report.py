@@ -112,3 +112,25 @@ def format_variance(report: pd.DataFrame) -> str:
 
 def _percent(value) -> str:
     return "-" if value is None or pd.isna(value) else f"{100 * value:.1f}%"
+
+
+def format_delivered_vs_server(frame: pd.DataFrame) -> str:
+    """Delivered rates beside the server's log and counters, each under its own label."""
+    if frame.empty:
+        return "  (none)"
+    rows = []
+    for r in frame.itertuples():
+        checks = "-" if pd.isna(r.checks) else (
+            f"{int(r.reconciled)}/{int(r.checks)} ok" + (
+                f", {int(r.mismatched)} MISMATCH" if r.mismatched else ""))
+        rows.append({
+            "arm": r.arm, "workload": r.workload, "c": r.concurrency,
+            "delivered throughput": _number(r.delivered_throughput),
+            "delivered decode": _number(r.delivered_decode_rate),
+            "server_log_peak": _number(r.server_log_peak),
+            "server_log_mean": _number(r.server_log_mean),
+            "tokens/chunk": _number(r.tokens_per_chunk),
+            "acceptance (counters)": _number(r.counter_acceptance_length),
+            "counters reconciled": checks,
+        })
+    return pd.DataFrame(rows).to_string(index=False)
