@@ -132,3 +132,16 @@ def simulator_factory():
     yield factory
     for proc in procs:
         stop_process_group(proc)
+
+
+def run_sweep_text(workdir: Path, text: str):
+    """Run a sweep given as TOML text through Airflow into workdir/wh.duckdb; returns
+    (run_id, state, read-only connection). The caller closes the connection."""
+    import duckdb
+
+    from benchledger.cli import run_sweep
+
+    sweep = workdir / "sweep.toml"
+    sweep.write_text(text)
+    run_id, state = run_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
+    return run_id, state, duckdb.connect(str(workdir / "wh.duckdb"), read_only=True)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import textwrap
 
-import duckdb
 import pytest
 
-from benchledger.cli import run_sweep
+from tests.conftest import run_sweep_text
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +51,7 @@ SWEEP = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("labels")
-    sweep = workdir / "labels.toml"
-    sweep.write_text(SWEEP)
-    warehouse = workdir / "wh.duckdb"
-    run_id, state = run_sweep(sweep, warehouse, workdir / "data")
-    con = duckdb.connect(str(warehouse), read_only=True)
+    run_id, state, con = run_sweep_text(tmp_path_factory.mktemp("labels"), SWEEP)
     yield run_id, state, con
     con.close()
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import textwrap
 
-import duckdb
 import pytest
 
-from benchledger.cli import run_sweep
-from tests.conftest import start_simulator, stop_process_group
+from tests.conftest import run_sweep_text, start_simulator, stop_process_group
 
 pytestmark = pytest.mark.integration
 
@@ -83,15 +81,12 @@ def sweep_text(external: str) -> str:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("replication")
     proc, base = start_simulator("--seed", "11")
     try:
-        sweep = workdir / "replication.toml"
-        sweep.write_text(sweep_text(base))
-        run_id, state = run_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
+        run_id, state, con = run_sweep_text(tmp_path_factory.mktemp("replication"),
+                                            sweep_text(base))
     finally:
         stop_process_group(proc)
-    con = duckdb.connect(str(workdir / "wh.duckdb"), read_only=True)
     yield run_id, state, con
     con.close()
 

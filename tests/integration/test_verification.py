@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import textwrap
 
-import duckdb
 import pytest
 
-from benchledger.cli import run_sweep
+from tests.conftest import run_sweep_text
 
 pytestmark = pytest.mark.integration
 
@@ -60,11 +59,7 @@ SWEEP = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("verify")
-    sweep = workdir / "verify.toml"
-    sweep.write_text(SWEEP)
-    run_id, state = run_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
-    con = duckdb.connect(str(workdir / "wh.duckdb"), read_only=True)
+    run_id, state, con = run_sweep_text(tmp_path_factory.mktemp("verify"), SWEEP)
     yield run_id, state, con
     con.close()
 
