@@ -132,7 +132,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     with connect(Path(args.warehouse), read_only=True) as con:
         run_id = args.run or latest_run_id(con)
         out = export_run(con, run_id, Path(args.out))
-    print(f"published entries of run {run_id} written to {out}")
+        count = len(con.execute("SELECT 1 FROM published_entries WHERE run_id = ?",
+                                [run_id]).fetchall())
+    print(f"{count} published entries of run {run_id}")
+    print(f"written to {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
     return 0
 
 
@@ -151,6 +154,15 @@ def cmd_sql(args: argparse.Namespace) -> int:
                 raise CliError("benchledger sql is read-only: the warehouse was opened with "
                                f"read_only=True and refused the statement ({exc})") from exc
             raise CliError(f"query failed: {exc}") from exc
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from warehouse.db import connect
+    from warehouse.lineage import explain
+
+    with connect(Path(args.warehouse), read_only=True) as con:
+        print(explain(con, args.entry_id, args.limit))
     return 0
 
 
@@ -187,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--max-width", type=int, default=60, help="widest column shown")
     sql.add_argument("query")
     sql.set_defaults(func=cmd_sql)
+
+    explain = sub.add_parser("explain", help="an entry's requests, raw files and "
+                                             "expectation results")
+    explain.add_argument("entry_id")
+    explain.add_argument("--warehouse", required=True)
+    explain.add_argument("--limit", type=int, default=20, help="requests listed")
+    explain.set_defaults(func=cmd_explain)
 
     simulator = sub.add_parser("simulator", add_help=False,
                                help="the built-in vLLM-like server (see --help)")

@@ -71,6 +71,11 @@ class RunLayout:
         return Path(self.data_dir) / "raw" / re.sub(r"[^A-Za-z0-9._-]", "_", self.run_id)
 
     @property
+    def export_dir(self) -> Path:
+        """Where the run's publication (validated entries, report) is written."""
+        return Path(self.data_dir) / "published" / self.run_dir.name
+
+    @property
     def run_manifest(self) -> Path:
         return self.run_dir / "run.json"
 

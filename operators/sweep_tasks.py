@@ -151,12 +151,13 @@ def derive() -> dict:
 @task(pool=WAREHOUSE_POOL)
 def publish() -> str:
     """Export the run's published entries (validated only) next to the raw data."""
+    from benchledger.restart import RunLayout
     from warehouse.db import connect
     from warehouse.export import export_run, mark_run_ended
 
     paths = run_paths()
     with connect(paths.warehouse) as con:
-        out = export_run(con, paths.run_id, paths.data_dir / "published")
+        out = export_run(con, paths.run_id, RunLayout(paths.data_dir, paths.run_id).export_dir)
         mark_run_ended(con, paths.run_id)
     return str(out)
 

@@ -1,9 +1,21 @@
-"""Validated-only exports: only rows of `published_entries` ever leave the warehouse."""
+"""Validated-only exports: only rows of `published_entries` ever leave the warehouse.
+
+One folder per publication:
+
+    entries.json, entries.csv   every published entry, every label (the benchmark line)
+    entries.md                  a Markdown table for a methodology page
+    comparisons.json            every verdict, refuted hypotheses included
+    report.html                 a static page with plots; blocked entries in their own section
+    MANIFEST.sha256             `sha256sum -c` checks all of the above
+
+Publishing the same warehouse twice gives byte-identical files: rows are sorted, and
+derivation bookkeeping that differs between runs (derived_at) is left out.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +26,8 @@ from warehouse.db import first_row, query_sql
 
 # Derivation bookkeeping that would make two exports of the same entries differ.
 UNSTABLE_COLUMNS = ("derived_at",)
+EXPORTED_FILES = ("entries.json", "entries.csv", "entries.md", "comparisons.json",
+                  "report.html")
 
 
 def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
@@ -23,45 +37,89 @@ def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
     return row[0]
 
 
+def _frame(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> pd.DataFrame:
+    return con.execute(query_sql(query), {"run_id": run_id}).df()
+
+
 def published_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql("published_for_run"), {"run_id": run_id}).df()
+    return _frame(con, "published_for_run", run_id)
 
 
 def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql("blocked_for_run"), {"run_id": run_id}).df()
+    return _frame(con, "blocked_for_run", run_id)
 
 
 def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql("comparisons_for_run"), {"run_id": run_id}).df()
+    return _frame(con, "comparisons_for_run", run_id)
 
 
 def delivered_vs_server(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql("delivered_vs_server"), {"run_id": run_id}).df()
+    return _frame(con, "delivered_vs_server", run_id)
 
 
 def variance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql("variance_for_run"), {"run_id": run_id}).df()
+    return _frame(con, "variance_for_run", run_id)
 
 
-def _json_ready(frame: pd.DataFrame) -> list[dict]:
-    frame = frame.drop(columns=[c for c in UNSTABLE_COLUMNS if c in frame.columns])
-    records = json.loads(frame.to_json(orient="records", date_format="iso", double_precision=10))
-    return records
+def _stable(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in UNSTABLE_COLUMNS if c in frame.columns])
 
 
-def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out_root: Path) -> Path:
-    """Write entries.json and entries.csv for one run under out_root/<run>/."""
-    out = Path(out_root) / re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+def _json_records(frame: pd.DataFrame) -> str:
+    records = json.loads(_stable(frame).to_json(orient="records", date_format="iso",
+                                                 double_precision=10))
+    return json.dumps(records, indent=1, sort_keys=True) + "\n"
+
+
+def _md_number(value) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{value:.4g}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
+    """A Markdown table of the published entries, every label a reader needs."""
+    header = ("| arm | workload | metric | statistic | phase | scope | c | numerator | value "
+              "| 95% CI | n | restarts | population | prompts | drain | evidence |")
+    lines = [f"# Published entries of run `{run_id}`", "",
+             "Validated entries only; see PROTOCOL.md for what each label means.", "",
+             header, "|" + "---|" * 16]
+    for e in entries.itertuples():
+        interval = ("–" if e.ci95_low is None or pd.isna(e.ci95_low)
+                    else f"[{_md_number(e.ci95_low)}, {_md_number(e.ci95_high)}]")
+        numerator = e.numerator if isinstance(e.numerator, str) else ""
+        lines.append(
+            f"| {e.arm} | {e.workload} | {e.metric} | {e.statistic} | {e.phase} | {e.scope} "
+            f"| {e.concurrency} | {numerator} | {_md_number(e.value)} {e.unit} | {interval} "
+            f"| {e.n_requests} | {e.n_restarts} | {e.population} | {e.prompt_cache or ''} "
+            f"| {e.drain_status or ''} | {e.evidence} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_manifest(out: Path, names: tuple[str, ...]) -> Path:
+    """`sha256sum` format, so `sha256sum -c MANIFEST.sha256` verifies the folder."""
+    lines = [f"{hashlib.sha256((out / name).read_bytes()).hexdigest()}  {name}"
+             for name in sorted(names)]
+    manifest = out / "MANIFEST.sha256"
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest
+
+
+def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path,
+               data_docs: Path | None = None) -> Path:
+    """Write one run's publication into `out` (created if needed)."""
+    from warehouse.report_html import render_report
+
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     entries = published_entries(con, run_id)
-    records = _json_ready(entries)
-    (out / "entries.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
-    entries.drop(columns=[c for c in UNSTABLE_COLUMNS if c in entries.columns]).to_csv(
-        out / "entries.csv", index=False)
+    (out / "entries.json").write_text(_json_records(entries))
+    _stable(entries).to_csv(out / "entries.csv", index=False)
+    (out / "entries.md").write_text(entries_markdown(entries, run_id))
     # Verdicts are published like entries, refuted hypotheses included.
-    found = comparisons(con, run_id)
-    (out / "comparisons.json").write_text(
-        json.dumps(_json_ready(found), indent=1, sort_keys=True) + "\n")
+    (out / "comparisons.json").write_text(_json_records(comparisons(con, run_id)))
+    (out / "report.html").write_text(render_report(con, run_id, data_docs))
+    write_manifest(out, EXPORTED_FILES)
     return out
 
 

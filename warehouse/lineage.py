@@ -1,0 +1,40 @@
+"""`benchledger explain ENTRY_ID`: the chain from a number back to its raw facts."""
+
+from __future__ import annotations
+
+import duckdb
+
+from warehouse.db import query_sql
+
+LABELS = ("entry_id", "run_id", "arm", "workload", "metric", "statistic", "phase", "scope",
+          "concurrency", "numerator", "denominator", "value", "unit", "ci95_low", "ci95_high",
+          "n_requests", "n_restarts", "population", "evidence", "publishable", "blocked_by",
+          "excluded", "harness_version")
+
+
+def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> str:
+    entry = con.execute(f"SELECT {', '.join(LABELS)} FROM entries WHERE entry_id = ?",
+                        [entry_id]).df()
+    if entry.empty:
+        raise LookupError(f"no entry {entry_id!r} in the warehouse")
+    params = {"entry_id": entry_id}
+    requests = con.execute(query_sql("explain_requests"), params).df()
+    files = con.execute(query_sql("explain_files"), params).df()
+    validations = con.execute(query_sql("explain_validations"), params).df()
+    lines = ["Entry:"]
+    lines += [f"  {k}: {v}" for k, v in entry.iloc[0].items()]
+    lines.append(f"\nRequests ({len(requests)}):")
+    lines += [f"  {r.request_id}  {r.status}  output_tokens={r.output_tokens} "
+              f"({r.token_source})  raw {r.raw_file_sha256[:16]}"
+              for r in requests.head(limit).itertuples()]
+    if len(requests) > limit:
+        lines.append(f"  ... {len(requests) - limit} more (benchledger sql: SELECT * FROM "
+                     f"entry_lineage WHERE entry_id = '{entry_id}')")
+    lines.append(f"\nRaw files ({len(files)}):")
+    lines += [f"  sha256 {f.sha256}  {f.kind:<12} rows={f.rows}  {f.path}"
+              for f in files.itertuples()]
+    passed = int(validations["success"].sum()) if len(validations) else 0
+    lines.append(f"\nExpectation results ({len(validations)}, {passed} passed):")
+    lines += [f"  [{'pass' if v.success else 'FAIL'}] {v.suite}/{v.expectation} on "
+              f"{v.subject}: {v.observed}" for v in validations.itertuples()]
+    return "\n".join(lines)
