@@ -3,7 +3,7 @@
 -- length from the spec-decode counters, and how the counters reconciled.
 WITH e AS (
     SELECT arm, workload, concurrency, metric, scope, statistic, numerator, value
-    FROM entries
+    FROM published_entries  -- what is shown must have passed every rule
     WHERE run_id = $run_id
 ), cells AS (
     SELECT DISTINCT arm, workload, concurrency FROM e
