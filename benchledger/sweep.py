@@ -300,6 +300,11 @@ class Sweep(_Strict):
         """The Airflow DAG id of this sweep."""
         return "benchledger_" + self.sweep.name
 
+    @property
+    def publish_dag_id(self) -> str:
+        """The sweep's publish DAG, run by the asset its entries update."""
+        return self.dag_id + "_publish"
+
     def plan(self, arm: Arm) -> ArmPlan:
         d = self.defaults
 

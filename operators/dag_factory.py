@@ -62,5 +62,30 @@ def build_sweep_dag(sweep_path: str | Path) -> DAG:
                 stops.append(stop)
         loaded = t.load(planned)
         stops >> loaded
-        chain(loaded, t.validate(), t.derive(), t.publish(), t.finalize(path))
+        derived = t.derive.override(outlets=[t.entries_asset(sweep.sweep.name)])(
+            sweep.sweep.name)
+        chain(loaded, t.validate(), derived, t.finalize(path))
+    return dag
+
+
+def build_publish_dag(sweep_path: str | Path) -> DAG:
+    """The sweep's publish DAG: data-aware, it runs whenever a run's entries are derived."""
+    sweep = load_sweep(Path(sweep_path).resolve())
+    with DAG(
+        dag_id=sweep.publish_dag_id,
+        description=f"Export the validated entries of sweep {sweep.sweep.name}",
+        schedule=[t.entries_asset(sweep.sweep.name)],
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        tags=["benchledger", f"sweep:{sweep.sweep.name}", "publish"],
+        params={
+            "warehouse": Param(None, type=["null", "string"]),
+            "data_dir": Param(None, type=["null", "string"]),
+            "publish_run_id": Param(None, type=["null", "string"],
+                                    description="run to export (default: the triggering "
+                                                "asset event's, else the latest)"),
+        },
+    ) as dag:
+        t.publish()
     return dag

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow.sdk import get_current_context, task
+from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 WAREHOUSE_POOL = "benchledger_warehouse"  # 1 slot: DuckDB allows one writer per file
@@ -135,30 +135,59 @@ def validate() -> dict:
         return validate_run(con, paths.run_id)
 
 
+def entries_asset(sweep_name: str) -> Asset:
+    """Updated when a run's entries are derived; the sweep's publish DAG runs on it."""
+    return Asset(name=f"benchledger_entries_{sweep_name}",
+                 uri=f"benchledger://entries/{sweep_name}")
+
+
 @task(pool=WAREHOUSE_POOL)
-def derive() -> dict:
-    """Derive entries from validated rows (blocked ones say why), then the comparisons."""
+def derive(sweep_name: str) -> dict:
+    """Derive entries from validated rows (blocked ones say why), then the comparisons;
+    then tell the publish DAG (asset event) which run and warehouse to export."""
     from warehouse.compare import derive_comparisons
     from warehouse.db import connect
     from warehouse.derive import derive_entries
+    from warehouse.export import mark_run_ended
 
     paths = run_paths()
     with connect(paths.warehouse) as con:
-        return {"entries": derive_entries(con, paths.run_id),
-                "comparisons": derive_comparisons(con, paths.run_id)}
+        counts = {"entries": derive_entries(con, paths.run_id),
+                  "comparisons": derive_comparisons(con, paths.run_id)}
+        mark_run_ended(con, paths.run_id)
+    outlet_events = get_current_context()["outlet_events"]
+    outlet_events[entries_asset(sweep_name)].extra = {
+        "run_id": paths.run_id, "warehouse": str(paths.warehouse),
+        "data_dir": str(paths.data_dir)}
+    return counts
 
 
-@task(pool=WAREHOUSE_POOL)
+def _publication_target() -> tuple[str, Path, Path]:
+    """Which run to publish: the asset event that triggered this run, else the params
+    (benchledger run/publish pass them), else the warehouse's latest run."""
+    context = get_current_context()
+    events = context.get("triggering_asset_events") or {}
+    for asset_events in events.values():
+        for event in asset_events:
+            extra = event.extra or {}
+            if {"run_id", "warehouse", "data_dir"} <= set(extra):
+                return extra["run_id"], Path(extra["warehouse"]), Path(extra["data_dir"])
+    params = context.get("params") or {}
+    paths = run_paths()
+    return params.get("publish_run_id"), paths.warehouse, paths.data_dir
+
+
+@task
 def publish() -> str:
-    """Export the run's published entries (validated only) next to the raw data."""
+    """Export one run's validated entries, comparisons and report (read-only)."""
     from benchledger.restart import RunLayout
     from warehouse.db import connect
-    from warehouse.export import export_run, mark_run_ended
+    from warehouse.export import export_run, latest_run_id
 
-    paths = run_paths()
-    with connect(paths.warehouse) as con:
-        out = export_run(con, paths.run_id, RunLayout(paths.data_dir, paths.run_id).export_dir)
-        mark_run_ended(con, paths.run_id)
+    run_id, warehouse, data_dir = _publication_target()
+    with connect(warehouse, read_only=True) as con:
+        run_id = run_id or latest_run_id(con)
+        out = export_run(con, run_id, RunLayout(data_dir, run_id).export_dir)
     return str(out)
 
 

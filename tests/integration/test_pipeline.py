@@ -210,7 +210,7 @@ def test_sql_and_publish_commands(passing_run, workdir, capsys):
     out = workdir / "export"
     assert cli_main(["publish", "--warehouse", wh, "--out", str(out),
                      "--run", passing_run["run_id"]]) == 0
-    exported = json.loads(next(out.glob("*/entries.json")).read_text())
+    exported = json.loads((out / "entries.json").read_text())
     published = query(wh, "SELECT entry_id FROM published_entries WHERE run_id = ?",
                       [passing_run["run_id"]])
     assert sorted(e["entry_id"] for e in exported) == sorted(e for e, in published)
