@@ -117,7 +117,7 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     if row is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
     sweep = parse_sweep(row[0], source=f"runs[{run_id}].sweep_toml")
-    entries = con.execute("SELECT * FROM entries WHERE run_id = ?", [run_id]).df()
+    entries = con.execute("SELECT * FROM current_entries WHERE run_id = ?", [run_id]).df()
     restart_means = con.execute(query_sql("entry_restart_means_for_run"),
                                 {"run_id": run_id}).df()
     restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "

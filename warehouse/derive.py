@@ -150,8 +150,20 @@ LOG_METRICS = (("server_log_generation_throughput", "generation_tok_s"),
                ("server_log_accepted_throughput", "accepted_tok_s"))
 
 
-def entry_id(run_id: str, *labels) -> str:
-    return hashlib.sha256(json.dumps([run_id, *labels]).encode()).hexdigest()[:20]
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
+
+
+def entry_key(run_id: str, *labels) -> str:
+    """What the entry is (run and labels): the same across re-derivations."""
+    return _digest(run_id, *labels)
+
+
+def entry_id(key: str, used: pd.DataFrame, blocked: list[str]) -> str:
+    """Which derivation it is: the key plus the exact requests (and raw files) behind the
+    value and the rules that blocked it. New data gives a new id; the old entry stays."""
+    inputs = sorted(zip(used["request_id"], used["raw_file_sha256"], strict=True))
+    return _digest(key, inputs, sorted(blocked))
 
 
 @dataclass
@@ -406,15 +418,16 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
         computed = _request_entries(cell) + _window_entries(cell) + _log_entries(cell)
         for entry, used, restart_rows in computed:
             entry = {**labels, **entry}
-            entry["entry_id"] = entry_id(run_id, entry["arm"], entry["workload"],
-                                         entry["metric"], entry["scope"],
-                                         entry["concurrency"], entry["statistic"],
-                                         entry["numerator"])
             blocked = cell.blocked_by()
             if entry.get("value") is None:
                 blocked.append(f"no_validated_requests [{cell.plan.arm.name}/{cell.workload}"
                                f"-c{cell.concurrency}]: expected a value from windows that "
                                "passed every rule, found none")
+            entry["entry_key"] = entry_key(run_id, entry["arm"], entry["workload"],
+                                           entry["metric"], entry["scope"],
+                                           entry["concurrency"], entry["statistic"],
+                                           entry["numerator"])
+            entry["entry_id"] = entry_id(entry["entry_key"], used, blocked)
             candidates.append((entry, blocked, used, list(cell.rules["validation_id"]),
                                restart_rows))
     new = [c for c in candidates
@@ -443,7 +456,7 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
 
 def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list) -> None:
     """Run the entry rules; record every result; a failure blocks its entry."""
-    frame = pd.DataFrame([entry for entry, *_ in candidates])
+    frame = pd.DataFrame([entry for entry, *_ in candidates]).drop(columns=["entry_key"])
     results = run_entry_gate(frame)
     ids = store_results(con, run_id, results)
     by_entry = {entry["entry_id"]: (blocked, validation_ids)

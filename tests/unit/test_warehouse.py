@@ -155,3 +155,35 @@ def test_tokens_per_chunk_above_one_carries_the_under_report_warning(con, tmp_pa
     (warning,), = con.execute("SELECT warning FROM entries WHERE metric = 'tokens_per_chunk' "
                               "AND statistic = 'mean'").fetchall()
     assert warning.startswith("chunk counting would under-report") and "x3.00" in warning
+
+
+def test_new_data_makes_new_entry_ids_and_old_ones_stay_queryable(con, tmp_path):
+    layout = RunLayout(tmp_path / "data", RUN_ID)
+
+    def window(k, decode_s):
+        wid = layout.window_id("a", k, "code", 1)
+        return [request_row(wid, i, decode_s=decode_s, submit_s=i * 10) for i in range(5)]
+
+    write_synthetic_run(tmp_path, SWEEP, {("a", 0, "code"): (window(0, 1.0), {})})
+    load_run_dir(con, layout.run_dir)
+    validate_run(con, RUN_ID)
+    derive_entries(con, RUN_ID)
+    first = dict(con.execute("SELECT metric, value FROM published_entries "
+                             "WHERE scope = 'single_stream' AND statistic = 'mean'").fetchall())
+    # nothing published yet: r1's window is missing (windows_present), so all are blocked
+    assert first == {}
+    old_ids = {e for e, in con.execute("SELECT entry_id FROM entries").fetchall()}
+
+    write_synthetic_run(tmp_path, SWEEP, {("a", 1, "code"): (window(1, 0.5), {})})
+    load_run_dir(con, layout.run_dir)  # the late window arrives
+    validate_run(con, RUN_ID)
+    derive_entries(con, RUN_ID)
+    history = con.execute("SELECT entry_id, value, is_current FROM entry_history "
+                          "WHERE metric = 'decode_rate' AND scope = 'single_stream' "
+                          "AND statistic = 'mean' ORDER BY is_current").fetchall()
+    assert len(history) == 2 and history[0][0] in old_ids and history[1][0] not in old_ids
+    assert history[0][1] == pytest.approx(20.0) and history[1][1] == pytest.approx(30.0)
+    published = con.execute("SELECT entry_id FROM published_entries WHERE metric = "
+                            "'decode_rate' AND scope = 'single_stream'").fetchall()
+    assert published == [(history[1][0],)]
+    assert old_ids <= {e for e, in con.execute("SELECT entry_id FROM entries").fetchall()}
