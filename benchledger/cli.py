@@ -159,7 +159,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
         try:
             relation = con.sql(args.query)
             if relation is not None:
-                print(relation.df().to_string(index=False, max_colwidth=args.max_width))
+                frame = relation.df()
+                print(frame.to_string(index=False, max_colwidth=args.max_width)
+                      if len(frame) else f"{' | '.join(frame.columns)}\n(0 rows)")
         except duckdb.Error as exc:
             if "read-only" in str(exc):
                 raise CliError("benchledger sql is read-only: the warehouse was opened with "
