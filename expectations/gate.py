@@ -12,6 +12,11 @@ every window of a concurrency ladder; three validations per call stay flat.
 
 GX itself is imported lazily: importing great_expectations takes seconds, and this module
 is imported by code (DAG files, the warehouse) that must stay cheap to import.
+
+Data Docs (optional, `docs_dir=`): the very results the rows come from are also stored in a
+GX validation results store and rendered by `context.build_data_docs()` into a filesystem
+site rooted at docs_dir (docs_dir/index.html). The suites and results live in file stores
+under docs_dir/.gx/, so later calls with the same docs_dir add to the same index.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -29,7 +35,8 @@ SUITES = ("restarts", "windows", "measured_requests")  # run_gate; run_entry_gat
 _SUBJECT = "subject"
 # GX map expectations skip nulls, so a NULL status/token_source/temperature would pass
 # silently. Rules that must see every row check a copy where nulls become this marker.
-_NULL = "<null>"
+# No angle brackets: Data Docs writes unexpected values into its HTML unescaped.
+_NULL = "[null]"
 _MAX_LISTED = 3
 
 # The protocol rule -> GX expectation table. Columns named *_or_null, accounted and
@@ -132,9 +139,16 @@ class RuleResult:
 
 
 def run_gate(
-    restarts: pd.DataFrame, windows: pd.DataFrame, requests: pd.DataFrame
+    restarts: pd.DataFrame,
+    windows: pd.DataFrame,
+    requests: pd.DataFrame,
+    *,
+    docs_dir: Path | None = None,
 ) -> list[RuleResult]:
-    """Run every rule over one sweep run's rows; one RuleResult per (subject, rule)."""
+    """Run every rule over one sweep run's rows; one RuleResult per (subject, rule).
+
+    With docs_dir, the three validations are also rendered as GX Data Docs there.
+    """
     _check_columns(restarts=restarts, windows=windows, requests=requests)
     frames = {
         "restarts": _prepare_restarts(restarts),
@@ -148,23 +162,33 @@ def run_gate(
         "windows": _unique(windows["window_id"]),
         "measured_requests": _unique([*windows["window_id"], *requests["window_id"]]),
     }
-    context = _ephemeral_context()
+    context = _ephemeral_context(docs_dir)
+    docs = _DocsRun(context, "run_gate") if docs_dir is not None else None
     results: list[RuleResult] = []
     for suite in SUITES:
-        gx_results = _validate_suite(context, suite, frames[suite])
+        gx_results = _validate_suite(context, suite, frames[suite], docs)
         for _, rule, _, kwargs in _rules_of(suite):
             results.extend(
                 _split_by_subject(suite, rule, kwargs, gx_results[rule], frames[suite],
                                   subjects[suite])
             )  # fmt: skip
+    if docs is not None:
+        docs.build()
     return results
 
 
-def run_entry_gate(entries: pd.DataFrame) -> list[RuleResult]:
-    """Run the entry rules over derived entries; one RuleResult per (entry_id, rule)."""
+def run_entry_gate(entries: pd.DataFrame, *, docs_dir: Path | None = None) -> list[RuleResult]:
+    """Run the entry rules over derived entries; one RuleResult per (entry_id, rule).
+
+    With docs_dir, the validation is also rendered as GX Data Docs there.
+    """
     _check_columns(entries=entries)
     frame = _prepare_entries(entries)
-    gx_results = _validate_suite(_ephemeral_context(), "entries", frame)
+    context = _ephemeral_context(docs_dir)
+    docs = _DocsRun(context, "run_entry_gate") if docs_dir is not None else None
+    gx_results = _validate_suite(context, "entries", frame, docs)
+    if docs is not None:
+        docs.build()
     subjects = _unique(entries["entry_id"])
     results: list[RuleResult] = []
     for _, rule, _, kwargs in _rules_of("entries"):
@@ -275,15 +299,91 @@ def _unique(values: Iterable[Any]) -> list[Any]:
 # --- GX -------------------------------------------------------------------------------
 
 
-def _ephemeral_context() -> Any:
+_DOCS_SITE = "gate"
+_DOCS_STORES = ".gx"  # inside docs_dir: the suites and results the site is rendered from
+
+
+def _ephemeral_context(docs_dir: Path | None = None) -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    context = gx.get_context(mode="ephemeral")
+    if docs_dir is None:
+        context = gx.get_context(mode="ephemeral")
+    else:
+        context = gx.get_context(mode="ephemeral", project_config=_docs_config(Path(docs_dir)))
     # GX 1.24 draws a tqdm "Calculating Metrics" bar on stderr for every validation
     # unless the context's progress_bars variable turns it off.
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context
+
+
+def _docs_config(docs_dir: Path) -> Any:
+    """An in-memory context, except for what Data Docs must find again in a later call.
+
+    The site's index lists only results its source store still holds (and deletes pages
+    whose result or suite is gone), so the expectations and validation results stores are
+    files under docs_dir/.gx/; everything else (datasources, ...) stays in memory.
+    """
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+    )
+
+    root = docs_dir.resolve()  # the stores resolve relative paths against no root
+    defaults = InMemoryStoreBackendDefaults()
+    for store, folder in ((defaults.expectations_store_name, "expectations"),
+                          (defaults.validation_results_store_name, "validations")):
+        defaults.stores[store]["store_backend"] = {
+            "class_name": "TupleFilesystemStoreBackend",
+            "base_directory": str(root / _DOCS_STORES / folder),
+        }
+    site = {
+        "class_name": "SiteBuilder",
+        "show_how_to_buttons": False,  # GX tutorial links, not about this data
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                          "base_directory": str(root)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        # Our results are never profiling runs; skip that section's scan of the store.
+        "site_section_builders": {"profiling": "None"},
+    }
+    return DataContextConfig(store_backend_defaults=defaults,
+                             data_docs_sites={_DOCS_SITE: site}, analytics_enabled=False)
+
+
+class _DocsRun:
+    """One gate call's validation results, stored for and rendered into Data Docs."""
+
+    def __init__(self, context: Any, run_name: str) -> None:
+        import datetime
+
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        self.context = context
+        self.run_id = RunIdentifier(run_name=run_name,
+                                    run_time=datetime.datetime.now(datetime.UTC))
+        self.keys: list[Any] = []
+
+    def store(self, suite: str, batch_id: str, outcome: Any) -> None:
+        from great_expectations.data_context.types.resource_identifiers import (
+            ExpectationSuiteIdentifier,
+            ValidationResultIdentifier,
+        )
+
+        suite_key = ExpectationSuiteIdentifier(name=suite)
+        # The validation page shows the run's name and time from meta, as a
+        # ValidationDefinition run would record them.
+        outcome.meta["run_id"] = self.run_id
+        outcome.meta["validation_time"] = self.run_id.run_time
+        key = ValidationResultIdentifier(expectation_suite_identifier=suite_key,
+                                         run_id=self.run_id, batch_identifier=batch_id)
+        self.context.validation_results_store.store_validation_results(
+            suite_validation_result=outcome, suite_validation_result_identifier=key,
+            expectation_suite_identifier=suite_key)
+        self.keys += [key, suite_key]
+
+    def build(self) -> None:
+        # Only this call's pages are rendered; the index is rebuilt over every stored result.
+        self.context.build_data_docs(site_names=[_DOCS_SITE], resource_identifiers=self.keys)
 
 
 def _rules_of(suite: str) -> list[tuple[str, str, str, dict[str, Any]]]:
@@ -295,21 +395,45 @@ def _build_suite(suite: str) -> Any:
 
     expectations = [
         # meta carries the rule name so each GX result can be matched back to its rule.
-        getattr(gx.expectations, expectation)(**kwargs, meta={"rule": rule})
+        getattr(gx.expectations, expectation)(
+            **kwargs, meta={"rule": rule}, description=_describe(rule, expectation, kwargs))
         for _, rule, expectation, kwargs in _rules_of(suite)
     ]
     return gx.ExpectationSuite(name=suite, expectations=expectations)
 
 
-def _validate_suite(context: Any, suite: str, frame: pd.DataFrame) -> dict[str, Any]:
-    """Validate one suite over one whole-DataFrame batch; results keyed by rule name."""
+def _describe(rule: str, expectation: str, kwargs: dict[str, Any]) -> str:
+    """What Data Docs shows for an expectation: the rule, its meaning and the GX check.
+
+    Data Docs renders a description in place of GX's generic sentence, which would name
+    neither the rule nor its meaning.
+    """
+    import great_expectations as gx
+
+    columns = " vs ".join(str(kwargs[k]) for k in ("column", "column_A", "column_B")
+                          if k in kwargs)
+    gx_type = getattr(gx.expectations, expectation).expectation_type
+    return f"{rule}: {RULES[rule]} [{gx_type} on {columns}]"
+
+
+def _validate_suite(
+    context: Any, suite: str, frame: pd.DataFrame, docs: _DocsRun | None = None
+) -> dict[str, Any]:
+    """Validate one suite over one whole-DataFrame batch; results keyed by rule name.
+
+    With docs, the suite result is also stored for Data Docs (rendered by docs.build()).
+    """
     datasource = context.data_sources.add_pandas(name=f"gate_{suite}")
     asset = datasource.add_dataframe_asset(name=suite)
     batch_definition = asset.add_batch_definition_whole_dataframe(name="whole")
-    expectation_suite = context.suites.add(_build_suite(suite))
+    # A docs context keeps its suites on disk, so an earlier call may have added this one.
+    add = context.suites.add_or_update if docs is not None else context.suites.add
+    expectation_suite = add(_build_suite(suite))
     batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
     # COMPLETE (not the default SUMMARY) is what lists every unexpected row index.
     outcome = batch.validate(expectation_suite, result_format={"result_format": "COMPLETE"})
+    if docs is not None:
+        docs.store(suite, batch.id, outcome)
     return {result.expectation_config.meta["rule"]: result for result in outcome.results}
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import unquote
+
 import pandas as pd
 import pytest
 
@@ -303,3 +306,33 @@ def test_clock_under_load(ratio, require, passes):
     result = by_key(run_gate(restarts, windows, requests))[("r0", "clock_under_load")]
     assert result.success is passes
     assert result.observed.startswith("expected SM clock under load >= 0.9 of max, found")
+
+
+def test_data_docs_render_each_suite_validated_and_accumulate(tmp_path):
+    docs = tmp_path / "docs"
+    run = make_run()
+    entries = pd.DataFrame([entry(), entry(entry_id="e2", numerator=None)])  # e2 fails a rule
+    gate_results = run_gate(*run, docs_dir=docs)
+    entry_results = run_entry_gate(entries, docs_dir=docs)  # same site: adds to the index
+    # Docs change nothing about the rows returned.
+    assert gate_results == run_gate(*run)
+    assert entry_results == run_entry_gate(entries)
+
+    index = docs / "index.html"
+    assert index.is_file()
+    # The index lists one validation result page per suite validated, across both calls.
+    links = set(re.findall(r"'_table_row_link_path': '(validations/[^']+\.html)'",
+                           index.read_text()))
+    pages = {link.split("/")[1]: docs / unquote(link) for link in links}
+    assert len(links) == 4
+    assert set(pages) == {*SUITES, "entries"}
+    text = {suite: page.read_text() for suite, page in pages.items()}
+    # Each page renders its expectations, named by rule and by GX expectation type.
+    assert "expect_column_values_to_be_in_set" in text["restarts"]
+    for suite, rules in [*SUITE_RULES.items(), ("entries", ENTRY_RULES)]:
+        assert all(rule in text[suite] for rule in rules), suite
+    # ... and shows the results of the data validated: e2's missing numerator fails.
+    status = {suite: re.search(r"Status:</span>.*?</i> (\w+)", page).group(1)
+              for suite, page in text.items()}
+    assert status == {**dict.fromkeys(SUITES, "Succeeded"), "entries": "Failed"}
+    assert "[null]" in text["entries"]
