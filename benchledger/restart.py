@@ -76,6 +76,11 @@ class RunLayout:
         return Path(self.data_dir) / "published" / self.run_dir.name
 
     @property
+    def data_docs_dir(self) -> Path:
+        """Where the run's expectation results are rendered as GX Data Docs."""
+        return Path(self.data_dir) / "gx-data-docs" / self.run_dir.name
+
+    @property
     def run_manifest(self) -> Path:
         return self.run_dir / "run.json"
 

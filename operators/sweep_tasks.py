@@ -127,12 +127,14 @@ def load(run_dir: str | None = None) -> dict:
 @task(pool=WAREHOUSE_POOL)
 def validate() -> dict:
     """Run the GX gate over the run's rows; every result becomes a `validations` row."""
+    from benchledger.restart import RunLayout
     from warehouse.db import connect
     from warehouse.validate import validate_run
 
     paths = run_paths()
+    docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
     with connect(paths.warehouse) as con:
-        return validate_run(con, paths.run_id)
+        return validate_run(con, paths.run_id, docs_dir=docs)
 
 
 def entries_asset(sweep_name: str) -> Asset:
@@ -145,14 +147,16 @@ def entries_asset(sweep_name: str) -> Asset:
 def derive(sweep_name: str) -> dict:
     """Derive entries from validated rows (blocked ones say why), then the comparisons;
     then tell the publish DAG (asset event) which run and warehouse to export."""
+    from benchledger.restart import RunLayout
     from warehouse.compare import derive_comparisons
     from warehouse.db import connect
     from warehouse.derive import derive_entries
     from warehouse.export import mark_run_ended
 
     paths = run_paths()
+    docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
     with connect(paths.warehouse) as con:
-        counts = {"entries": derive_entries(con, paths.run_id),
+        counts = {"entries": derive_entries(con, paths.run_id, docs_dir=docs),
                   "comparisons": derive_comparisons(con, paths.run_id)}
         mark_run_ended(con, paths.run_id)
     outlet_events = get_current_context()["outlet_events"]

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -409,8 +410,10 @@ def _window_stats(values: dict[str, float]) -> dict:
             "restart_mean": iv.mean, "restart_ci95_low": iv.low, "restart_ci95_high": iv.high}
 
 
-def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
-    """Write the run's entries and their lineage; returns how many were new."""
+def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
+                   docs_dir: Path | None = None) -> int:
+    """Write the run's entries and their lineage; returns how many were new. The entry
+    rules' results join the run's GX Data Docs when docs_dir is given."""
     facts = RunFacts.query(con, run_id)
     candidates = []  # (entry, blocked reasons, requests used, validations behind it)
     for cell in _cells(facts, run_id):
@@ -435,7 +438,7 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
                             [c[0]["entry_id"]])[0]]  # an entry never silently changes
     if not new:
         return 0
-    _gate_entries(con, run_id, new)
+    _gate_entries(con, run_id, new, docs_dir)
     now = datetime.now(UTC)
     for entry, blocked, used, validation_ids, restart_rows in new:
         entry.update(publishable=not blocked, blocked_by="; ".join(blocked) or None,
@@ -454,10 +457,11 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     return len(new)
 
 
-def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list) -> None:
+def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list,
+                  docs_dir: Path | None) -> None:
     """Run the entry rules; record every result; a failure blocks its entry."""
     frame = pd.DataFrame([entry for entry, *_ in candidates]).drop(columns=["entry_key"])
-    results = run_entry_gate(frame)
+    results = run_entry_gate(frame, docs_dir=docs_dir)
     ids = store_results(con, run_id, results)
     by_entry = {entry["entry_id"]: (blocked, validation_ids)
                 for entry, blocked, _, validation_ids, _ in candidates}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -96,22 +97,41 @@ def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_manifest(out: Path, names: tuple[str, ...]) -> Path:
-    """`sha256sum` format, so `sha256sum -c MANIFEST.sha256` verifies the folder."""
+def write_manifest(out: Path) -> Path:
+    """`sha256sum` format over every file of the folder (Data Docs included), so
+    `sha256sum -c MANIFEST.sha256` verifies it."""
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                   if p.is_file() and p.name != "MANIFEST.sha256")
     lines = [f"{hashlib.sha256((out / name).read_bytes()).hexdigest()}  {name}"
-             for name in sorted(names)]
+             for name in names]
     manifest = out / "MANIFEST.sha256"
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
 
 
-def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path,
-               data_docs: Path | None = None) -> Path:
+DATA_DOCS = "gx-data-docs"  # the run's GX Data Docs, copied next to the report
+
+
+def _copy_data_docs(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path | None:
+    row = first_row(con, "SELECT data_docs_path FROM runs WHERE run_id = ?", [run_id])
+    source = Path(row[0]) if row and row[0] else None
+    if source is None or not (source / "index.html").exists():
+        return None
+    target = out / DATA_DOCS
+    if target.resolve() != source.resolve():
+        shutil.rmtree(target, ignore_errors=True)
+        # Only the rendered pages travel; GX's own stores stay with the run's raw data.
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns(".*"))
+    return Path(DATA_DOCS) / "index.html"
+
+
+def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path:
     """Write one run's publication into `out` (created if needed)."""
     from warehouse.report_html import render_report
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    data_docs = _copy_data_docs(con, run_id, out)
     entries = published_entries(con, run_id)
     (out / "entries.json").write_text(_json_records(entries))
     _stable(entries).to_csv(out / "entries.csv", index=False)
@@ -119,7 +139,7 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path,
     # Verdicts are published like entries, refuted hypotheses included.
     (out / "comparisons.json").write_text(_json_records(comparisons(con, run_id)))
     (out / "report.html").write_text(render_report(con, run_id, data_docs))
-    write_manifest(out, EXPORTED_FILES)
+    write_manifest(out)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -38,7 +39,10 @@ def coverage_results(run_id: str, sweep_toml: str, windows: pd.DataFrame) -> lis
     return results
 
 
-def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
+                 docs_dir: Path | None = None) -> dict:
+    """Run the gate over the run's rows and store every result; with docs_dir, also render
+    the results as GX Data Docs there and remember where (runs.data_docs_path)."""
     params = {"run_id": run_id}
     row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
     if row is None:
@@ -47,8 +51,12 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     restarts = con.execute(query_sql("gate_restarts"), params).df()
     windows = con.execute(query_sql("gate_windows"), params).df()
     requests = con.execute(query_sql("measured_requests"), params).df()
-    results = run_gate(restarts, windows, requests) + coverage_results(run_id, row[0], windows)
+    results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
+               + coverage_results(run_id, row[0], windows))
     store_results(con, run_id, results)
+    if docs_dir is not None:
+        con.execute("UPDATE runs SET data_docs_path = ? WHERE run_id = ?",
+                    [str(docs_dir), run_id])
     failed = [f"{r.expectation} [{r.subject}]" for r in results if not r.success]
     return {"results": len(results), "failed": len(failed), "failed_rules": failed[:20]}
 

@@ -66,8 +66,8 @@ def warehouse(tmp_path_factory):
     path = tmp / "wh.duckdb"
     with connect(path) as con:
         load_run_dir(con, layout.run_dir)
-        validate_run(con, RUN_ID)
-        derive_entries(con, RUN_ID)
+        validate_run(con, RUN_ID, docs_dir=layout.data_docs_dir)
+        derive_entries(con, RUN_ID, docs_dir=layout.data_docs_dir)
     return path
 
 
@@ -89,7 +89,8 @@ def test_manifest_verifies_every_exported_file(exported):
     for line in (exported / "MANIFEST.sha256").read_text().splitlines():
         digest, name = line.split("  ")
         listed[name] = digest
-    assert set(listed) == set(EXPORTED_FILES)
+    assert set(EXPORTED_FILES) <= set(listed)
+    assert all(name.startswith("gx-data-docs/") for name in set(listed) - set(EXPORTED_FILES))
     for name, digest in listed.items():
         assert hashlib.sha256((exported / name).read_bytes()).hexdigest() == digest
     if shutil.which("sha256sum"):
@@ -174,3 +175,12 @@ def test_explain_lists_requests_raw_files_and_expectations(warehouse, capsys):
     assert all(sha in out for sha in shas) and len(shas) == 2
     assert "[pass] windows/accounting_balances" in out
     assert "[pass] entries/rate_numerator_labelled" in out
+
+
+def test_gx_data_docs_travel_with_the_report_and_are_linked(exported):
+    index = exported / "gx-data-docs" / "index.html"
+    assert index.exists()
+    assert "href='gx-data-docs/index.html'" in (exported / "report.html").read_text()
+    pages = " ".join(p.read_text(errors="replace") for p in index.parent.rglob("*.html"))
+    for suite in ("restarts", "windows", "measured_requests", "entries"):
+        assert suite in pages
