@@ -75,7 +75,7 @@ def passing_run(workdir, external_server):
     """))
     before = generation_tokens(external_server)
     warehouse = workdir / "wh.duckdb"
-    run_id, state = run_sweep(sweep, warehouse, workdir / "data")
+    run_id, state = run_sweep(sweep, warehouse, workdir / "data", publish=True)
     after = generation_tokens(external_server)
     return {"run_id": run_id, "state": state, "warehouse": warehouse,
             "external_generated": after - before}
@@ -214,3 +214,15 @@ def test_sql_and_publish_commands(passing_run, workdir, capsys):
     published = query(wh, "SELECT entry_id FROM published_entries WHERE run_id = ?",
                       [passing_run["run_id"]])
     assert sorted(e["entry_id"] for e in exported) == sorted(e for e, in published)
+
+
+def test_the_publish_dag_exported_the_run(passing_run, workdir):
+    from benchledger.restart import RunLayout
+
+    out = RunLayout(workdir / "data", passing_run["run_id"]).export_dir
+    assert {"entries.json", "report.html", "MANIFEST.sha256"} <= {p.name for p in out.iterdir()}
+    assert (out / "gx-data-docs" / "index.html").exists()
+    exported = {e["entry_id"] for e in json.loads((out / "entries.json").read_text())}
+    published = query(passing_run["warehouse"], "SELECT entry_id FROM published_entries "
+                                                "WHERE run_id = ?", [passing_run["run_id"]])
+    assert exported == {e for e, in published}
