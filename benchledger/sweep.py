@@ -254,36 +254,13 @@ class Sweep(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _http_clocks_have_a_url(self) -> Sweep:
+    def _arm_plans_are_runnable(self) -> Sweep:
+        """Each arm with [defaults] applied: checks that need both (one place, one loop)."""
         for i, arm in enumerate(self.arms):
             plan = self.plan(arm)
-            if plan.clock_source == "http" and not plan.clock_url:
-                raise ValueError(f"arms[{i}] ({arm.name}): clock_source = 'http' needs a "
-                                 "clock_url (e.g. \"{base_url}/clocks\")")
-        return self
-
-    @model_validator(mode="after")
-    def _poisson_has_rate(self) -> Sweep:
-        for i, arm in enumerate(self.arms):
-            arrival = arm.arrival or self.defaults.arrival
-            if arrival == "poisson" and (arm.rate_rps or self.defaults.rate_rps) is None:
-                raise ValueError(f"arms[{i}] ({arm.name}): arrival = 'poisson' needs rate_rps "
-                                 "(in [defaults] or the arm)")
-        return self
-
-    @model_validator(mode="after")
-    def _n_meets_the_protocol(self) -> Sweep:
-        for i, arm in enumerate(self.arms):
-            plan = self.plan(arm)
-            kind = "speculative" if arm.is_speculative else "non-speculative"
-            if plan.min_requests_key is not None and plan.min_requests_key < plan.protocol_floor:
-                raise ValueError(
-                    f"arms[{i}] ({arm.name}): min_requests = {plan.min_requests_key} is below "
-                    f"the protocol's n >= {plan.protocol_floor} for {kind} arms (T4)")
-            if plan.requests < plan.min_requests:
-                raise ValueError(
-                    f"arms[{i}] ({arm.name}): requests = {plan.requests} is below the n the "
-                    f"gate requires ({plan.min_requests} for {kind} arms, T4)")
+            problem = (_n_problem(plan) or _clock_problem(plan) or _arrival_problem(plan))
+            if problem:
+                raise ValueError(f"arms[{i}] ({arm.name}): {problem}")
         return self
 
     @model_validator(mode="after")
@@ -349,6 +326,29 @@ class Sweep(_Strict):
             if workload.name == name:
                 return workload
         raise KeyError(f"sweep {self.sweep.name!r} has no workload {name!r}")
+
+
+def _n_problem(plan: ArmPlan) -> str | None:
+    kind = "speculative" if plan.arm.is_speculative else "non-speculative"
+    if plan.min_requests_key is not None and plan.min_requests_key < plan.protocol_floor:
+        return (f"min_requests = {plan.min_requests_key} is below the protocol's "
+                f"n >= {plan.protocol_floor} for {kind} arms (T4)")
+    if plan.requests < plan.min_requests:
+        return (f"requests = {plan.requests} is below the n the gate requires "
+                f"({plan.min_requests} for {kind} arms, T4)")
+    return None
+
+
+def _clock_problem(plan: ArmPlan) -> str | None:
+    if plan.clock_source == "http" and not plan.clock_url:
+        return "clock_source = 'http' needs a clock_url (e.g. \"{base_url}/clocks\")"
+    return None
+
+
+def _arrival_problem(plan: ArmPlan) -> str | None:
+    if plan.arrival == "poisson" and plan.rate_rps is None:
+        return "arrival = 'poisson' needs rate_rps (in [defaults] or the arm)"
+    return None
 
 
 def server_settings(arm: Arm) -> tuple:

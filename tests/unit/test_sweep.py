@@ -106,3 +106,14 @@ def test_comparisons_name_real_arms_and_known_metrics():
         parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "c"\nmetric = "ttft"\n')
     with pytest.raises(SweepError, match=r"comparisons\[0\]\.metric"):
         parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "speed"\n')
+
+
+def test_arm_settings_that_need_each_other():
+    poisson = MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\narrival = "poisson"')
+    with pytest.raises(SweepError, match=r"arms\[0\] \(a\): arrival = 'poisson' needs rate_rps"):
+        parse_sweep(poisson)
+    assert parse_sweep(poisson.replace('arrival = "poisson"',
+                                       'arrival = "poisson"\nrate_rps = 2.0')).arm("a").rate_rps
+    http = MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nclock_source = "http"')
+    with pytest.raises(SweepError, match=r"clock_source = 'http' needs a clock_url"):
+        parse_sweep(http)
