@@ -7,6 +7,7 @@ process never imports Airflow and a user's own Airflow settings are left alone.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -37,6 +38,10 @@ def _write_dag_file(sweep_path: Path, dags_folder: Path) -> Path:
     return dag_file
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
               publish: bool = False) -> tuple[str, str]:
     """Run one sweep through its Airflow DAG; returns (run_id, final DAG run state)."""
@@ -52,7 +57,18 @@ def run_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     print(f"running sweep {sweep.sweep.name!r} ({sweep_path}) through Airflow; "
           f"task logs: {log_file}", flush=True)
     conf = {"warehouse": str(warehouse), "data_dir": str(data_dir)}
-    result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf, log_file)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed run cleans up too
+    try:
+        result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf, log_file)
+    except KeyboardInterrupt:
+        # The run's teardown tasks did not get to run: stop what they would have stopped.
+        from benchledger.restart import stop_leftover_servers
+
+        for line in stop_leftover_servers(data_dir):
+            print(f"interrupted: {line}", file=sys.stderr)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if publish and result.run_id and warehouse.exists():
         # Without a scheduler the asset event triggers nothing: run the publish DAG here.
         published = run_in_subprocess(dag_file, sweep.publish_dag_id, airflow_home,
@@ -237,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LookupError, OSError, RuntimeError) as exc:
         print(f"benchledger {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"benchledger {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

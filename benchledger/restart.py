@@ -282,3 +282,23 @@ def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
                         problems.append(f"{arm.name} r{k}: no window for {workload.name} "
                                         f"at concurrency {concurrency}")
     return problems
+
+
+def stop_leftover_servers(data_dir: Path) -> list[str]:
+    """Stop servers whose stop task never ran (an interrupted run): any restart manifest
+    under data_dir with a pid and no stopped_at. Returns what was done, per restart."""
+    done = []
+    for path in sorted(Path(data_dir).glob("raw/*/*/r*/restart.json")):
+        manifest = read_json(path)
+        if manifest.get("stopped_at") or not manifest.get("pid"):
+            continue
+        handle = lifecycle.ServerHandle(base_url=manifest.get("base_url") or "",
+                                        pid=manifest["pid"], port=None, command=None,
+                                        command_template=None,
+                                        log_path=manifest.get("log_path"))
+        outcome = lifecycle.stop(handle)
+        manifest.update(stopped_at=utc_now(),
+                        stop_status=f"stopped after an interrupted run: {outcome}")
+        write_json(path, manifest)
+        done.append(f"{manifest.get('restart_id')}: {outcome}")
+    return done

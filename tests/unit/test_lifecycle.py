@@ -60,3 +60,20 @@ def test_effective_config_hash_ignores_per_instance_values():
     two = {"command": template, "models": lifecycle._strip_volatile(
         {"data": [{"id": "sim-model", "created": 2}]})}
     assert lifecycle.config_sha256(one) == lifecycle.config_sha256(two)
+
+
+def test_servers_left_by_an_interrupted_run_are_stopped(tmp_path):
+    from benchledger.restart import RunLayout, read_json, stop_leftover_servers, write_json
+
+    layout = RunLayout(tmp_path, "manual__interrupted")
+    handle = lifecycle.launch(command_arm("sleep 60"), tmp_path / "server.log", seed=1)
+    running = layout.restart_manifest("a", 0)
+    write_json(running, {"restart_id": "x/a/r0", "pid": handle.pid, "status": "ok"})
+    finished = layout.restart_manifest("a", 1)
+    write_json(finished, {"restart_id": "x/a/r1", "pid": 1, "stopped_at": "earlier"})
+    assert alive(handle.pid)
+    done = stop_leftover_servers(tmp_path)
+    assert len(done) == 1 and done[0].startswith("x/a/r0: stopped by SIGTERM")
+    assert not alive(handle.pid)
+    assert "interrupted run" in read_json(running)["stop_status"]
+    assert read_json(finished)["stopped_at"] == "earlier"  # untouched
