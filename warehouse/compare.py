@@ -21,7 +21,7 @@ import pandas as pd
 from benchledger import __version__
 from benchledger.stats import Difference, welch, welch_from_summary
 from benchledger.sweep import Comparison, Sweep, parse_sweep
-from warehouse.db import first_row, query_sql
+from warehouse.db import first_row, query_frame
 
 # Which entry a comparison reads for a metric: request-level where there is one.
 WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction"}
@@ -118,8 +118,7 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
     sweep = parse_sweep(row[0], source=f"runs[{run_id}].sweep_toml")
     entries = con.execute("SELECT * FROM current_entries WHERE run_id = ?", [run_id]).df()
-    restart_means = con.execute(query_sql("entry_restart_means_for_run"),
-                                {"run_id": run_id}).df()
+    restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
     restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "
                            "WHERE run_id = ?", [run_id]).df()
     written = 0

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pyarrow.parquet as pq
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -71,6 +72,11 @@ def first_row(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | 
 
 def query_sql(name: str) -> str:
     return (QUERIES / f"{name}.sql").read_text()
+
+
+def query_frame(con: duckdb.DuckDBPyConnection, name: str, **params) -> pd.DataFrame:
+    """Run queries/<name>.sql with its named parameters bound; the rows as a DataFrame."""
+    return con.execute(query_sql(name), params).df()
 
 
 def _insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict) -> None:

@@ -26,7 +26,7 @@ from benchledger import __version__
 from benchledger.stats import t_interval, two_level
 from benchledger.sweep import ArmPlan, parse_sweep
 from expectations.gate import run_entry_gate
-from warehouse.db import first_row, query_sql
+from warehouse.db import first_row, query_frame
 from warehouse.validate import coverage_subject, store_results
 
 PERCENTILES = (50, 90, 99)
@@ -189,7 +189,7 @@ class RunFacts:
             "effective_config_sha256 FROM restarts WHERE run_id = ?", [run_id]).df()
 
         def frame(name: str) -> pd.DataFrame:
-            return con.execute(query_sql(name), {"run_id": run_id}).df()
+            return query_frame(con, name, run_id=run_id)
 
         return cls(row[0], restarts, frame("run_windows"), frame("measured_requests"),
                    frame("latest_validations"), frame("counter_deltas_for_run"),

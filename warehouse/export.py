@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from warehouse.db import first_row, query_sql
+from warehouse.db import first_row, query_frame
 
 # Derivation bookkeeping that would make two exports of the same entries differ.
 UNSTABLE_COLUMNS = ("derived_at",)
@@ -39,7 +39,7 @@ def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _frame(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql(query), {"run_id": run_id}).df()
+    return query_frame(con, query, run_id=run_id)
 
 
 def published_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:

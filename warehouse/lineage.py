@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import duckdb
 
-from warehouse.db import query_sql
+from warehouse.db import query_frame
 
 LABELS = ("entry_id", "run_id", "arm", "workload", "metric", "statistic", "phase", "scope",
           "concurrency", "numerator", "denominator", "value", "unit", "ci95_low", "ci95_high",
@@ -17,10 +17,9 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
                         [entry_id]).df()
     if entry.empty:
         raise LookupError(f"no entry {entry_id!r} in the warehouse")
-    params = {"entry_id": entry_id}
-    requests = con.execute(query_sql("explain_requests"), params).df()
-    files = con.execute(query_sql("explain_files"), params).df()
-    validations = con.execute(query_sql("explain_validations"), params).df()
+    requests = query_frame(con, "explain_requests", entry_id=entry_id)
+    files = query_frame(con, "explain_files", entry_id=entry_id)
+    validations = query_frame(con, "explain_validations", entry_id=entry_id)
     lines = ["Entry:"]
     lines += [f"  {k}: {v}" for k, v in entry.iloc[0].items()]
     lines.append(f"\nRequests ({len(requests)}):")

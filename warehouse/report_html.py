@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from warehouse.db import query_sql
+from warehouse.db import query_frame
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
@@ -47,10 +47,6 @@ def _pyplot():
     plt.rcParams.update({"svg.hashsalt": "benchledger", "font.size": 9,
                          "figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
     return plt
-
-
-def _frame(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> pd.DataFrame:
-    return con.execute(query_sql(name), {"run_id": run_id}).df()
 
 
 def plot_restart_dots(requests: pd.DataFrame, entries: pd.DataFrame) -> str | None:
@@ -209,7 +205,7 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
     )
 
     entries = published_entries(con, run_id)
-    requests = _frame(con, "report_requests", run_id)
+    requests = query_frame(con, "report_requests", run_id=run_id)
     delivered = delivered_vs_server(con, run_id)
     headline = entries[(entries["statistic"] == "mean")
                        & entries["metric"].isin(["decode_rate", "e2e_rate", "ttft",

@@ -11,7 +11,7 @@ import pandas as pd
 
 from benchledger.sweep import parse_sweep
 from expectations.gate import RuleResult, run_gate
-from warehouse.db import first_row, query_sql
+from warehouse.db import first_row, query_frame
 from warehouse.reconcile import reconcile_run
 
 
@@ -43,14 +43,13 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
                  docs_dir: Path | None = None) -> dict:
     """Run the gate over the run's rows and store every result; with docs_dir, also render
     the results as GX Data Docs there and remember where (runs.data_docs_path)."""
-    params = {"run_id": run_id}
     row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
     if row is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
     reconcile_run(con, run_id)  # the windows suite reads its results
-    restarts = con.execute(query_sql("gate_restarts"), params).df()
-    windows = con.execute(query_sql("gate_windows"), params).df()
-    requests = con.execute(query_sql("measured_requests"), params).df()
+    restarts = query_frame(con, "gate_restarts", run_id=run_id)
+    windows = query_frame(con, "gate_windows", run_id=run_id)
+    requests = query_frame(con, "measured_requests", run_id=run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
                + coverage_results(run_id, row[0], windows))
     store_results(con, run_id, results)
