@@ -34,10 +34,9 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Inter
     n = len(data)
     if n == 0:
         raise ValueError("t_interval needs at least one value")
-    mean = sum(data) / n
-    if n < 2:
+    mean, sd, _ = _summary(data)
+    if sd is None:
         return Interval(mean, None, None, n)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in data) / (n - 1))
     half = _scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
 
@@ -112,12 +111,3 @@ def welch_from_summary(a: tuple[float, float | None, int], b: tuple[float, float
     df = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
     half = _scipy_stats.t.ppf(0.5 + confidence / 2, df) * se
     return Difference(diff, diff - half, diff + half, df, ratio)
-
-
-def coefficient_of_variation(values: Sequence[float]) -> float | None:
-    data = [float(v) for v in values]
-    if len(data) < 2:
-        return None
-    mean = sum(data) / len(data)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in data) / (len(data) - 1))
-    return sd / mean if mean else None

@@ -69,10 +69,3 @@ def test_welch_with_one_value_a_side_claims_no_interval():
     diff = welch([25.0], [27.0, 28.0])
     assert diff.difference == pytest.approx(2.5) and diff.low is None
     assert not diff.excludes_zero
-
-
-def test_coefficient_of_variation():
-    from benchledger.stats import coefficient_of_variation
-
-    assert coefficient_of_variation([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
-    assert coefficient_of_variation([5.0]) is None
