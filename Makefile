@@ -16,8 +16,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/benchledger demo
 
+# Layer contracts (.importlinter) are checked on the installed layout, where the repository's
+# folders are subpackages of `benchledger`: import-linter reads packages from the file system,
+# which an editable install does not rearrange.
+LAYERS := build/layers
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	rm -rf $(LAYERS)
+	$(BIN)/pip install --quiet --no-deps --no-compile --target $(LAYERS) . >$(LAYERS).log 2>&1 \
+	  || { cat $(LAYERS).log; exit 1; }
+	cd $(LAYERS) && $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/.importlinter
 
 # The report test renders report.html in headless Chromium (Debian's package).
 browser:
@@ -29,4 +38,4 @@ test: lint browser
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) benchledger-demo .pytest_cache
+	rm -rf $(VENV) benchledger-demo .pytest_cache build

@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from operators.dag_factory import build_publish_dag, build_sweep_dag
+from benchledger.operators.dag_factory import build_publish_dag, build_sweep_dag
 
 SWEEPS = Path(__file__).parent / "sweeps"
 

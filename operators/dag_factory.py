@@ -10,9 +10,9 @@ from datetime import datetime
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, TaskGroup, chain
+from benchledger.operators import sweep_tasks as t
 
 from benchledger.sweep import load_sweep
-from operators import sweep_tasks as t
 
 
 def build_sweep_dag(sweep_path: str | Path) -> DAG:

@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 
 import duckdb
 import pandas as pd
+from benchledger.warehouse.db import first_row, query_frame
 
 from benchledger import __version__
 from benchledger.stats import Difference, welch, welch_from_summary
 from benchledger.sweep import Comparison, Sweep, parse_sweep
-from warehouse.db import first_row, query_frame
 
 # Which entry a comparison reads for a metric: request-level where there is one.
 WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction"}

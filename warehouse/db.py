@@ -183,7 +183,7 @@ def _load_window(con, path: Path, manifest: dict) -> int:
 
 def _load_observations(con, path: Path, expected_sha: str, manifest: dict) -> int:
     """server_metrics, server_log_lines and node_clocks rows of one window."""
-    from warehouse.observations import clock_rows, log_rows, metric_samples
+    from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 
     sha = _sha256(path)
     if sha != expected_sha:
@@ -252,3 +252,8 @@ def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int
             con.execute("ROLLBACK")
             raise
     return counts
+
+
+def mark_run_ended(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    con.execute("UPDATE runs SET ended_at = ? WHERE run_id = ? AND ended_at IS NULL",
+                [datetime.now(UTC), run_id])

@@ -21,13 +21,13 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+from benchledger.expectations.gate import run_entry_gate
+from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.validate import coverage_subject, store_results
 
 from benchledger import __version__
 from benchledger.stats import t_interval, two_level
 from benchledger.sweep import ArmPlan, parse_sweep
-from expectations.gate import run_entry_gate
-from warehouse.db import first_row, query_frame
-from warehouse.validate import coverage_subject, store_results
 
 PERCENTILES = (50, 90, 99)
 LATENCY_STATS = tuple(f"p{q}" for q in PERCENTILES)

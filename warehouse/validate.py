@@ -8,11 +8,11 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+from benchledger.expectations.gate import RuleResult, run_gate
+from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.reconcile import reconcile_run
 
 from benchledger.sweep import parse_sweep
-from expectations.gate import RuleResult, run_gate
-from warehouse.db import first_row, query_frame
-from warehouse.reconcile import reconcile_run
 
 
 def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> str:

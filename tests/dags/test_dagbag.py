@@ -92,7 +92,7 @@ def test_bad_sweep_file_is_an_import_error_naming_file_and_key(tmp_path):
 
 
 def test_an_arms_node_is_the_queue_of_its_restart_tasks(tmp_path):
-    from operators.dag_factory import build_sweep_dag
+    from benchledger.operators.dag_factory import build_sweep_dag
 
     sweep = tmp_path / "noded.toml"
     sweep.write_text((DAGS / "sweeps" / "demo.toml").read_text()

@@ -163,7 +163,7 @@ def test_every_rule_result_is_a_validation_row(passing_run):
     rules = query(passing_run["warehouse"],
                   "SELECT DISTINCT expectation FROM validations WHERE run_id = ?",
                   [passing_run["run_id"]])
-    from expectations.gate import RULES
+    from benchledger.expectations.gate import RULES
 
     assert {r for r, in rules} == set(RULES) | {"windows_present"}
 
@@ -187,8 +187,9 @@ def test_missing_usage_and_dead_server_block_their_arms(failing_run):
 
 
 def test_loading_the_same_raw_files_twice_adds_nothing(passing_run, workdir):
+    from benchledger.warehouse.db import connect, load_run_dir
+
     from benchledger.restart import RunLayout
-    from warehouse.db import connect, load_run_dir
 
     con = connect(passing_run["warehouse"])
     try:

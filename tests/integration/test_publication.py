@@ -12,14 +12,14 @@ import textwrap
 
 import duckdb
 import pytest
+from benchledger.publishing.export import EXPORTED_FILES, export_run
+from benchledger.warehouse.db import connect, load_run_dir
+from benchledger.warehouse.derive import derive_entries
+from benchledger.warehouse.validate import validate_run
 
 from benchledger.cli import main as cli_main
 from benchledger.restart import RunLayout
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
-from warehouse.db import connect, load_run_dir
-from warehouse.derive import derive_entries
-from warehouse.export import EXPORTED_FILES, export_run
-from warehouse.validate import validate_run
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""operators.runner runs a real DAG through dag.test() in a fresh interpreter (~25 s)."""
+"""benchledger.runner runs a real DAG through dag.test() in a fresh interpreter (~25 s)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from operators.runner import run_in_subprocess
+from benchledger.runner import run_in_subprocess
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ def test_sql_on_missing_warehouse_is_a_clear_error(tmp_path, capsys):
 
 
 def test_sql_refuses_writes(tmp_path, capsys):
-    from warehouse.db import connect
+    from benchledger.warehouse.db import connect
 
     path = tmp_path / "w.duckdb"
     connect(path).close()
@@ -39,7 +39,7 @@ def test_sql_refuses_writes(tmp_path, capsys):
 
 def test_core_package_never_imports_airflow():
     code = ("import sys, benchledger.cli, benchledger.restart, benchledger.client, "
-            "benchledger.simulator.server, benchledger.stats, warehouse.derive; "
+            "benchledger.simulator.server, benchledger.stats, benchledger.warehouse.derive; "
             "print('airflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, check=True)

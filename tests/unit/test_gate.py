@@ -7,8 +7,14 @@ from urllib.parse import unquote
 
 import pandas as pd
 import pytest
-
-from expectations.gate import RULES, SUITES, RuleResult, run_entry_gate, run_gate, to_records
+from benchledger.expectations.gate import (
+    RULES,
+    SUITES,
+    RuleResult,
+    run_entry_gate,
+    run_gate,
+    to_records,
+)
 
 N_MEASURED = 15
 SUITE_RULES = {

@@ -10,12 +10,12 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from benchledger.warehouse.db import connect, load_run_dir, migrate
+from benchledger.warehouse.derive import derive_entries
+from benchledger.warehouse.validate import validate_run
 
 from benchledger.restart import RunLayout
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
-from warehouse.db import connect, load_run_dir, migrate
-from warehouse.derive import derive_entries
-from warehouse.validate import validate_run
 
 SWEEP = textwrap.dedent("""
     [sweep]

@@ -12,8 +12,13 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-
-from warehouse.db import query_frame
+from benchledger.publishing.read import (
+    blocked_entries,
+    comparisons,
+    delivered_vs_server,
+    published_entries,
+)
+from benchledger.warehouse.db import query_frame
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
@@ -197,13 +202,6 @@ def _figure(svg: str | None, caption: str) -> str:
 
 def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                   data_docs: Path | None = None) -> str:
-    from warehouse.export import (
-        blocked_entries,
-        comparisons,
-        delivered_vs_server,
-        published_entries,
-    )
-
     entries = published_entries(con, run_id)
     requests = query_frame(con, "report_requests", run_id=run_id)
     delivered = delivered_vs_server(con, run_id)

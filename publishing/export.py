@@ -17,49 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 import pandas as pd
-
-from warehouse.db import first_row, query_frame
+from benchledger.publishing.read import comparisons, published_entries
+from benchledger.publishing.report_html import render_report
+from benchledger.warehouse.db import first_row
 
 # Derivation bookkeeping that would make two exports of the same entries differ.
 UNSTABLE_COLUMNS = ("derived_at",)
 EXPORTED_FILES = ("entries.json", "entries.csv", "entries.md", "comparisons.json",
                   "report.html")
-
-
-def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
-    row = first_row(con, "SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1")
-    if row is None:
-        raise LookupError("the warehouse holds no runs yet")
-    return row[0]
-
-
-def _frame(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> pd.DataFrame:
-    return query_frame(con, query, run_id=run_id)
-
-
-def published_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "published_for_run", run_id)
-
-
-def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "blocked_for_run", run_id)
-
-
-def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "comparisons_for_run", run_id)
-
-
-def delivered_vs_server(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "delivered_vs_server", run_id)
-
-
-def variance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "variance_for_run", run_id)
 
 
 def _stable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -127,8 +96,6 @@ def _copy_data_docs(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> P
 
 def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path:
     """Write one run's publication into `out` (created if needed)."""
-    from warehouse.report_html import render_report
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data_docs = _copy_data_docs(con, run_id, out)
@@ -141,8 +108,3 @@ def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path:
     (out / "report.html").write_text(render_report(con, run_id, data_docs))
     write_manifest(out)
     return out
-
-
-def mark_run_ended(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-    con.execute("UPDATE runs SET ended_at = ? WHERE run_id = ? AND ended_at IS NULL",
-                [datetime.now(UTC), run_id])

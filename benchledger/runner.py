@@ -2,7 +2,7 @@
 
 Airflow reads its configuration once, at import time, so each run happens in a fresh
 process whose environment comes from :func:`airflow_env`.  Callers use
-:func:`run_in_subprocess`; ``python -m operators.runner`` is what that process executes.
+:func:`run_in_subprocess`; ``python -m benchledger.runner`` is what that process executes.
 
 Exit codes: 0 = DagRun success, 1 = DagRun failed, 2 = could not run it at all.
 Airflow's verbose output (task logs included) goes to the log file; stdout gets only the
@@ -26,7 +26,7 @@ POOL_NAME = "benchledger_warehouse"
 POOL_SLOTS = 1
 EXIT_CODES = {"success": 0, "failed": 1}
 SETUP_ERROR = 2
-# Put on PYTHONPATH so `-m operators.runner` (and DAG files importing the project) resolve
+# Put on PYTHONPATH so `-m benchledger.runner` (and DAG files importing the project) resolve
 # whether or not the project is pip-installed.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
@@ -79,7 +79,7 @@ def run_in_subprocess(
     env = {**os.environ, **airflow_env(airflow_home, dag_file.parent)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     cmd = [
-        sys.executable, "-m", "operators.runner",
+        sys.executable, "-m", "benchledger.runner",
         "--dag-file", str(dag_file), "--dag-id", dag_id,
         "--airflow-home", str(Path(airflow_home).resolve()),
         "--conf", json.dumps(conf or {}), "--log-file", str(Path(log_file).resolve()),
@@ -181,7 +181,7 @@ def run_dag(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m operators.runner", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchledger.runner", description=__doc__)
     p.add_argument("--dag-file", type=Path, required=True)
     p.add_argument("--dag-id", required=True)
     p.add_argument("--airflow-home", type=Path, required=True)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import duckdb
-
-from warehouse.db import query_frame
+from benchledger.warehouse.db import query_frame
 
 LABELS = ("entry_id", "run_id", "arm", "workload", "metric", "statistic", "phase", "scope",
           "concurrency", "numerator", "denominator", "value", "unit", "ci95_low", "ci95_high",

@@ -1,0 +1,1 @@
+"""The protocol rule catalogue (filled in the next commit)."""
