@@ -41,9 +41,6 @@ REQUEST_SCHEMA = pa.schema(
     ]
 )
 
-REQUEST_STATUSES = ("completed", "failed", "unresolved")
-TOKEN_SOURCES = ("usage", "missing")
-
 
 def requests_table(rows: list[dict]) -> pa.Table:
     """Build the Arrow table for one window's request rows, checking the schema."""
