@@ -8,6 +8,7 @@ The same code runs on an in-memory database and on a file.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from benchledger.warehouse.db import connect, load_run_dir, migrate
@@ -16,6 +17,8 @@ from benchledger.warehouse.validate import validate_run
 
 from benchledger.restart import RunLayout
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "warehouse" / "migrations"
 
 SWEEP = textwrap.dedent("""
     [sweep]
@@ -54,9 +57,33 @@ def con(request, tmp_path):
     connection.close()
 
 
+def migration_files() -> list[str]:
+    """Every .sql file of the migrations folder, in name order: what a fresh warehouse must
+    apply. Listed without migrate()'s own pattern, so a misnamed file is caught too."""
+    return sorted(p.name for p in MIGRATIONS_DIR.iterdir() if p.suffix == ".sql")
+
+
+def recorded_migrations(con) -> list[tuple[int, str]]:
+    return con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+
+
+def test_a_fresh_warehouse_applies_every_migration_file_once_in_order():
+    import duckdb
+
+    expected = migration_files()
+    assert expected[0].startswith("0001_")
+    con = duckdb.connect(":memory:")
+    try:
+        assert migrate(con) == expected
+        assert recorded_migrations(con) == [(int(n[:4]), n) for n in expected]
+        assert [v for v, _ in recorded_migrations(con)] == list(range(1, len(expected) + 1))
+        assert migrate(con) == []  # recorded ones are never applied again
+    finally:
+        con.close()
+
+
 def test_migrations_are_recorded_and_not_reapplied(con):
-    names = [n for n, in con.execute("SELECT name FROM schema_migrations").fetchall()]
-    assert names[0].startswith("0001_") and len(names) >= 3
+    assert [n for _, n in recorded_migrations(con)] == migration_files()
     assert migrate(con) == []
 
 
@@ -92,10 +119,25 @@ def test_clean_run_publishes_request_and_restart_level_statistics(con, tmp_path)
     assert value == pytest.approx(30.0) and rmean == pytest.approx(30.0)
     assert (n, restarts, publishable) == (10, 2, True)
     assert effect  # 20 vs 40 tok/s with zero spread: the restarts disagree
-    lineage = con.execute("SELECT count(request_id), count(validation_id) FROM entry_lineage "
-                          "JOIN entries USING (entry_id) WHERE metric = 'decode_rate' "
-                          "AND scope = 'single_stream'").fetchall()
-    assert lineage[0][0] == 10 and lineage[0][1] > 0
+    (entry_id,), = con.execute("SELECT entry_id FROM entries WHERE metric = 'decode_rate' "
+                               "AND scope = 'single_stream'").fetchall()
+    layout = RunLayout(tmp_path / "data", RUN_ID)
+    windows = [layout.window_id("a", k, "code", 1) for k in (0, 1)]
+    requests = {r for r, in con.execute("SELECT request_id FROM entry_lineage "
+                                        "WHERE entry_id = ? AND request_id IS NOT NULL",
+                                        [entry_id]).fetchall()}
+    assert requests == {f"{w}/m{i:04d}" for w in windows for i in range(5)}  # no warm-up
+    # every rule result behind the entry: its restarts, windows, cell coverage and itself
+    subjects = [layout.restart_id("a", 0), layout.restart_id("a", 1), *windows,
+                f"{RUN_ID}/a/code-c1", entry_id]
+    behind = con.execute("SELECT validation_id, suite FROM validations WHERE subject IN "
+                         f"({', '.join('?' * len(subjects))})", subjects).fetchall()
+    linked = {v for v, in con.execute("SELECT validation_id FROM entry_lineage "
+                                      "WHERE entry_id = ? AND validation_id IS NOT NULL",
+                                      [entry_id]).fetchall()}
+    assert linked == {v for v, _ in behind}
+    assert {s for _, s in behind} == {"restarts", "windows", "measured_requests", "coverage",
+                                      "entries"}
 
 
 def test_failed_window_is_excluded_and_blocks_its_entries(con, tmp_path):
