@@ -31,7 +31,7 @@ def test_tokens_come_from_usage_not_chunks(scripted_server):
     assert all(r["t_submit_ns"] < r["t_first_ns"] <= r["t_last_ns"] <= r["t_done_ns"]
                for r in rows)
     assert all(len(r["content_event_ns"]) == r["chunks"] for r in rows)
-    requests_table(result.rows)  # rows fit the raw schema
+    assert requests_table(result.rows).num_rows == 4  # warm-up included, rows fit the schema
 
 
 def test_request_asks_for_usage_and_records_targets(scripted_server):
@@ -55,6 +55,7 @@ def test_completions_endpoint_reads_text_field(scripted_server):
 def test_missing_usage_is_recorded_never_guessed(scripted_server):
     _, base = scripted_server
     rows = measured(measure_window(Target(base, "no-usage"), spec()))
+    assert len(rows) == 3
     assert all(r["token_source"] == "missing" and r["output_tokens"] is None for r in rows)
     assert all(r["chunks"] == 5 and r["status"] == "completed" for r in rows)
 
@@ -100,7 +101,10 @@ def test_window_accounting_balances_and_warmup_is_separate(scripted_server):
     first_measured = min(r["t_submit_ns"] for r in measured(result))
     assert all(r["t_done_ns"] <= first_measured for r in warm)  # warm-up is outside
     assert acc["window_start_ns"] == first_measured
-    assert acc["elapsed_s"] > 0
+    # the denominator: first measured submission to the last measured completion
+    last_done = max(r["t_done_ns"] for r in measured(result))
+    assert acc["window_end_ns"] == last_done > first_measured
+    assert acc["elapsed_s"] == (last_done - first_measured) / 1e9
 
 
 def test_poisson_arrivals_are_seeded_and_the_achieved_rate_recorded(scripted_server):
@@ -126,6 +130,7 @@ def test_cold_prompts_get_unique_recorded_prefixes_and_filler(scripted_server):
     result = measure_window(Target(base, "plain"),
                             spec(requests=3, warmup=1, prompt_cache="cold", input_tokens=50))
     rows = result.rows
+    assert len(rows) == 4
     prefixes = [r["prompt_prefix"] for r in rows]
     assert all(p and p.startswith("[request ") for p in prefixes)
     assert len(set(prefixes)) == len(rows)  # warm-up included: no two share a prefix
