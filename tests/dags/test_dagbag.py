@@ -16,6 +16,13 @@ DAGS = REPO / "dags"
 WAREHOUSE_TASKS = {"load", "validate", "derive"}
 
 
+def sweep_files() -> list[Path]:
+    """The shipped sweep files; never none, so a loop over them always checks something."""
+    files = sorted((DAGS / "sweeps").glob("*.toml"))
+    assert files, f"no sweep files in {DAGS / 'sweeps'}"
+    return files
+
+
 @pytest.fixture(scope="module")
 def dagbag():
     from airflow.dag_processing.dagbag import DagBag
@@ -28,13 +35,13 @@ def test_dags_import_without_errors(dagbag):
 
 
 def test_one_dag_per_sweep_file_and_its_publish_dag(dagbag):
-    sweeps = [load_sweep(p) for p in (DAGS / "sweeps").glob("*.toml")]
+    sweeps = [load_sweep(p) for p in sweep_files()]
     expected = {s.dag_id for s in sweeps} | {s.publish_dag_id for s in sweeps}
-    assert sweeps and set(dagbag.dag_ids) == expected
+    assert len(expected) == 2 * len(sweeps) and set(dagbag.dag_ids) == expected
 
 
 def test_publish_dag_runs_on_the_asset_that_derive_updates(dagbag):
-    for sweep_file in (DAGS / "sweeps").glob("*.toml"):
+    for sweep_file in sweep_files():
         sweep = load_sweep(sweep_file)
         derive = dagbag.dags[sweep.dag_id].get_task("derive")
         publish = dagbag.dags[sweep.publish_dag_id]
@@ -45,7 +52,7 @@ def test_publish_dag_runs_on_the_asset_that_derive_updates(dagbag):
 
 
 def test_every_restart_is_set_up_and_torn_down(dagbag):
-    for sweep_file in (DAGS / "sweeps").glob("*.toml"):
+    for sweep_file in sweep_files():
         sweep = load_sweep(sweep_file)
         dag = dagbag.dags[sweep.dag_id]
         for arm in sweep.arms:
@@ -60,7 +67,9 @@ def test_every_restart_is_set_up_and_torn_down(dagbag):
 
 
 def test_warehouse_writers_share_the_one_slot_pool(dagbag):
-    for dag in (d for d in dagbag.dags.values() if not d.dag_id.endswith("_publish")):
+    sweep_dags = [d for d in dagbag.dags.values() if not d.dag_id.endswith("_publish")]
+    assert {d.dag_id for d in sweep_dags} == {load_sweep(p).dag_id for p in sweep_files()}
+    for dag in sweep_dags:
         writers = {t.task_id for t in dag.tasks if t.pool == "benchledger_warehouse"}
         assert writers == WAREHOUSE_TASKS
         assert dag.get_task("load").trigger_rule == "all_done"  # failed restarts still load
