@@ -1,6 +1,6 @@
-"""`benchledger` command line (PROTOCOL section 4): demo, run, publish, sql, simulator.
+"""`benchledger`: demo, run, publish, sql, explain, simulator (docs/protocol.md, command line).
 
-Airflow runs in a child process (operators/runner.py) with its own AIRFLOW_HOME, so this
+Airflow runs in a child process (benchledger/runner.py) with its own AIRFLOW_HOME, so this
 process never imports Airflow and a user's own Airflow settings are left alone.
 """
 

@@ -2,9 +2,9 @@
 
 It streams OpenAI-compatible completions (vLLM, SGLang, llama.cpp's server, the built-in
 simulator: one code path for all) and records one raw row per request. It never counts
-chunks as tokens (PROTOCOL T1): output tokens come from the usage the server reports for
-that request, chunks are counted separately, and a request without usage is recorded with
-token_source = 'missing' instead of being guessed.
+chunks as tokens (docs/protocol.md, trap T1): output tokens come from the usage the server
+reports for that request, chunks are counted separately, and a request without usage is
+recorded with token_source = 'missing' instead of being guessed.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ async def _drive(http: httpx.AsyncClient, target: Target, records: list[RequestR
     outstanding. Open loop: each request at its scheduled offset, still capped at
     `concurrency` outstanding (a late submission shows in the achieved rate). After the
     last submission the window waits at most `drain_timeout_s`; requests still running
-    then are cancelled and stay `unresolved` rows (PROTOCOL T14).
+    then are cancelled and stay `unresolved` rows (docs/protocol.md, trap T14).
     """
     in_flight: dict[asyncio.Task, RequestRecord] = {}
     start = time.perf_counter()
@@ -258,7 +258,8 @@ def _achieved_rate(measured: list[RequestRecord]) -> float | None:
 
 def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[RequestRecord],
                 anchor: tuple[int, int], drain_deadline_ns: int | None) -> dict:
-    """The window's bookkeeping (PROTOCOL section 2): counts, drain status, denominator."""
+    """The window's bookkeeping (docs/protocol.md, definitions): counts, drain status,
+    denominator."""
     counts = {s: sum(r.status == s for r in measured)
               for s in ("completed", "failed", "unresolved")}
     wall_ns, perf_ns = anchor

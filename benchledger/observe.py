@@ -1,4 +1,4 @@
-"""What the server and the node say while a window is measured (PROTOCOL T2, T3, T10).
+"""What the server and the node say while a window is measured (docs/protocol.md: T2, T3, T10).
 
 Three observers bracket the measured window (warm-up stays outside):
 

@@ -17,7 +17,7 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("window_id", pa.string(), nullable=False),
         pa.field("seq", pa.int32(), nullable=False),
         pa.field("is_warmup", pa.bool_(), nullable=False),
-        # completed | failed | unresolved (never dropped: PROTOCOL T14)
+        # completed | failed | unresolved (never dropped: docs/protocol.md, trap T14)
         pa.field("status", pa.string(), nullable=False),
         pa.field("http_status", pa.int32()),
         pa.field("error", pa.string()),

@@ -1,4 +1,4 @@
-"""Statistics of an entry (PROTOCOL section 2): means with two-sided 95% Student-t intervals.
+"""An entry's statistics (docs/protocol.md): means with two-sided 95% Student-t intervals.
 
 The request-level view treats every measured request as one observation; the restart-level
 view treats each server restart as one (the unit of replication, T5).

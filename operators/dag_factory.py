@@ -33,7 +33,8 @@ def build_sweep_dag(sweep_path: str | Path) -> DAG:
             "data_dir": Param(None, type=["null", "string"],
                               description="raw files and exports (default: ~/.benchledger)"),
         },
-        doc_md=f"Sweep file: `{path}`. See PROTOCOL.md for what every number means.",
+        doc_md=(f"Sweep file: `{path}`. See docs/protocol.md of the benchledger project "
+                "for what every number means."),
     ) as dag:
         planned = t.plan(path)
         previous = planned

@@ -52,7 +52,8 @@ def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
     header = ("| arm | workload | metric | statistic | phase | scope | c | numerator | value "
               "| 95% CI | n | restarts | population | prompts | drain | evidence |")
     lines = [f"# Published entries of run `{run_id}`", "",
-             "Validated entries only; see PROTOCOL.md for what each label means.", "",
+             "Validated entries only; see docs/protocol.md of the benchledger project for "
+             "what each label means.", "",
              header, "|" + "---|" * 16]
     for e in entries.itertuples():
         interval = ("–" if e.ci95_low is None or pd.isna(e.ci95_low)
