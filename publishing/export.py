@@ -27,8 +27,6 @@ from benchledger.warehouse.db import first_row
 
 # Derivation bookkeeping that would make two exports of the same entries differ.
 UNSTABLE_COLUMNS = ("derived_at",)
-EXPORTED_FILES = ("entries.json", "entries.csv", "entries.md", "comparisons.json",
-                  "report.html")
 
 
 def _stable(frame: pd.DataFrame) -> pd.DataFrame:
