@@ -7,6 +7,7 @@ read-only. Every statement binds its values as parameters; SQL text lives in .sq
 
 from __future__ import annotations
 
+import graphlib
 import hashlib
 import json
 import re
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = Path(__file__).parent / "queries"
+VIEWS = Path(__file__).parent / "views"
 
 
 class WarehouseError(RuntimeError):
@@ -40,27 +42,124 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Apply numbered migrations not yet recorded in schema_migrations, in order."""
-    con.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMPTZ NOT NULL)")
+    """Bring the schema up to date; returns the names of the migrations applied.
+
+    Tables: the numbered migrations/NNNN_*.sql not yet recorded in schema_migrations, in
+    order, each applied once. Views are not migrations: each lives in views/<name>.sql with
+    its current definition and is dropped and re-created on every call, after the tables,
+    readers after what they read. All of it is one transaction: a failure leaves the
+    schema as it was.
+    """
+    views = view_files()
+    order = _view_order(con, views)  # parsed and ordered before anything changes
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                    "applied_at TIMESTAMPTZ NOT NULL)")
+        _drop_views(con, set(views))
+        applied = _apply_migrations(con)
+        for name in order:
+            _create_view(con, name, views[name])
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return applied
+
+
+def _apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
     done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
     applied = []
     for sql_file in sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         version = int(sql_file.name[:4])
         if version in done:
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute(sql_file.read_text())
-            con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)",
-                        [version, sql_file.name, datetime.now(UTC)])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
+        con.execute(sql_file.read_text())
+        con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                    [version, sql_file.name, datetime.now(UTC)])
         applied.append(sql_file.name)
     return applied
+
+
+# A view file: its header comment (what one row is, and why), then exactly one
+# `CREATE VIEW <the file's name> AS <query>`; never OR REPLACE, so no file can quietly
+# redefine a view that another file (or a migration) also defines.
+_VIEW_FILE = re.compile(r"(?P<header>(?:\s*--[^\n]*\n)+)\s*CREATE\s+VIEW\s+(?P<name>\w+)"
+                        r"\s+AS\s+(?P<query>.*)", re.S | re.I)
+# The comment every view made here carries (duckdb_views().comment): a view that is ours
+# but whose file is gone is dropped too; views made by hand are left alone.
+VIEW_COMMENT = "benchledger: warehouse/views/"
+
+
+def view_files() -> dict[str, str]:
+    """The text of every views/<name>.sql, by view name."""
+    views = {}
+    for sql_file in sorted(VIEWS.glob("*.sql")):
+        name, text = sql_file.stem, sql_file.read_text()
+        match = _VIEW_FILE.fullmatch(text)
+        try:
+            statements = len(duckdb.extract_statements(text))
+        except duckdb.Error as exc:
+            raise WarehouseError(f"{sql_file}: {exc}") from exc
+        if (not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or match is None
+                or match["name"] != name or statements != 1):
+            raise WarehouseError(f"{sql_file}: expected a header comment, then one "
+                                 f"'CREATE VIEW {name} AS ...' statement")
+        views[name] = text
+    return views
+
+
+def _view_order(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> list[str]:
+    """View names, each after the views it reads (found in DuckDB's parse tree of its
+    query). Worked out before the transaction, not by retrying what fails: in DuckDB a
+    failed statement aborts the whole transaction."""
+    graph = {}
+    for name, text in sorted(views.items()):
+        query = _VIEW_FILE.fullmatch(text)["query"]
+        tree = json.loads(first_row(con, "SELECT json_serialize_sql(?)", [query])[0])
+        if tree.get("error"):
+            raise WarehouseError(f"views/{name}.sql: {tree.get('error_message')}")
+        graph[name] = _base_tables(tree) & set(views)
+    try:
+        return list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        cycle = ", ".join(sorted(set(exc.args[1])))
+        raise WarehouseError(f"views read each other in a cycle: {cycle}") from exc
+
+
+def _base_tables(node) -> set[str]:
+    """Every relation name a serialized query reads (tables, views, and CTE names)."""
+    if isinstance(node, list):
+        return set().union(*map(_base_tables, node))
+    if not isinstance(node, dict):
+        return set()
+    found = {node["table_name"]} if node.get("type") == "BASE_TABLE" else set()
+    return found.union(*map(_base_tables, node.values()))
+
+
+def _drop_views(con: duckdb.DuckDBPyConnection, names: set[str]) -> None:
+    """Drop the views named by files and every other view made here (DuckDB keeps no
+    dependencies between views, so any order works)."""
+    existing = con.execute(
+        "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal AND NOT temporary "
+        "AND database_name = current_database() AND schema_name = 'main'").fetchall()
+    for name, comment in existing:
+        if name in names or (comment or "").startswith(VIEW_COMMENT):
+            con.execute(f'DROP VIEW "{name.replace(chr(34), chr(34) * 2)}"')
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, name: str, text: str) -> None:
+    try:
+        con.execute(text)
+    except duckdb.Error as exc:
+        raise WarehouseError(f"view {name} (warehouse/views/{name}.sql) could not be "
+                             f"created: {exc}") from exc
+    header = " ".join(line.strip().removeprefix("--").strip()
+                      for line in _VIEW_FILE.fullmatch(text)["header"].splitlines()
+                      if line.strip())
+    comment = f"{VIEW_COMMENT}{name}.sql: {header}".replace("'", "''")
+    con.execute(f"COMMENT ON VIEW {name} IS '{comment}'")
 
 
 def first_row(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:

@@ -1,5 +1,6 @@
 -- Raw, append-only facts loaded from the measurement's raw files (PROTOCOL section 5).
--- Nothing here is derived: metrics are computed by views (0002) and derivation (derive/).
+-- Nothing here is derived: metrics are computed by the views (warehouse/views/) and by
+-- derivation (warehouse/derive.py).
 
 CREATE TABLE runs (
     run_id            VARCHAR PRIMARY KEY,   -- the Airflow DAG run id
@@ -62,7 +63,8 @@ CREATE TABLE windows (
 );
 
 -- One row per HTTP request, warm-up included; timestamps are the measuring process's
--- perf_counter_ns (monotonic). The `requests` view derives the metrics.
+-- perf_counter_ns (monotonic). The `requests` view (warehouse/views/requests.sql) derives
+-- the metrics.
 CREATE TABLE request_records (
     request_id        VARCHAR PRIMARY KEY,
     window_id         VARCHAR NOT NULL,
@@ -78,7 +80,8 @@ CREATE TABLE request_records (
     prompt_tokens     BIGINT,
     output_tokens     BIGINT,             -- usage.completion_tokens; NULL when missing
     cached_tokens     BIGINT,
-    token_source      VARCHAR NOT NULL,   -- usage | missing
+    token_source      VARCHAR NOT NULL,   -- usage | missing (what the client writes; PROTOCOL
+                                          -- section 5 lists the other sources imports may add)
     chunks            INTEGER NOT NULL,   -- content-bearing stream events (not tokens, T1)
     finish_reason     VARCHAR,
     t_submit_ns       BIGINT NOT NULL,
@@ -92,7 +95,8 @@ CREATE TABLE request_records (
 CREATE TABLE raw_files (
     sha256     VARCHAR PRIMARY KEY,  -- a file is loaded once, whatever its path
     path       VARCHAR NOT NULL,
-    kind       VARCHAR NOT NULL,     -- run | restart | window | requests
+    kind       VARCHAR NOT NULL,     -- run | restart | window | requests | observations;
+                                    -- <kind>-superseded: a second version, not loaded (rows 0)
     rows       BIGINT NOT NULL,
     loaded_at  TIMESTAMPTZ NOT NULL
 );
@@ -101,7 +105,9 @@ CREATE TABLE validations (
     validation_id  VARCHAR PRIMARY KEY,
     run_id         VARCHAR NOT NULL,
     suite          VARCHAR NOT NULL,
-    subject        VARCHAR NOT NULL,  -- the restart_id or window_id the rule was checked on
+    subject        VARCHAR NOT NULL,  -- what the rule was checked on: a restart_id, a
+                                      -- window_id, an entry_id (suite entries) or
+                                      -- <run_id>/<arm>/<workload>-c<n> (suite coverage)
     expectation    VARCHAR NOT NULL,  -- the protocol rule's name
     success        BOOLEAN NOT NULL,
     observed       VARCHAR NOT NULL,  -- "expected ..., found ..."

@@ -1,37 +1,4 @@
--- Per-request metrics, derived in exactly one place from the raw timestamps and usage
--- (PROTOCOL section 2). Rates use delivered usage counts only; no usage, no rate.
-CREATE VIEW requests AS
-SELECT
-    r.request_id,
-    r.window_id,
-    r.seq,
-    r.is_warmup,
-    r.status,
-    r.http_status,
-    r.error,
-    r.prompt_id,
-    r.prompt_sha256,
-    r.max_tokens,
-    r.temperature,
-    r.prompt_tokens,
-    r.output_tokens,
-    r.cached_tokens,
-    r.token_source,
-    r.chunks,
-    r.finish_reason,
-    (r.t_first_ns - r.t_submit_ns) / 1e9                                  AS ttft_s,
-    (r.t_done_ns - r.t_submit_ns) / 1e9                                   AS e2e_s,
-    CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns
-         THEN (r.t_last_ns - r.t_first_ns) / 1e9 / (r.output_tokens - 1) END AS tpot_s,
-    CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns
-         THEN (r.output_tokens - 1) / ((r.t_last_ns - r.t_first_ns) / 1e9) END AS decode_tok_s,
-    CASE WHEN r.output_tokens IS NOT NULL AND r.t_done_ns > r.t_submit_ns
-         THEN r.output_tokens / ((r.t_done_ns - r.t_submit_ns) / 1e9) END     AS e2e_tok_s,
-    CASE WHEN r.output_tokens IS NOT NULL AND r.chunks > 0
-         THEN r.output_tokens / r.chunks END                                  AS tokens_per_chunk,
-    r.t_submit_ns,
-    r.t_first_ns,
-    r.t_last_ns,
-    r.t_done_ns,
-    r.raw_file_sha256
-FROM request_records AS r;
+-- This migration created the `requests` view. Views are not migrations any more: each
+-- lives in one file, warehouse/views/<name>.sql, with its current definition, and
+-- migrate() re-creates them all on every call. The file stays so the numbering, and the
+-- schema_migrations rows of warehouses that already applied it, stay consistent.

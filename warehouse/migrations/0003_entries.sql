@@ -6,13 +6,18 @@ CREATE TABLE entries (
     arm                 VARCHAR NOT NULL,
     workload            VARCHAR NOT NULL,
     metric              VARCHAR NOT NULL,   -- decode_rate | ttft | e2e_rate | ...
-    unit                VARCHAR NOT NULL,   -- tok/s | s
+    unit                VARCHAR NOT NULL,   -- tok/s | s | fraction | tokens/chunk | tokens/step
     phase               VARCHAR NOT NULL,   -- prefill | decode | end_to_end
     scope               VARCHAR NOT NULL,   -- single_stream | per_user | aggregate
     concurrency         INTEGER NOT NULL,
-    numerator           VARCHAR,            -- output_tokens | input_plus_output_tokens (rates)
-    denominator         VARCHAR,            -- the time interval the rate divides by
-    statistic           VARCHAR NOT NULL,   -- mean | p50 | ...
+    numerator           VARCHAR,            -- rates: output_tokens | prompt_tokens |
+                                            -- input_plus_output_tokens; fractions:
+                                            -- finished_requests | completed_requests;
+                                            -- a counter delta; NULL for latencies
+    denominator         VARCHAR,            -- what the value divides by, in words (a time span
+                                            -- for rates, submitted_requests | finished_requests)
+    statistic           VARCHAR NOT NULL,   -- mean | p50 | p90 | p99 | min | max |
+                                            -- server_log_peak | server_log_mean
     value               DOUBLE,             -- NULL when no validated window backs it
     ci95_low            DOUBLE,
     ci95_high           DOUBLE,
@@ -22,8 +27,11 @@ CREATE TABLE entries (
     restart_ci95_low    DOUBLE,
     restart_ci95_high   DOUBLE,
     restart_effect      BOOLEAN,
-    population          VARCHAR NOT NULL,   -- completed | completed_only | ...
-    evidence            VARCHAR NOT NULL,   -- rerun | imported | historical
+    population          VARCHAR NOT NULL,   -- all_submitted | completed_only | finished_only |
+                                            -- server_log_lines
+    evidence            VARCHAR NOT NULL,   -- rerun (measured by this pipeline: all that
+                                            -- derive.py writes) | imported | historical |
+                                            -- derived_comparison (PROTOCOL section 5)
     publishable         BOOLEAN NOT NULL,
     blocked_by          VARCHAR,            -- the failed rules, when not publishable
     model               VARCHAR,
@@ -38,8 +46,7 @@ CREATE TABLE entries (
     derived_at          TIMESTAMPTZ NOT NULL
 );
 
-CREATE VIEW published_entries AS
-SELECT * FROM entries WHERE publishable;
+-- What may be published is the view published_entries (warehouse/views/).
 
 -- Which requests, raw files and expectation results stand behind each entry.
 CREATE TABLE entry_lineage (

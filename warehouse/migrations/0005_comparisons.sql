@@ -45,15 +45,4 @@ CREATE TABLE comparisons (
     derived_at          TIMESTAMPTZ NOT NULL
 );
 
--- Within- vs between-restart spread per arm, workload and metric: when the second is
--- large next to the first, the hardware needs more restarts, not more requests.
-CREATE VIEW variance_report AS
-SELECT e.run_id, e.arm, e.workload, e.metric, e.scope, e.concurrency,
-       count(*)                              AS n_restarts,
-       sum(m.n_requests)                     AS n_requests,
-       avg(m.sd / nullif(m.mean, 0))         AS cv_within_restarts,
-       stddev_samp(m.mean) / nullif(avg(m.mean), 0) AS cv_between_restarts
-FROM entries AS e
-JOIN entry_restart_means AS m USING (entry_id)
-WHERE e.statistic = 'mean' AND e.scope IN ('single_stream', 'per_user')
-GROUP BY ALL;
+-- The spread within vs between restarts is the view variance_report (warehouse/views/).

@@ -61,18 +61,9 @@ CREATE TABLE reconciliations (
     PRIMARY KEY (window_id, counter)
 );
 
--- Per-window GPU clock under load: the median of the samples per GPU (robust to one
--- sample caught between requests), as a fraction of the GPU's max SM clock.
-CREATE VIEW window_clocks AS
-SELECT restart_id, window_id, node, gpu,
-       count(*) AS samples,
-       median(sm_clock_mhz) AS median_sm_clock_mhz,
-       max(max_sm_clock_mhz) AS max_sm_clock_mhz,
-       median(sm_clock_mhz) / nullif(max(max_sm_clock_mhz), 0) AS clock_ratio
-FROM node_clocks
-WHERE under_load
-GROUP BY ALL;
+-- Per-window GPU clocks under load are the view window_clocks (warehouse/views/).
 
 ALTER TABLE entries ADD COLUMN warning VARCHAR;      -- e.g. chunk counting would under-report
-ALTER TABLE entries ADD COLUMN clock_check VARCHAR;  -- checked | unchecked (allowed by the sweep)
+ALTER TABLE entries ADD COLUMN clock_check VARCHAR;  -- checked | unchecked (require_clock_check =
+                                                     -- false) | NULL when no clock rule ran
 ALTER TABLE entries ADD COLUMN excluded VARCHAR;     -- restarts left out, and the rule why
