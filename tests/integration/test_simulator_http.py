@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchledger.simulator.engine import SimConfig
 from benchledger.simulator.tokenizer import count_tokens
 
 pytestmark = pytest.mark.integration
@@ -212,7 +213,7 @@ def test_models_version_and_logs(spec_sim: Sim) -> None:
     models = httpx.get(spec_sim.url + "/v1/models").json()
     assert models["data"][0]["id"] == "sim-model"
     assert models["data"][0]["owned_by"] == "benchledger-sim"
-    assert models["data"][0]["max_model_len"] > 0
+    assert models["data"][0]["max_model_len"] == SimConfig().max_model_len  # the default
     assert httpx.get(spec_sim.url + "/version").json() == {"version": "benchledger-sim 0.1.0"}
     httpx.post(spec_sim.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 60,
                                                        "temperature": 0})
@@ -226,6 +227,7 @@ def test_models_version_and_logs(spec_sim: Sim) -> None:
 
 
 def test_client_disconnect_aborts_the_request(spec_sim: Sim) -> None:
+    before = _metrics(spec_sim)  # the module's server: other tests' requests count too
     body = _chat_body("Tell me a long story.", 4000) | {"stream": True}
     with httpx.stream("POST", spec_sim.url + "/v1/chat/completions", json=body) as response:
         next(response.iter_text())
@@ -234,7 +236,9 @@ def test_client_disconnect_aborts_the_request(spec_sim: Sim) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     samples = _metrics(spec_sim)
-    assert _metric(samples, "vllm:request_success_total", finished_reason="abort") >= 1
+    aborts = [_metric(m, "vllm:request_success_total", finished_reason="abort")
+              for m in (before, samples)]
+    assert aborts[1] == aborts[0] + 1  # this request, and only it, was aborted
     assert httpx.get(spec_sim.url + "/health").status_code == 200
 
 
@@ -242,7 +246,10 @@ def test_no_usage_server_never_reports_usage_and_sigterm_exits_cleanly(no_usage_
     url = no_usage_sim.url + "/v1/chat/completions"
     payloads = _stream(url, _chat_body("hello there", 10, stream_options={"include_usage": True}))
     assert payloads[-1] == "[DONE]"
-    assert all("usage" not in json.loads(p) for p in payloads[:-1])
+    events = [json.loads(p) for p in payloads[:-1]]
+    streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    assert count_tokens(streamed) == 10  # the whole answer came, only its usage is missing
+    assert all("usage" not in e for e in events)
     assert "usage" not in httpx.post(url, json=_chat_body("hello there", 10)).json()
     samples = _metrics(no_usage_sim)
     assert _metric(samples, "vllm:spec_decode_num_drafts_total") == 0  # not speculative
@@ -290,7 +297,7 @@ def test_repeated_chat_prompt_hits_the_prefix_cache(spec_sim: Sim) -> None:
     assert prompt_tokens > 32
     assert usages[0]["prompt_tokens_details"] == {"cached_tokens": 0}
     cached = usages[1]["prompt_tokens_details"]["cached_tokens"]
-    assert 0 < cached < prompt_tokens and cached % 16 == 0
+    assert cached == (prompt_tokens - 1) // 16 * 16  # full blocks, never the last token
     assert usages[2]["prompt_tokens_details"] == {"cached_tokens": cached}  # non-streaming
 
     after = _metrics(spec_sim)
