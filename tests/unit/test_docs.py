@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
-PROTOCOL_DOC = REPO / "docs" / "protocol.md"
+CONTRACT_DOC = REPO / "docs" / "protocol.md"
 WAREHOUSE_SECTION = "Warehouse relations"
 # Spelled in two parts so this file does not contain the string it forbids.
 OUTSIDE_POINTER = "../" + "shared"
@@ -142,7 +142,7 @@ def warehouse_relations() -> list[str]:
 
 
 def test_docs_exist():
-    assert PROTOCOL_DOC in DOCS and (REPO / "docs" / "architecture.md") in DOCS
+    assert CONTRACT_DOC in DOCS and (REPO / "docs" / "architecture.md") in DOCS
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
@@ -159,7 +159,7 @@ def test_no_tracked_file_points_outside_the_repository():
 def test_every_warehouse_relation_is_documented():
     names = warehouse_relations()
     assert {"runs", "windows", "entries", "validations"} <= set(names)  # migrations ran
-    documented = section(PROTOCOL_DOC.read_text(encoding="utf-8"), WAREHOUSE_SECTION)
+    documented = section(CONTRACT_DOC.read_text(encoding="utf-8"), WAREHOUSE_SECTION)
     assert unmentioned(names, documented) == []
 
 
@@ -176,14 +176,14 @@ def test_broken_links_are_found(tmp_path):
         "```\n[fenced](nowhere.md)\n```\n"
         "[missing](docs/nowhere.md)\n"
         "[bad anchor](docs/there.md#no-such-heading)\n"
-        f"[outside]({OUTSIDE_POINTER}/PROTOCOL.md)\n"
+        f"[outside]({OUTSIDE_POINTER}/SPEC.md)\n"
         "[self](#no-heading-here)\n"
         "[ref]: docs/gone.md\n")
     problems = broken_links(doc, tmp_path)
     assert [p.split(": ", 1)[1] for p in problems] == [
         "docs/nowhere.md does not exist",
         "docs/there.md#no-such-heading: no heading with anchor #no-such-heading",
-        f"{OUTSIDE_POINTER}/PROTOCOL.md points outside the repository",
+        f"{OUTSIDE_POINTER}/SPEC.md points outside the repository",
         "#no-heading-here: no heading with anchor #no-heading-here",
         "docs/gone.md does not exist",
     ]
@@ -197,7 +197,7 @@ def test_slugs_follow_github():
 
 
 def test_outside_pointers_are_found(tmp_path):
-    (tmp_path / "a.md").write_text(f"see [spec]({OUTSIDE_POINTER}/PROTOCOL.md)\n")
+    (tmp_path / "a.md").write_text(f"see [spec]({OUTSIDE_POINTER}/SPEC.md)\n")
     (tmp_path / "b.py").write_text("# nothing to see\n")
     assert files_mentioning(tmp_path, ["a.md", "b.py"], OUTSIDE_POINTER) == ["a.md"]
 
