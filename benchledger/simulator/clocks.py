@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchledger.simulator.engine import SimConfig
+from benchledger.simulator.options import SimConfig
 
 NO_THROTTLE_REASONS = "0x0000000000000000"  # clocks_throttle_reasons.active: none
 

@@ -30,86 +30,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from benchledger.simulator.options import SimConfig
 from benchledger.simulator.prefix_cache import PrefixCache, block_hashes
 from benchledger.simulator.tokenizer import tokenize
 
 VERSION = "benchledger-sim 0.1.0"
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Effective configuration of one simulated server instance."""
-
-    model: str = "sim-model"
-    seed: int = 0
-    speculative: bool = False
-    num_speculative_tokens: int = 3
-    step_ms: float = 4.0
-    spec_step_overhead: float = 1.15
-    prefill_tok_s: float = 20000.0
-    batch_penalty: float = 0.08
-    max_num_seqs: int = 64
-    speed_spread: float = 0.03
-    usage: bool = True
-    acceptance_code: float = 0.8
-    acceptance_prose: float = 0.45
-    log_interval_s: float = 1.0
-    startup_delay_s: float = 0.0
-    max_model_len: int = 65536  # room for a 32K-token prompt plus a long answer
-    eos_rate: float = 0.0  # fraction of prompts with a natural end (finish_reason "stop")
-    prefix_cache: bool = True
-    prefix_block_tokens: int = 16
-    prefix_cache_max_blocks: int = 262144  # LRU cap: 4M tokens at 16 per block
-    stall_every: int = 0  # every Nth admitted request stalls after its first chunk; 0: off
-    stall_s: float = 600.0
-    num_gpus: int = 1
-    sm_clock_mhz: int = 2400  # SM clock under load
-    max_sm_clock_mhz: int = 2520
-    idle_sm_clock_mhz: int = 210
-    low_clock: bool = False  # GPU 0 stuck at low_clock_mhz under load, no throttle reason
-    low_clock_mhz: int = 494
-    metrics_generation_scale: float = 1.0  # /metrics generation counter = true count * this
-
-    def __post_init__(self) -> None:
-        checks = {
-            "num_speculative_tokens": self.num_speculative_tokens >= 1,
-            "step_ms": self.step_ms > 0,
-            "spec_step_overhead": self.spec_step_overhead > 0,
-            "prefill_tok_s": self.prefill_tok_s > 0,
-            "batch_penalty": self.batch_penalty >= 0,
-            "max_num_seqs": self.max_num_seqs >= 1,
-            "speed_spread": self.speed_spread >= 0,
-            "acceptance_code": 0 <= self.acceptance_code <= 1,
-            "acceptance_prose": 0 <= self.acceptance_prose <= 1,
-            "log_interval_s": self.log_interval_s > 0,
-            "startup_delay_s": self.startup_delay_s >= 0,
-            "max_model_len": self.max_model_len >= 2,
-            "eos_rate": 0 <= self.eos_rate <= 1,
-            "prefix_block_tokens": self.prefix_block_tokens >= 1,
-            "prefix_cache_max_blocks": self.prefix_cache_max_blocks >= 1,
-            "stall_every": self.stall_every >= 0,
-            "stall_s": self.stall_s >= 0,
-            "num_gpus": self.num_gpus >= 1,
-            "sm_clock_mhz": 0 < self.sm_clock_mhz <= self.max_sm_clock_mhz,
-            "idle_sm_clock_mhz": 0 < self.idle_sm_clock_mhz <= self.max_sm_clock_mhz,
-            "low_clock_mhz": self.low_clock_mhz > 0 and (
-                not self.low_clock or self.low_clock_mhz <= self.sm_clock_mhz),
-            "metrics_generation_scale": self.metrics_generation_scale >= 0,
-        }
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid simulator config value(s): {', '.join(bad)}")
-
-    @property
-    def load_clock_mhz(self) -> int:
-        """SM clock of GPU 0 under load (the low clock in low-clock mode)."""
-        return self.low_clock_mhz if self.low_clock else self.sm_clock_mhz
-
-    @property
-    def clock_slowdown(self) -> float:
-        """Step-time multiplier from the clock: sm_clock / low_clock in low-clock mode (the
-        engine runs at the pace of its slowest GPU), else 1."""
-        return self.sm_clock_mhz / self.load_clock_mhz
 
 
 def speed_factor(seed: int, spread: float) -> float:

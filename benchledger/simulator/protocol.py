@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from benchledger.simulator.engine import SimConfig
+from benchledger.simulator.options import SimConfig
 from benchledger.simulator.tokenizer import tokenize
 
 # Chat prompts count as the message contents joined by newlines plus a fixed template cost,

@@ -1,0 +1,286 @@
+"""Every setting of the simulator, declared once (SimConfig below).
+
+Each field of SimConfig carries its type and default, and a `Setting` with the rest: help
+text, allowed range, how its flag is spelled, and whether a sweep may set it under
+``[arms.simulator]``. Everything else is produced from that one declaration:
+
+* the command line of ``benchledger simulator`` / ``python -m benchledger.simulator``
+  (`add_arguments`, `config_from_args`; server.py adds only --host and --port);
+* the sweep's ``[arms.simulator]`` table: benchledger.sweep builds its pydantic model from
+  `SWEEP_OPTIONS` (the keys, types, defaults and ranges);
+* the launch command of an arm (`launch_flags`, used by benchledger.lifecycle).
+
+So adding a setting is adding one field here. This module imports nothing from benchledger
+(the simulator is the bottom layer) and no third-party package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# When the launch command passes a setting's flag (see launch_flags):
+ALWAYS = "always"  # every time
+CHANGED = "changed"  # only when the sweep's value differs from the default
+# ... or the name of an earlier setting: whenever that one's flag is passed.
+
+# Flag groups of --help: key -> (title, description).
+GROUPS = {
+    "clocks": (
+        "pretend GPU clocks",
+        "GET /clocks answers like nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,"
+        "pstate,clocks_throttle_reasons.active,utilization.gpu: load clocks (P0, 100% "
+        "utilization) while any request is in the engine, idle clocks (P8, 0%) otherwise; "
+        "throttle reasons are always none"),
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one SimConfig field needs besides its type and default."""
+
+    help: str
+    # Allowed range (numbers); SimConfig checks it and the sweep's model enforces it.
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    # A key of the sweep's [arms.simulator] table, under the field's own name.
+    sweep: bool = False
+    # Booleans only: the sweep sets this per restart, as a list of restart indexes under
+    # this key (instead of a key of the field's name); the listed restarts get it on.
+    restarts_key: str | None = None
+    # When an arm's launch command passes the flag: ALWAYS, CHANGED or an earlier setting's
+    # name. New settings should use CHANGED: then adding one leaves existing arms' commands,
+    # and so their effective-config hashes, as they were.
+    passed: str = CHANGED
+    # Booleans: the spellings that exist. Default "--name/--no-name"; "--no-name" alone sets
+    # it off (default on), "--name" alone sets it on (default off).
+    flag: str | None = None
+    group: str | None = None  # a key of GROUPS
+    metavar: str | None = None
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        """The range as keyword arguments (ge/gt/le), e.g. for pydantic's Field."""
+        return {k: v for k in ("ge", "gt", "le") if (v := getattr(self, k)) is not None}
+
+
+def setting(default: Any, help: str, **kwargs: Any) -> Any:
+    """A SimConfig field: its default and its Setting."""
+    return field(default=default, metadata={"setting": Setting(help=help, **kwargs)})
+
+
+# Declaration order is the order of the flags in --help and in launch commands (append new
+# settings at the end of their group).
+@dataclass(frozen=True)
+class SimConfig:
+    """Effective configuration of one simulated server instance."""
+
+    model: str = setting("sim-model", "the model name served; requests naming another fail")
+    seed: int = setting(0, "draws the per-process speed factor (one seed = one 'instance')")
+    speculative: bool = setting(
+        False, "speculative decoding, off by default: each step delivers 1 + the accepted "
+               "draft tokens",
+        sweep=True, passed=ALWAYS)
+    num_speculative_tokens: int = setting(
+        3, "draft tokens proposed per step when speculative", ge=1, sweep=True, passed=ALWAYS)
+    step_ms: float = setting(
+        4.0, "decode step time with one running request, in milliseconds", gt=0, sweep=True,
+        passed=ALWAYS)
+    spec_step_overhead: float = setting(
+        1.15, "decode step time multiplier when speculative (the drafting cost)", gt=0)
+    prefill_tok_s: float = setting(
+        20000.0, "prefill speed in prompt tokens per second", gt=0, sweep=True, passed=ALWAYS)
+    batch_penalty: float = setting(
+        0.08, "extra decode step time per additional running request, as a fraction", ge=0,
+        sweep=True, passed=ALWAYS)
+    max_num_seqs: int = setting(
+        64, "requests running at once; more wait (vLLM's --max-num-seqs)", ge=1)
+    speed_spread: float = setting(
+        0.03, "standard deviation of the per-process speed factor drawn from the seed", ge=0,
+        sweep=True, passed=ALWAYS)
+    acceptance_code: float = setting(
+        0.8, "draft acceptance probability per position on code prompts", ge=0, le=1,
+        sweep=True, passed=ALWAYS)
+    acceptance_prose: float = setting(
+        0.45, "draft acceptance probability per position on prose prompts", ge=0, le=1,
+        sweep=True, passed=ALWAYS)
+    startup_delay_s: float = setting(
+        0.0, "seconds after start during which /health and requests answer 503 (loading)",
+        ge=0, sweep=True, passed=ALWAYS)
+    usage: bool = setting(
+        True, "never report usage (models a server without usage reporting)", sweep=True,
+        flag="--no-usage")
+    max_model_len: int = setting(
+        65536, "context length: prompt plus max_tokens must fit (room for a 32K-token "
+               "prompt plus a long answer)", ge=2)
+    eos_rate: float = setting(
+        0.0, "fraction of prompts whose answer ends early (finish_reason 'stop')", ge=0, le=1)
+    prefix_cache: bool = setting(
+        True, "automatic prefix caching, on by default like vLLM v1: cached full prompt "
+              "blocks are not prefilled again (--no-prefix-cache: off; cold prompts defeat "
+              "it)", sweep=True)
+    prefix_block_tokens: int = setting(
+        16, "tokens per prefix-cache block (vLLM's --block-size)", ge=1)
+    prefix_cache_max_blocks: int = setting(
+        262144, "LRU cap on cached blocks (4M tokens at 16 per block)", ge=1)
+    stall_every: int = setting(
+        0, "models a hung request (for drain tests): every Nth request admitted since start "
+           "(N, 2N, ...) stops after its first chunk and emits nothing for --stall-s seconds "
+           "while staying running, then goes on; a client disconnect aborts it. 0: off",
+        ge=0, sweep=True, metavar="N")
+    stall_s: float = setting(
+        600.0, "how long a stalled request hangs", gt=0, sweep=True, passed="stall_every")
+    log_interval_s: float = setting(
+        1.0, "seconds between vLLM-style throughput log lines; fractions work (e.g. 0.25)",
+        gt=0, sweep=True, passed=ALWAYS)
+    num_gpus: int = setting(1, "GPUs listed by /clocks", ge=1, group="clocks", metavar="N")
+    sm_clock_mhz: int = setting(2400, "SM clock under load", gt=0, group="clocks")
+    max_sm_clock_mhz: int = setting(2520, "max SM clock", gt=0, group="clocks")
+    idle_sm_clock_mhz: int = setting(210, "SM clock when idle", gt=0, group="clocks")
+    low_clock: bool = setting(
+        False, "models a node stuck at a low clock with no throttle reason reported: under "
+               "load GPU 0 stays at --low-clock-mhz and every step (decode and prefill) takes "
+               "sm-clock / low-clock times longer (about 4.9x with the defaults)",
+        restarts_key="low_clock_restarts", flag="--low-clock", group="clocks")
+    low_clock_mhz: int = setting(
+        494, "GPU 0's clock under load with --low-clock", gt=0, group="clocks")
+    metrics_generation_scale: float = setting(
+        1.0, "models a server whose counters disagree with what it delivered: /metrics "
+             "reports vllm:generation_tokens_total as the true count times F, rounded (1.10 "
+             "over-counts by 10%, 0.9 under-counts); usage and log lines stay true",
+        gt=0, sweep=True, metavar="F")
+
+    def __post_init__(self) -> None:
+        # Checks between settings; each field's own range comes from its Setting.
+        related = {
+            "sm_clock_mhz": self.sm_clock_mhz <= self.max_sm_clock_mhz,
+            "idle_sm_clock_mhz": self.idle_sm_clock_mhz <= self.max_sm_clock_mhz,
+            "low_clock_mhz": not self.low_clock or self.low_clock_mhz <= self.sm_clock_mhz,
+        }
+        bad = [option.name for option in OPTIONS
+               if not (option.in_range(getattr(self, option.name))
+                       and related.get(option.name, True))]
+        if bad:
+            raise ValueError(f"invalid simulator config value(s): {', '.join(bad)}")
+
+    @property
+    def load_clock_mhz(self) -> int:
+        """SM clock of GPU 0 under load (the low clock in low-clock mode)."""
+        return self.low_clock_mhz if self.low_clock else self.sm_clock_mhz
+
+    @property
+    def clock_slowdown(self) -> float:
+        """Step-time multiplier from the clock: sm_clock / low_clock in low-clock mode (the
+        engine runs at the pace of its slowest GPU), else 1."""
+        return self.sm_clock_mhz / self.load_clock_mhz
+
+
+@dataclass(frozen=True)
+class Option:
+    """One SimConfig field with its type, default and Setting, as the consumers need it."""
+
+    name: str
+    type: type
+    default: Any
+    setting: Setting
+
+    @property
+    def sweep_key(self) -> str | None:
+        """Its key under [arms.simulator], or None when a sweep cannot set it."""
+        if self.setting.restarts_key:
+            return self.setting.restarts_key
+        return self.name if self.setting.sweep else None
+
+    @property
+    def per_restart(self) -> bool:
+        return self.setting.restarts_key is not None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Its command-line spellings: (on, off) for a toggle, one flag otherwise."""
+        plain = "--" + self.name.replace("_", "-")
+        if self.type is not bool:
+            return (plain,)
+        if self.setting.flag:
+            return (self.setting.flag,)
+        return (plain, "--no-" + plain.removeprefix("--"))
+
+    def in_range(self, value: Any) -> bool:
+        s = self.setting
+        return ((s.ge is None or value >= s.ge) and (s.gt is None or value > s.gt)
+                and (s.le is None or value <= s.le))
+
+    def spell(self, value: Any) -> list[str]:
+        """The argv that sets this option to `value` (empty when a boolean's default is
+        the only way to say it)."""
+        if self.type is not bool:
+            return [self.flags[0], str(value)]
+        if len(self.flags) == 2:
+            return [self.flags[0] if value else self.flags[1]]
+        turns_on = not self.default  # a lone flag flips the default
+        return [self.flags[0]] if bool(value) == turns_on else []
+
+
+def _options() -> tuple[Option, ...]:
+    hints = typing.get_type_hints(SimConfig)
+    return tuple(Option(f.name, hints[f.name], f.default, f.metadata["setting"])
+                 for f in dataclasses.fields(SimConfig))
+
+
+OPTIONS = _options()
+# What a sweep may set under [arms.simulator], in declaration order.
+SWEEP_OPTIONS = tuple(option for option in OPTIONS if option.sweep_key)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per SimConfig field, with its default and help (defaults shown)."""
+    groups = {key: parser.add_argument_group(title, description)
+              for key, (title, description) in GROUPS.items()}
+    for option in OPTIONS:
+        s = option.setting
+        target = groups[s.group] if s.group else parser
+        help_text = s.help.replace("%", "%%")
+        if option.type is bool:
+            # BooleanOptionalAction makes the --no-X spelling itself.
+            action: Any = (argparse.BooleanOptionalAction if len(option.flags) == 2
+                           else "store_false" if option.default else "store_true")
+            target.add_argument(option.flags[0], dest=option.name, action=action,
+                                default=option.default, help=help_text)
+        else:
+            target.add_argument(option.flags[0], dest=option.name, type=option.type,
+                                default=option.default, metavar=s.metavar,
+                                help=help_text + " (default %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """The SimConfig of parsed flags (other attributes, like --port, are ignored)."""
+    values = vars(args)
+    return SimConfig(**{option.name: values[option.name] for option in OPTIONS
+                        if option.name in values})
+
+
+def launch_flags(values: Mapping[str, Any], restart_index: int = 0) -> list[str]:
+    """The flags that start a simulator with these [arms.simulator] values (keyed by
+    sweep key) at restart `restart_index`: each option as its Setting.passed says."""
+    argv: list[str] = []
+    passed: set[str] = set()
+    for option in SWEEP_OPTIONS:
+        raw = values[option.sweep_key]
+        value = restart_index in raw if option.per_restart else raw
+        rule = option.setting.passed
+        if rule == ALWAYS:
+            wanted = True
+        elif rule == CHANGED:
+            wanted = value != option.default
+        else:
+            wanted = rule in passed
+        flags = option.spell(value) if wanted else []
+        if flags:
+            passed.add(option.name)
+            argv += flags
+    return argv
