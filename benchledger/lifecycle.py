@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from benchledger.simulator.options import launch_flags
 from benchledger.sweep import Arm
 
 # Keys whose values differ between two instances of one config and so must not enter the
@@ -68,31 +69,14 @@ def free_port() -> int:
 
 
 def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:
-    """`benchledger simulator` flags for an arm; {port} and {seed} are per instance."""
-    opts = arm.simulator
+    """`benchledger simulator` flags for an arm; {port} and {seed} are per instance. The
+    [arms.simulator] values become flags as the simulator's settings declare
+    (benchledger.simulator.options.launch_flags)."""
     argv = [sys.executable, "-m", "benchledger.simulator", "--host", "127.0.0.1",
             "--port", "{port}", "--seed", "{seed}", "--model", arm.model]
-    if opts is None:
+    if arm.simulator is None:
         return argv
-    argv.append("--speculative" if opts.speculative else "--no-speculative")
-    argv += ["--num-speculative-tokens", str(opts.num_speculative_tokens),
-             "--step-ms", str(opts.step_ms), "--prefill-tok-s", str(opts.prefill_tok_s),
-             "--batch-penalty", str(opts.batch_penalty), "--speed-spread", str(opts.speed_spread),
-             "--acceptance-code", str(opts.acceptance_code),
-             "--acceptance-prose", str(opts.acceptance_prose),
-             "--startup-delay-s", str(opts.startup_delay_s)]
-    if not opts.usage:
-        argv.append("--no-usage")
-    if not opts.prefix_cache:
-        argv.append("--no-prefix-cache")
-    if opts.stall_every:
-        argv += ["--stall-every", str(opts.stall_every), "--stall-s", str(opts.stall_s)]
-    argv += ["--log-interval-s", str(opts.log_interval_s)]
-    if restart_index in opts.low_clock_restarts:
-        argv.append("--low-clock")
-    if opts.metrics_generation_scale != 1.0:
-        argv += ["--metrics-generation-scale", str(opts.metrics_generation_scale)]
-    return argv
+    return argv + launch_flags(arm.simulator.model_dump(), restart_index)
 
 
 def command_template(arm: Arm, restart_index: int = 0) -> list[str]:

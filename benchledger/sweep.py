@@ -11,7 +11,9 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from benchledger.simulator import options as simulator_options
 
 # Names end up in Airflow task ids and file paths, so keep them to a safe alphabet.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
@@ -74,26 +76,26 @@ class Defaults(_Strict):
     require_clock_check: bool = True  # false: an unchecked node may publish (recorded)
 
 
-class SimulatorOptions(_Strict):
-    """Knobs of the built-in simulator; each maps to one `benchledger simulator` flag."""
+def _simulator_options_model() -> type[_Strict]:
+    """The [arms.simulator] table, from the simulator's own declaration of its settings
+    (benchledger.simulator.options): same keys, types, defaults and ranges."""
+    fields: dict = {}
+    for option in simulator_options.SWEEP_OPTIONS:
+        if option.per_restart:  # e.g. low_clock_restarts: the restarts that get low_clock
+            fields[option.sweep_key] = (list[Annotated[int, Field(ge=0)]],
+                                        Field(default_factory=list,
+                                              description=option.setting.help))
+        else:
+            fields[option.sweep_key] = (option.type, Field(option.default,
+                                                           description=option.setting.help,
+                                                           **option.setting.bounds))
+    return create_model("SimulatorOptions", __base__=_Strict, __module__=__name__,
+                        __doc__="Settings of the built-in simulator; each becomes "
+                                "`benchledger simulator` flags (see lifecycle).",
+                        **fields)
 
-    speculative: bool = False
-    num_speculative_tokens: int = Field(3, ge=1)
-    step_ms: float = Field(4.0, gt=0)
-    prefill_tok_s: float = Field(20000.0, gt=0)
-    batch_penalty: float = Field(0.08, ge=0)
-    speed_spread: float = Field(0.03, ge=0)
-    usage: bool = True
-    acceptance_code: float = Field(0.8, ge=0, le=1)
-    acceptance_prose: float = Field(0.45, ge=0, le=1)
-    startup_delay_s: float = Field(0.0, ge=0)
-    prefix_cache: bool = True  # vLLM v1's automatic prefix caching (cold prompts defeat it)
-    stall_every: int = Field(0, ge=0)  # every Nth request hangs after its first chunk
-    stall_s: float = Field(600.0, gt=0)  # ... for this long (a drain test's unfinished tail)
-    log_interval_s: float = Field(1.0, gt=0)  # vLLM-style periodic throughput log lines
-    # Restarts (by index) whose node is stuck at a low SM clock and that much slower (T10).
-    low_clock_restarts: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
-    metrics_generation_scale: float = Field(1.0, gt=0)  # /metrics over/under-counts tokens
+
+SimulatorOptions = _simulator_options_model()
 
 
 class Arm(_Strict):
