@@ -98,7 +98,29 @@ def _simulator_options_model() -> type[_Strict]:
 SimulatorOptions = _simulator_options_model()
 
 
-class Arm(_Strict):
+# The [defaults] keys an arm may set for itself; an arm that leaves one out gets the
+# [defaults] value (Sweep.plan). The other keys hold for the whole sweep: one request
+# timeout, endpoint, prompt cache, seed, reconcile tolerance and clock interval for all arms.
+PER_ARM_KEYS = ("requests", "min_requests", "warmup", "restarts", "max_tokens", "temperature",
+                "concurrency", "drain_timeout_s", "ready_timeout_s", "arrival", "rate_rps",
+                "clock_source", "clock_url", "min_clock_ratio", "require_clock_check")
+
+
+def _per_arm_field(key: str) -> tuple:
+    """An arm's `key`: the [defaults] key's type and range, or None (not set)."""
+    info = Defaults.model_fields[key]
+    annotation = info.annotation | None
+    return (Annotated[(annotation, *info.metadata)] if info.metadata else annotation), None
+
+
+_PerArmKeys = create_model("_PerArmKeys", __base__=_Strict, __module__=__name__,
+                           **{key: _per_arm_field(key) for key in PER_ARM_KEYS})
+
+
+class Arm(_PerArmKeys):
+    """One server configuration: its own keys below, plus each PER_ARM_KEYS key of
+    [defaults] (None when the arm leaves it to [defaults])."""
+
     name: Name
     server: Literal["simulator", "command", "external"]
     model: str
@@ -109,24 +131,8 @@ class Arm(_Strict):
     base_url: str | None = None  # server = "external" (required) or "command" (default loopback)
     health_path: str = "/health"
     metrics_path: str = "/metrics"
-    ready_timeout_s: float | None = Field(None, gt=0)
     node: str = "local"
     simulator: SimulatorOptions | None = None
-    # Per-arm overrides of [defaults].
-    requests: int | None = Field(None, ge=1)
-    min_requests: int | None = Field(None, ge=1)
-    warmup: int | None = Field(None, ge=0)
-    restarts: int | None = Field(None, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0)
-    concurrency: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
-    drain_timeout_s: float | None = Field(None, gt=0)
-    arrival: Literal["closed", "poisson"] | None = None
-    rate_rps: float | None = Field(None, gt=0)
-    clock_source: Literal["nvidia-smi", "http", "none"] | None = None
-    clock_url: str | None = None
-    min_clock_ratio: float | None = Field(None, gt=0, le=1)
-    require_clock_check: bool | None = None
 
     @model_validator(mode="after")
     def _server_keys_fit(self) -> Arm:
@@ -189,33 +195,25 @@ class Comparison(_Strict):
     control: list[Name] | None = Field(None, min_length=2, max_length=2)
 
 
-class ArmPlan(BaseModel):
-    """One arm with [defaults] applied: what the DAG and the measurement actually use."""
+# An ArmPlan field named apart from its [defaults] key: plan.min_requests is the n the gate
+# demands (the protocol floor or more), the key's own value is plan.min_requests_key.
+_PLAN_NAMES = {"min_requests": "min_requests_key"}
 
-    model_config = ConfigDict(frozen=True)
+_PlannedKeys = create_model(
+    "_PlannedKeys", __base__=BaseModel, __module__=__name__,
+    **{_PLAN_NAMES.get(key, key): (info.annotation, ...)
+       for key, info in Defaults.model_fields.items()})
+
+
+class ArmPlan(_PlannedKeys):
+    """One arm with [defaults] applied: what the DAG and the measurement actually use.
+
+    Its fields: `arm` and every [defaults] key with the value that applies to this arm
+    (min_requests as min_requests_key)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     arm: Arm
-    requests: int
-    min_requests_key: int | None
-    warmup: int
-    restarts: int
-    max_tokens: int
-    temperature: float
-    concurrency: list[int]
-    drain_timeout_s: float
-    request_timeout_s: float
-    ready_timeout_s: float
-    endpoint: str
-    arrival: str
-    rate_rps: float | None
-    prompt_cache: str
-    seed: int
-    reconcile_tolerance: float
-    clock_source: str
-    clock_url: str | None
-    clock_interval_s: float
-    min_clock_ratio: float
-    require_clock_check: bool
 
     @property
     def protocol_floor(self) -> int:
@@ -285,37 +283,14 @@ class Sweep(_Strict):
         return self.dag_id + "_publish"
 
     def plan(self, arm: Arm) -> ArmPlan:
-        d = self.defaults
-
-        def pick(key: str):
-            value = getattr(arm, key, None)
-            return getattr(d, key) if value is None else value
-
-        restarts = 1 if arm.server == "external" else pick("restarts")
-        return ArmPlan(
-            arm=arm,
-            requests=pick("requests"),
-            min_requests_key=pick("min_requests"),
-            warmup=pick("warmup"),
-            restarts=restarts,
-            max_tokens=pick("max_tokens"),
-            temperature=pick("temperature"),
-            concurrency=list(pick("concurrency")),
-            drain_timeout_s=pick("drain_timeout_s"),
-            request_timeout_s=d.request_timeout_s,
-            ready_timeout_s=pick("ready_timeout_s"),
-            endpoint=d.endpoint,
-            arrival=pick("arrival"),
-            rate_rps=pick("rate_rps"),
-            prompt_cache=d.prompt_cache,
-            seed=d.seed,
-            reconcile_tolerance=d.reconcile_tolerance,
-            clock_source=pick("clock_source"),
-            clock_url=pick("clock_url"),
-            clock_interval_s=d.clock_interval_s,
-            min_clock_ratio=pick("min_clock_ratio"),
-            require_clock_check=pick("require_clock_check"),
-        )
+        """[defaults] with the arm's own values of PER_ARM_KEYS on top."""
+        merged = {key: getattr(self.defaults, key) for key in Defaults.model_fields}
+        merged.update((key, value) for key in PER_ARM_KEYS
+                      if (value := getattr(arm, key)) is not None)
+        if arm.server == "external":
+            merged["restarts"] = 1  # one server, not ours to restart
+        return ArmPlan(arm=arm, **{_PLAN_NAMES.get(key, key): value
+                                   for key, value in merged.items()})
 
     def arm(self, name: str) -> ArmPlan:
         for arm in self.arms:
