@@ -73,9 +73,10 @@ def test_counters_reconcile_for_every_window_of_honest_servers(run):
     statuses = q(con, "SELECT w.arm, r.counter, r.status FROM reconciliations r "
                       "JOIN windows w USING (window_id) WHERE w.run_id = ?", [run_id])
     windows = q(con, "SELECT count(*) FROM windows WHERE run_id = ?", [run_id])[0][0]
+    assert windows == 4  # spec r0 and r1, miscount r0, noclock r0: one workload each
     assert len(statuses) == 3 * windows  # every window, every counter
     honest = {(arm, status) for arm, _, status in statuses if arm != "miscount"}
-    assert {status for _, status in honest} == {"match"}
+    assert honest == {("spec", "match"), ("noclock", "match")}
 
 
 def test_overcounting_metrics_block_publication_naming_the_counter(run):
@@ -143,7 +144,13 @@ def test_server_log_peak_is_kept_apart_from_the_delivered_rate(run):
                        "numerator = 'output_tokens'", [run_id])[0][0]
     assert set(rows) == {"server_log_peak", "server_log_mean"}
     assert rows["server_log_peak"] > delivered
-    lines = q(con, "SELECT count(*), count(accepted_tok_s) FROM server_log_lines l JOIN "
-                   "windows w USING (window_id) WHERE w.run_id = ? AND w.arm = 'spec'",
-              [run_id])
-    assert lines[0][0] > 0 and lines[0][1] > 0  # both kinds of line, each kept
+    lines = {kind: counts for kind, *counts in q(
+        con, "SELECT kind, count(*), count(generation_tok_s), count(accepted_tok_s) "
+             "FROM server_log_lines l JOIN windows w USING (window_id) "
+             "WHERE w.run_id = ? AND w.arm = 'spec' GROUP BY kind", [run_id])}
+    assert set(lines) == {"throughput", "spec_decode"}  # both kinds of line are kept ...
+    (n, generation, accepted), (m, spec_generation, spec_accepted) = (
+        lines["throughput"], lines["spec_decode"])
+    # ... each value under its own name: accepted drafts never pass for generation
+    assert n > 0 and (generation, accepted) == (n, 0)
+    assert m > 0 and (spec_generation, spec_accepted) == (0, m)
