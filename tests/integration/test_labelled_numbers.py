@@ -82,6 +82,7 @@ def test_stalled_requests_stay_unresolved_rows_and_label_their_entries(run):
     windows = rows(con, "SELECT workload, submitted, completed, failed, unresolved, "
                         "drain_status FROM windows WHERE run_id = ? AND arm = 'stall' "
                         "ORDER BY workload", [run_id])
+    assert [w[0] for w in windows] == ["code", "code-cold"]  # one restart, c=4
     for _, submitted, completed, failed, unresolved, drain in windows:
         assert unresolved > 0 and drain == "incomplete"
         assert submitted == completed + failed + unresolved == 16
