@@ -28,11 +28,14 @@ lint: $(STAMP)
 	  || { cat $(LAYERS).log; exit 1; }
 	cd $(LAYERS) && $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/.importlinter
 
-# The report test renders report.html in headless Chromium (Debian's package).
+# The report test renders report.html in headless Chromium (Debian's package). Where it
+# cannot be installed (no root, no apt) the test is skipped with a message, except in CI
+# (CI=true), where a missing browser fails the run.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium for the report test (needs root and apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+	  || { [ -z "$$CI" ] && echo "chromium could not be installed: the report test will be skipped"; }; }
 
 test: lint browser
 	$(BIN)/python -m pytest -q

@@ -87,6 +87,7 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
 
     from benchledger.publishing.read import (
         blocked_entries,
+        blocks,
         comparisons,
         delivered_vs_server,
         latest_run_id,
@@ -121,7 +122,7 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
         if len(blocked):
             print(f"\nBlocked entries ({len(blocked)}; not published), by the rule that "
                   "blocked them:")
-            print(format_blocked(blocked))
+            print(format_blocked(blocks(con, run_id)))
         found = comparisons(con, run_id)
         if len(found):
             print("\nComparisons (Welch over restart means, held to the A/A control; "
@@ -245,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulator"]:
+        # Everything after `simulator` is the simulator's own command line (its --help too);
+        # argparse's REMAINDER would refuse options right after the sub-command.
+        return cmd_simulator(argparse.Namespace(simulator_args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -6,7 +6,7 @@ process whose environment comes from :func:`airflow_env`.  Callers use
 
 Exit codes: 0 = DagRun success, 1 = DagRun failed, 2 = could not run it at all.
 Airflow's verbose output (task logs included) goes to the log file; stdout gets only the
-``task_id: state`` summary and stderr at most one line.  See RUNNER_NOTES.md for the why.
+``task_id: state`` summary and stderr at most one line.  See docs/runner.md for the why.
 """
 
 from __future__ import annotations

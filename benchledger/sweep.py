@@ -13,15 +13,21 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+# The n rule's floor (T4: 15 speculative, 5 otherwise) and the default thresholds come from
+# the rule catalogue; a sweep may ask for more requests, never for fewer.
+from benchledger.rules import (
+    AB_ARMS_DIFFER,
+    DEFAULT_MIN_CLOCK_RATIO,
+    DEFAULT_RECONCILE_TOLERANCE,
+    MIN_REQUESTS_PLAIN,
+    MIN_REQUESTS_SPECULATIVE,
+    N_AT_LEAST_MIN,
+)
 from benchledger.simulator import options as simulator_options
 
 # Names end up in Airflow task ids and file paths, so keep them to a safe alphabet.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
 
-# PROTOCOL T4: speculative configs need n >= 15 measured requests per workload per restart,
-# others n >= 5. A sweep may ask for more, never for fewer.
-MIN_REQUESTS_SPECULATIVE = 15
-MIN_REQUESTS_PLAIN = 5
 
 BUILTIN_PROMPT_SETS = ("code", "prose")
 
@@ -66,13 +72,13 @@ class Defaults(_Strict):
     prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
     seed: int = 0  # arrival times and cold-prompt prefixes derive from it
     # Server counters must agree with delivered usage within this fraction (T3).
-    reconcile_tolerance: float = Field(0.01, ge=0, le=1)
+    reconcile_tolerance: float = Field(DEFAULT_RECONCILE_TOLERANCE, ge=0, le=1)
     # GPU clocks under load (T10): read with nvidia-smi on the measuring node, or from an
     # HTTP endpoint ({base_url} is the arm's server); "none" leaves the node unchecked.
     clock_source: Literal["nvidia-smi", "http", "none"] = "nvidia-smi"
     clock_url: str | None = None
     clock_interval_s: float = Field(0.5, gt=0)
-    min_clock_ratio: float = Field(0.9, gt=0, le=1)
+    min_clock_ratio: float = Field(DEFAULT_MIN_CLOCK_RATIO, gt=0, le=1)
     require_clock_check: bool = True  # false: an unchecked node may publish (recorded)
 
 
@@ -246,7 +252,8 @@ class Sweep(_Strict):
             if server_settings(arms[comparison.a]) == server_settings(arms[comparison.b]):
                 # T11: an A/B whose arms run one setting can only measure noise.
                 raise ValueError(
-                    f"comparisons[{i}]: arms {comparison.a!r} and {comparison.b!r} have "
+                    f"comparisons[{i}]: rule {AB_ARMS_DIFFER.name} (T11): arms "
+                    f"{comparison.a!r} and {comparison.b!r} have "
                     "identical server settings, so this is an A/A control, not an A/B; "
                     "name them as its `control` and compare arms that differ")
             if comparison.control and len(set(comparison.control)) != 2:
@@ -309,10 +316,10 @@ def _n_problem(plan: ArmPlan) -> str | None:
     kind = "speculative" if plan.arm.is_speculative else "non-speculative"
     if plan.min_requests_key is not None and plan.min_requests_key < plan.protocol_floor:
         return (f"min_requests = {plan.min_requests_key} is below the protocol's "
-                f"n >= {plan.protocol_floor} for {kind} arms (T4)")
+                f"n >= {plan.protocol_floor} for {kind} arms (rule {N_AT_LEAST_MIN.name}, T4)")
     if plan.requests < plan.min_requests:
         return (f"requests = {plan.requests} is below the n the gate requires "
-                f"({plan.min_requests} for {kind} arms, T4)")
+                f"({plan.min_requests} for {kind} arms, rule {N_AT_LEAST_MIN.name}, T4)")
     return None
 
 

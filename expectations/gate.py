@@ -23,13 +23,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-SUITES = ("restarts", "windows", "measured_requests")  # run_gate; run_entry_gate: "entries"
+from benchledger import rules as R
+from benchledger.rules import Rule, rules_of_suite
+
+SUITES = ("restarts", "windows", "measured_requests")  # run_gate's suites; see also
+# run_entry_gate ("entries") and run_comparison_gate ("comparisons").
 
 # Rows are matched to subjects through this column, added by the _prepare_* functions.
 _SUBJECT = "subject"
@@ -39,103 +43,31 @@ _SUBJECT = "subject"
 _NULL = "[null]"
 _MAX_LISTED = 3
 
-# The protocol rule -> GX expectation table. Columns named *_or_null, accounted and
-# completed_* are computed by the _prepare_* functions below (see there for why).
-# suite, rule, GX 1.x expectation (gx.expectations.<name>), its arguments
-_EXPECTATIONS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
-    ("restarts", "restart_healthy", "ExpectColumnValuesToBeInSet",
-     {"column": "status_or_null", "value_set": ["ok", "external"]}),
-    ("windows", "accounting_balances", "ExpectColumnPairValuesToBeEqual",
-     {"column_A": "submitted", "column_B": "accounted", "ignore_row_if": "neither"}),
-    ("windows", "n_at_least_min", "ExpectColumnPairValuesAToBeGreaterThanB",
-     {"column_A": "completed", "column_B": "min_requests", "or_equal": True,
-      "ignore_row_if": "neither"}),
-    # Server counter delta vs client usage: relative error within the sweep's tolerance.
-    # Windows without the counter (or without a tolerance) have NULL there and are skipped.
-    ("windows", "generation_tokens_reconcile", "ExpectColumnPairValuesAToBeGreaterThanB",
-     {"column_A": "reconcile_tolerance", "column_B": "generation_error",
-      "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
-    ("windows", "prompt_tokens_reconcile", "ExpectColumnPairValuesAToBeGreaterThanB",
-     {"column_A": "reconcile_tolerance", "column_B": "prompt_error",
-      "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
-    ("windows", "finished_requests_reconcile", "ExpectColumnPairValuesAToBeGreaterThanB",
-     {"column_A": "reconcile_tolerance", "column_B": "success_error",
-      "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
-    # SM clock under load as a fraction of max; an unreadable clock is -1 when the sweep
-    # requires a check (fails) and NULL when it does not (skipped, and labelled).
-    ("restarts", "clock_under_load", "ExpectColumnPairValuesAToBeGreaterThanB",
-     {"column_A": "clock_ratio_checked", "column_B": "min_clock_ratio", "or_equal": True,
-      "ignore_row_if": "either_value_is_missing"}),
-    ("measured_requests", "token_source_is_usage", "ExpectColumnValuesToBeInSet",
-     {"column": "completed_token_source", "value_set": ["usage"]}),
-    ("measured_requests", "temperature_is_zero", "ExpectColumnValuesToBeInSet",
-     {"column": "temperature_or_null", "value_set": [0.0]}),
-    ("measured_requests", "ttft_not_above_e2e", "ExpectColumnPairValuesAToBeGreaterThanB",
-     {"column_A": "completed_e2e_s", "column_B": "completed_ttft_s", "or_equal": True,
-      "ignore_row_if": "either_value_is_missing"}),
-    # Derived entries, checked before anything is published. Each *_check column holds the
-    # labelled value where the rule applies and NULL elsewhere (GX skips NULLs there).
-    ("entries", "incomplete_rate_labelled", "ExpectColumnValuesToBeInSet",
-     {"column": "incomplete_rate_check", "value_set": ["completed_only"]}),
-    ("entries", "latency_population_labelled", "ExpectColumnValuesToBeInSet",
-     {"column": "latency_population_check", "value_set": ["completed_only"]}),
-    ("entries", "rate_numerator_labelled", "ExpectColumnValuesToBeInSet",
-     {"column": "rate_numerator_check",
-      "value_set": ["output_tokens", "input_plus_output_tokens", "prompt_tokens"]}),
-    ("entries", "prefill_rate_cold_prompts", "ExpectColumnValuesToBeInSet",
-     {"column": "prefill_rate_check", "value_set": ["cold"]}),
-    ("entries", "server_log_kept_apart", "ExpectColumnValuesToBeInSet",
-     {"column": "server_log_check", "value_set": ["server_log_* metric with a server_log_* "
-                                                  "statistic"]}),
-)  # fmt: skip
-
-RULES: dict[str, str] = {
-    "restart_healthy": "the server restart ended ok (or is an external server): status in "
-    "{'ok', 'external'}",
-    "accounting_balances": "the window accounts for every request: "
-    "submitted == completed + failed + unresolved (T14)",
-    "n_at_least_min": "the window completed at least the n the protocol requires (T4)",
-    "generation_tokens_reconcile": "the server's vllm:generation_tokens_total delta over the "
-    "window matches the delivered usage within the tolerance (T1, T3)",
-    "prompt_tokens_reconcile": "the server's vllm:prompt_tokens_total delta matches the "
-    "prompt tokens in usage within the tolerance",
-    "finished_requests_reconcile": "the server's vllm:request_success_total delta matches "
-    "the completed requests within the tolerance",
-    "clock_under_load": "the restart's GPUs ran at >= min_clock_ratio of their max SM clock "
-    "under load; an unreadable clock fails unless require_clock_check = false (T10)",
-    "token_source_is_usage": "every completed measured request's output tokens come from "
-    "server usage, never from chunk counts (T1)",
-    "temperature_is_zero": "every measured request ran at temperature 0 (T9)",
-    "ttft_not_above_e2e": "for completed requests with both times, TTFT <= E2E latency",
-    "incomplete_rate_labelled": "a rate from a window with unresolved requests (drain "
-    "incomplete) is labelled population = 'completed_only' (T14)",
-    "latency_population_labelled": "a latency from windows where requests failed or stayed "
-    "unresolved is labelled population = 'completed_only' (T14)",
-    "rate_numerator_labelled": "every rate names its numerator: output_tokens, "
-    "input_plus_output_tokens or prompt_tokens (T12)",
-    "prefill_rate_cold_prompts": "a prefill rate comes from cold prompts only; warm prompts "
-    "measure the prefix cache (T9, T15)",
-    "server_log_kept_apart": "server log values (peak, mean) stay under server_log_* metric "
-    "names and are never labelled as a delivered rate (T2)",
-}
-
 _REQUIRED_COLUMNS = {
     "restarts": ("restart_id", "status"),
     "windows": ("window_id", "submitted", "completed", "failed", "unresolved", "min_requests"),
     "requests": ("request_id", "window_id", "status", "token_source", "temperature",
                  "ttft_s", "e2e_s"),
     "entries": ("entry_id", "metric", "unit", "numerator", "population", "drain_status",
-                "prompt_cache", "n_failed", "n_unresolved", "statistic"),
+                "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
+    "comparisons": ("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
+                    "difference", "control_difference"),
 }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RuleResult:
-    suite: str  # "restarts" | "windows" | "measured_requests"
-    subject: str  # the restart_id or window_id the result is about
-    expectation: str  # the rule name (a key of RULES)
+    suite: str  # the rule's suite (benchledger.rules: Rule.suite)
+    subject: str  # the restart_id, window_id, entry_id or comparison_id it is about
+    expectation: str  # the rule's name in the catalogue
     success: bool
-    observed: str  # "expected <...>, found <...>"
+    expected: str  # what the rule demands of this subject
+    found: str  # what this subject shows
+
+    @property
+    def observed(self) -> str:
+        """The one-line reading of the result, MLPerf-checker style."""
+        return f"expected {self.expected}, found {self.found}"
 
 
 def run_gate(
@@ -167,11 +99,9 @@ def run_gate(
     results: list[RuleResult] = []
     for suite in SUITES:
         gx_results = _validate_suite(context, suite, frames[suite], docs)
-        for _, rule, _, kwargs in _rules_of(suite):
-            results.extend(
-                _split_by_subject(suite, rule, kwargs, gx_results[rule], frames[suite],
-                                  subjects[suite])
-            )  # fmt: skip
+        for rule in rules_of_suite(suite):
+            results.extend(_split_by_subject(rule, gx_results[rule.name], frames[suite],
+                                             subjects[suite]))
     if docs is not None:
         docs.build()
     return results
@@ -183,23 +113,34 @@ def run_entry_gate(entries: pd.DataFrame, *, docs_dir: Path | None = None) -> li
     With docs_dir, the validation is also rendered as GX Data Docs there.
     """
     _check_columns(entries=entries)
-    frame = _prepare_entries(entries)
+    return _run_one_suite("entries", _prepare_entries(entries), _unique(entries["entry_id"]),
+                          docs_dir)
+
+
+def run_comparison_gate(comparisons: pd.DataFrame) -> list[RuleResult]:
+    """Run the comparison rules over A/B candidates; one RuleResult per (comparison, rule).
+
+    One row per A/B: comparison_id, a, b, their effective configs (a_config, b_config;
+    NULL when an arm's restarts disagree or did not report one), a_restarts and
+    b_restarts (restart means available), difference (b - a) and control_difference
+    (NULL without a measured A/A control).
+    """
+    _check_columns(comparisons=comparisons)
+    return _run_one_suite("comparisons", _prepare_comparisons(comparisons),
+                          _unique(comparisons["comparison_id"]), None)
+
+
+def _run_one_suite(suite: str, frame: pd.DataFrame, subjects: list[Any],
+                   docs_dir: Path | None) -> list[RuleResult]:
     context = _ephemeral_context(docs_dir)
-    docs = _DocsRun(context, "run_entry_gate") if docs_dir is not None else None
-    gx_results = _validate_suite(context, "entries", frame, docs)
+    docs = _DocsRun(context, f"gate_{suite}") if docs_dir is not None else None
+    gx_results = _validate_suite(context, suite, frame, docs)
     if docs is not None:
         docs.build()
-    subjects = _unique(entries["entry_id"])
     results: list[RuleResult] = []
-    for _, rule, _, kwargs in _rules_of("entries"):
-        results.extend(_split_by_subject("entries", rule, kwargs, gx_results[rule], frame,
-                                         subjects))
+    for rule in rules_of_suite(suite):
+        results.extend(_split_by_subject(rule, gx_results[rule.name], frame, subjects))
     return results
-
-
-def to_records(results: Iterable[RuleResult]) -> list[dict[str, Any]]:
-    """Plain dicts with RuleResult's keys, for loading into the warehouse."""
-    return [asdict(result) for result in results]
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -289,6 +230,18 @@ def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
     out["rate_numerator_check"] = _or_null(out["numerator"]).where(rate)
     out["prefill_rate_check"] = _or_null(out["prompt_cache"]).where(
         out["metric"] == "prefill_rate")
+    return out
+
+
+def _prepare_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
+    out = _base(comparisons, "comparison_id")
+    known = out["a_config"].notna() & out["b_config"].notna()
+    out["effective_configs_identical"] = (known & (out["a_config"] == out["b_config"])).astype(
+        bool)
+    out["fewest_restarts"] = out[["a_restarts", "b_restarts"]].min(axis=1)
+    out["abs_difference"] = pd.to_numeric(out["difference"], errors="coerce").abs()
+    out["abs_control_difference"] = pd.to_numeric(out["control_difference"],
+                                                  errors="coerce").abs()
     return out
 
 
@@ -386,23 +339,19 @@ class _DocsRun:
         self.context.build_data_docs(site_names=[_DOCS_SITE], resource_identifiers=self.keys)
 
 
-def _rules_of(suite: str) -> list[tuple[str, str, str, dict[str, Any]]]:
-    return [row for row in _EXPECTATIONS if row[0] == suite]
-
-
 def _build_suite(suite: str) -> Any:
     import great_expectations as gx
 
     expectations = [
         # meta carries the rule name so each GX result can be matched back to its rule.
-        getattr(gx.expectations, expectation)(
-            **kwargs, meta={"rule": rule}, description=_describe(rule, expectation, kwargs))
-        for _, rule, expectation, kwargs in _rules_of(suite)
+        getattr(gx.expectations, rule.check.expectation)(
+            **rule.check.kwargs, meta={"rule": rule.name}, description=_describe(rule))
+        for rule in rules_of_suite(suite)
     ]
     return gx.ExpectationSuite(name=suite, expectations=expectations)
 
 
-def _describe(rule: str, expectation: str, kwargs: dict[str, Any]) -> str:
+def _describe(rule: Rule) -> str:
     """What Data Docs shows for an expectation: the rule, its meaning and the GX check.
 
     Data Docs renders a description in place of GX's generic sentence, which would name
@@ -410,10 +359,12 @@ def _describe(rule: str, expectation: str, kwargs: dict[str, Any]) -> str:
     """
     import great_expectations as gx
 
+    kwargs = rule.check.kwargs
     columns = " vs ".join(str(kwargs[k]) for k in ("column", "column_A", "column_B")
                           if k in kwargs)
-    gx_type = getattr(gx.expectations, expectation).expectation_type
-    return f"{rule}: {RULES[rule]} [{gx_type} on {columns}]"
+    gx_type = getattr(gx.expectations, rule.check.expectation).expectation_type
+    traps = f" ({', '.join(rule.traps)})" if rule.traps else ""
+    return f"{rule.name}: {rule.summary}{traps} [{gx_type} on {columns}]"
 
 
 def _validate_suite(
@@ -456,12 +407,7 @@ def _gx_error(result: Any) -> str | None:
 
 
 def _split_by_subject(
-    suite: str,
-    rule: str,
-    kwargs: dict[str, Any],
-    result: Any,
-    frame: pd.DataFrame,
-    subjects: Sequence[Any],
+    rule: Rule, result: Any, frame: pd.DataFrame, subjects: Sequence[Any]
 ) -> list[RuleResult]:
     error = _gx_error(result)
     unexpected = set((result.result or {}).get("unexpected_index_list") or [])
@@ -473,17 +419,17 @@ def _split_by_subject(
     for subject in subjects:
         rows = rows_of.get(subject, [])
         bad = [row for row in rows if row in unexpected]
-        expected, found = _OBSERVE[rule](kwargs, frame, rows, bad)
+        expected, found = _OBSERVE[rule.name](dict(rule.check.kwargs), frame, rows, bad)
         if error is not None:
             found = f"GX error: {error}"
-        observed = f"expected {expected}, found {found}"
-        out.append(RuleResult(suite, str(subject), rule, error is None and not bad, observed))
+        out.append(RuleResult(rule.suite, str(subject), rule.name, error is None and not bad,
+                              expected, found))
     return out
 
 
 # --- observed strings ("expected <...>, found <...>", MLPerf-checker style) --------------
 
-Kw = dict[str, Any]  # an expectation's arguments from _EXPECTATIONS
+Kw = dict[str, Any]  # an expectation's arguments (the catalogue's GxCheck.kwargs)
 Rows = list[int]  # row positions in a prepared frame
 Seen = tuple[str, str]  # (expected, found)
 Observer = Callable[[Kw, pd.DataFrame, Rows, Rows], Seen]
@@ -598,21 +544,60 @@ def _observe_clock(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
             found)
 
 
+def _observe_value(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    found = "no value: no window behind it passed every rule" if bad else _join(
+        frame.loc[rows, "value"])
+    return "a value from windows that passed every rule", found
+
+
+def _observe_configs(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    found = "; ".join(
+        f"{frame.at[row, 'a']} {_short(frame.at[row, 'a_config'])}, "
+        f"{frame.at[row, 'b']} {_short(frame.at[row, 'b_config'])}"
+        + (" (identical)" if row in bad else "") for row in rows)
+    return "arms with different effective configs", found or "rule not applicable"
+
+
+def _short(config: Any) -> str:
+    return "unknown" if config is None or (isinstance(config, float) and pd.isna(config)) \
+        else str(config)[:12]
+
+
+def _observe_restarts(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    found = "; ".join(f"{frame.at[row, 'a']} {frame.at[row, 'a_restarts']}, "
+                      f"{frame.at[row, 'b']} {frame.at[row, 'b_restarts']}" for row in rows)
+    return f"restarts per arm >= {kw['min_value']}", found or "rule not applicable"
+
+
+def _observe_control(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    checked = [row for row in rows if frame.loc[row, [kw["column_A"], kw["column_B"]]]
+               .notna().all()]
+    found = "; ".join(f"|{_show(frame.at[row, 'difference'])}| vs "
+                      f"|{_show(frame.at[row, 'control_difference'])}|" for row in checked)
+    return ("|difference| > |A/A control difference|",
+            found or "rule not applicable (no control difference measured)")
+
+
 _OBSERVE: dict[str, Observer] = {
-    "generation_tokens_reconcile": _observe_reconcile("generation",
-                                                      "vllm:generation_tokens_total"),
-    "prompt_tokens_reconcile": _observe_reconcile("prompt", "vllm:prompt_tokens_total"),
-    "finished_requests_reconcile": _observe_reconcile("success", "vllm:request_success_total"),
-    "clock_under_load": _observe_clock,
-    "incomplete_rate_labelled": _observe_check("population"),
-    "latency_population_labelled": _observe_check("population"),
-    "rate_numerator_labelled": _observe_check("numerator"),
-    "prefill_rate_cold_prompts": _observe_check("prompt_cache"),
-    "server_log_kept_apart": _observe_check("metric / statistic"),
-    "restart_healthy": _observe_status,
-    "accounting_balances": _observe_accounting,
-    "n_at_least_min": _observe_min,
-    "token_source_is_usage": _observe_token_source,
-    "temperature_is_zero": _observe_temperature,
-    "ttft_not_above_e2e": _observe_ttft,
+    R.GENERATION_TOKENS_RECONCILE.name: _observe_reconcile("generation",
+                                                           "vllm:generation_tokens_total"),
+    R.PROMPT_TOKENS_RECONCILE.name: _observe_reconcile("prompt", "vllm:prompt_tokens_total"),
+    R.FINISHED_REQUESTS_RECONCILE.name: _observe_reconcile("success",
+                                                           "vllm:request_success_total"),
+    R.CLOCK_UNDER_LOAD.name: _observe_clock,
+    R.ENTRY_HAS_VALIDATED_VALUE.name: _observe_value,
+    R.INCOMPLETE_RATE_LABELLED.name: _observe_check("population"),
+    R.LATENCY_POPULATION_LABELLED.name: _observe_check("population"),
+    R.RATE_NUMERATOR_LABELLED.name: _observe_check("numerator"),
+    R.PREFILL_RATE_COLD_PROMPTS.name: _observe_check("prompt_cache"),
+    R.SERVER_LOG_KEPT_APART.name: _observe_check("metric / statistic"),
+    R.RESTART_HEALTHY.name: _observe_status,
+    R.ACCOUNTING_BALANCES.name: _observe_accounting,
+    R.N_AT_LEAST_MIN.name: _observe_min,
+    R.TOKEN_SOURCE_IS_USAGE.name: _observe_token_source,
+    R.TEMPERATURE_IS_ZERO.name: _observe_temperature,
+    R.TTFT_NOT_ABOVE_E2E.name: _observe_ttft,
+    R.AB_ARMS_DIFFER.name: _observe_configs,
+    R.AB_RESTARTS_REPLICATED.name: _observe_restarts,
+    R.AB_BEYOND_CONTROL.name: _observe_control,
 }

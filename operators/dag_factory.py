@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, TaskGroup, chain
-from benchledger.operators import sweep_tasks as t
 
+from benchledger.operators import sweep_tasks as t
 from benchledger.sweep import load_sweep
 
 

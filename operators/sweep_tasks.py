@@ -113,9 +113,8 @@ def load(run_dir: str | None = None) -> dict:
 
     `run_dir` (plan's output) only ties this task to plan; the layout says where to read.
     """
-    from benchledger.warehouse.db import connect, load_run_dir
-
     from benchledger.restart import RunLayout
+    from benchledger.warehouse.db import connect, load_run_dir
 
     paths = run_paths()
     layout = RunLayout(paths.data_dir, paths.run_id)
@@ -128,10 +127,9 @@ def load(run_dir: str | None = None) -> dict:
 @task(pool=WAREHOUSE_POOL)
 def validate() -> dict:
     """Run the GX gate over the run's rows; every result becomes a `validations` row."""
+    from benchledger.restart import RunLayout
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.validate import validate_run
-
-    from benchledger.restart import RunLayout
 
     paths = run_paths()
     docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
@@ -149,11 +147,10 @@ def entries_asset(sweep_name: str) -> Asset:
 def derive(sweep_name: str) -> dict:
     """Derive entries from validated rows (blocked ones say why), then the comparisons;
     then tell the publish DAG (asset event) which run and warehouse to export."""
+    from benchledger.restart import RunLayout
     from benchledger.warehouse.compare import derive_comparisons
     from benchledger.warehouse.db import connect, mark_run_ended
     from benchledger.warehouse.derive import derive_entries
-
-    from benchledger.restart import RunLayout
 
     paths = run_paths()
     docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
@@ -188,9 +185,8 @@ def publish() -> str:
     """Export one run's validated entries, comparisons and report (read-only)."""
     from benchledger.publishing.export import export_run
     from benchledger.publishing.read import latest_run_id
-    from benchledger.warehouse.db import connect
-
     from benchledger.restart import RunLayout
+    from benchledger.warehouse.db import connect
 
     run_id, warehouse, data_dir = _publication_target()
     with connect(warehouse, read_only=True) as con:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+
 from benchledger.warehouse.db import query_frame
 
 LABELS = ("entry_id", "run_id", "arm", "workload", "metric", "statistic", "phase", "scope",

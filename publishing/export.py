@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+
 from benchledger.publishing.read import comparisons, published_entries
 from benchledger.publishing.report_html import render_report
 from benchledger.warehouse.db import first_row

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import duckdb
 import pandas as pd
+
 from benchledger.warehouse.db import first_row, query_frame
 
 
@@ -24,6 +25,11 @@ def published_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFra
 
 def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, "blocked_for_run", run_id)
+
+
+def blocks(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """One row per blocked entry, failed rule and subject (from entry_blocks)."""
+    return _frame(con, "blocks_for_run", run_id)
 
 
 def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:

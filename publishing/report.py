@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
-
 import pandas as pd
 
 # The few entries a reader looks at first; every other entry is in the warehouse and the
@@ -56,25 +53,20 @@ def format_entries(entries: pd.DataFrame) -> str:
     return pd.DataFrame(rows).to_string(index=False)
 
 
-def _rule_of(reason: str) -> str:
-    match = re.match(r"(\w+) \[", reason)
-    return match.group(1) if match else reason.split(":")[0]
-
-
-def format_blocked(entries: pd.DataFrame, width: int = 150) -> str:
-    """Blocked entries grouped by the rule that blocked them, with one example each."""
-    groups: dict[str, list] = defaultdict(list)
-    for e in entries.itertuples():
-        reasons = (e.blocked_by or "").split("; ")
-        groups[_rule_of(reasons[0])].append((e, reasons[0]))
+def format_blocked(blocks: pd.DataFrame, width: int = 150) -> str:
+    """Blocked entries grouped by the rule that blocked them (entry_blocks rows), with one
+    example each. An entry blocked by two rules is counted under both."""
     lines = []
-    for rule, members in sorted(groups.items()):
-        cells = sorted({f"{e.arm}/{e.workload}/{e.metric}" for e, _ in members})
-        example = members[0][1]
+    for rule, members in blocks.groupby(blocks["rule"].fillna("(not recorded)"), sort=True):
+        cells = sorted({f"{m.arm}/{m.workload}/{m.metric}" for m in members.itertuples()})
+        first = members.iloc[0]
+        example = (f"[{first['subject']}] expected {first['expected']}, found {first['found']}"
+                   if isinstance(first["rule"], str) else str(first["blocked_by"]))
         if len(example) > width:
             example = example[: width - 3] + "..."
         shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
-        lines.append(f"  {rule}: {len(members)} entries ({shown})\n      e.g. {example}")
+        lines.append(f"  {rule}: {members['entry_id'].nunique()} entries ({shown})\n"
+                     f"      e.g. {example}")
     return "\n".join(lines)
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+
 from benchledger.publishing.read import (
-    blocked_entries,
+    blocks,
     comparisons,
     delivered_vs_server,
     published_entries,
@@ -249,8 +250,10 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                 "ci95_low", "ci95_high", "ratio", "control_difference", "verdict",
                 "reason"]),
         "<h2>Blocked entries (not published)</h2>",
-        _table(blocked_entries(con, run_id),
-               ["arm", "workload", "concurrency", "metric", "blocked_by"], "blocked"),
+        # One row per entry and failed rule (entry_blocks), not the blocked_by text.
+        _table(blocks(con, run_id),
+               ["arm", "workload", "concurrency", "metric", "statistic", "rule", "subject",
+                "expected", "found"], "blocked"),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

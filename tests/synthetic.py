@@ -42,7 +42,7 @@ def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=5
 
 
 def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_cache="warm"):
-    """The window manifest the client would write for these rows (PROTOCOL section 2)."""
+    """The window manifest the client would write for these rows (docs/protocol.md, definitions)."""
     measured = [r for r in rows if not r["is_warmup"]]
     counts = {s: sum(r["status"] == s for r in measured)
               for s in ("completed", "failed", "unresolved")}

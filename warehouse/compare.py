@@ -1,4 +1,4 @@
-"""A/B comparisons with same-vs-same controls (PROTOCOL T5, T11).
+"""A/B comparisons with same-vs-same controls (docs/protocol.md: T5, T11).
 
 The restart is the unit of replication: a comparison's interval is Welch's over the two
 arms' restart means. A difference is a finding only when that interval excludes zero AND
@@ -17,11 +17,14 @@ from datetime import UTC, datetime
 
 import duckdb
 import pandas as pd
-from benchledger.warehouse.db import first_row, query_frame
 
 from benchledger import __version__
+from benchledger import rules as R
+from benchledger.expectations.gate import run_comparison_gate
 from benchledger.stats import Difference, welch, welch_from_summary
 from benchledger.sweep import Comparison, Sweep, parse_sweep
+from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
 WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction"}
@@ -46,22 +49,25 @@ class Side:
 
 
 def decide(diff: Difference | None, higher_is_better: bool, control: float | None,
-           has_control: bool, single_instance: bool) -> tuple[str, str]:
-    """The verdict and its reason, from the difference and the control's difference."""
+           has_control: bool, replicated: bool, beyond_control: bool | None) -> tuple[str, str]:
+    """The verdict and its reason, from the difference and the comparison rules' results:
+    `replicated` is ab_restarts_replicated's, `beyond_control` ab_beyond_control's (None
+    where no control difference was measured)."""
     if diff is None:
         return "not decidable", "no difference could be computed"
-    if single_instance:
+    if not replicated:
         if diff.low is not None and not diff.excludes_zero:
             return "no finding", ("no difference found between single instances (request-"
-                                  "level interval includes 0); a finding needs >= 2 restarts "
-                                  "per arm (T5)")
+                                  "level interval includes 0); a finding needs >= "
+                                  f"{R.MIN_RESTARTS_FOR_CLAIM} restarts per arm (T5)")
         return "not decidable", ("one restart per arm: an instance effect cannot be told "
-                                 "from the arm; run >= 2 restarts per arm (T5)")
+                                 f"from the arm; run >= {R.MIN_RESTARTS_FOR_CLAIM} restarts "
+                                 "per arm (T5)")
     if not diff.excludes_zero:
         return "no finding", "the 95% interval of the difference over restarts includes 0"
     if has_control and control is None:
         return "not decidable", "the A/A control was not measured (no publishable entries)"
-    if control is not None and abs(diff.difference) <= abs(control):
+    if beyond_control is False:
         return "no finding", (f"the difference ({diff.difference:.4g}) is not larger than the "
                               f"A/A control's ({control:.4g}) (T11)")
     better = (diff.difference > 0) == higher_is_better
@@ -103,16 +109,18 @@ def _concurrency(sweep: Sweep, comparison: Comparison) -> int | None:
     return min(shared) if shared else None
 
 
-def _identical_configs(restarts: pd.DataFrame, a: str, b: str) -> str | None:
-    hashes = {arm: set(restarts.loc[restarts["arm"] == arm, "effective_config_sha256"].dropna())
-              for arm in (a, b)}
-    if len(hashes[a]) == 1 and hashes[a] == hashes[b]:
-        return next(iter(hashes[a]))
-    return None
+def _arm_config(restarts: pd.DataFrame, arm: str) -> str | None:
+    """The effective config every restart of the arm reported; None if they disagree."""
+    hashes = set(restarts.loc[restarts["arm"] == arm, "effective_config_sha256"].dropna())
+    return next(iter(hashes)) if len(hashes) == 1 else None
 
 
 def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
-    """Write every comparison of the run's sweep, per workload; returns how many were new."""
+    """Write every comparison of the run's sweep, per workload; returns how many were new.
+
+    Each new A/B is first held to the comparison rules of the catalogue (their results go
+    to `validations`, suite "comparisons"); its verdict follows from those results.
+    """
     row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
     if row is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
@@ -121,7 +129,7 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
     restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "
                            "WHERE run_id = ?", [run_id]).df()
-    written = 0
+    pending = []
     for comparison in sweep.comparisons:
         pairs = [("ab", comparison)]
         if comparison.control:  # the A/A is recorded too: its own verdict says if it held
@@ -131,22 +139,91 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
             pairs.insert(0, ("control", control))
         for role, pair in pairs:
             for workload in sweep.workloads:
-                record = _compare(sweep, pair, role, workload.name, entries, restart_means,
-                                  restarts, run_id)
-                exists = first_row(con, "SELECT count(*) FROM comparisons "
-                                        "WHERE comparison_id = ?", [record["comparison_id"]])[0]
-                if exists:
-                    continue
-                columns = ", ".join(record)
-                con.execute(f"INSERT INTO comparisons ({columns}) "
-                            f"VALUES ({', '.join('?' * len(record))})", list(record.values()))
-                written += 1
-    return written
+                pending.append(_measure(sweep, pair, role, workload.name, entries,
+                                        restart_means, restarts, run_id))
+    ids = [m.record["comparison_id"] for m in pending]
+    known = {r[0] for r in con.execute("SELECT comparison_id FROM comparisons "
+                                       "WHERE list_contains(?, comparison_id)", [ids]).fetchall()}
+    new = [m for m in pending if m.record["comparison_id"] not in known]
+    outcomes = _hold_to_rules(con, run_id, [m for m in new if m.role == "ab" and m.measured])
+    for m in new:
+        record = {**m.record, **m.verdict(outcomes.get(m.record["comparison_id"], {}))}
+        columns = ", ".join(record)
+        con.execute(f"INSERT INTO comparisons ({columns}) "
+                    f"VALUES ({', '.join('?' * len(record))})", list(record.values()))
+    return len(new)
 
 
-def _compare(sweep: Sweep, comparison: Comparison, role: str, workload: str,
+def _hold_to_rules(con: duckdb.DuckDBPyConnection, run_id: str,
+                   measured: list[Measured]) -> dict[str, dict[str, bool]]:
+    """comparison_id -> {rule name: passed} for the catalogue's comparison rules."""
+    if not measured:
+        return {}
+    frame = pd.DataFrame([m.gate_row() for m in measured])
+    results = run_comparison_gate(frame)
+    store_results(con, run_id, results)
+    outcomes: dict[str, dict[str, bool]] = {}
+    for result in results:
+        outcomes.setdefault(result.subject, {})[result.expectation] = result.success
+    return outcomes
+
+
+@dataclass
+class Measured:
+    """A comparison's numbers before its verdict: what the rules and decide() read."""
+
+    record: dict
+    role: str
+    a_name: str
+    b_name: str
+    a: Side | None = None
+    b: Side | None = None
+    diff: Difference | None = None
+    control_difference: float | None = None
+    has_control: bool = False
+    a_config: str | None = None
+    b_config: str | None = None
+    early: dict | None = None  # a verdict decided before any rule (no concurrency, blocked)
+
+    @property
+    def measured(self) -> bool:
+        return self.early is None
+
+    def gate_row(self) -> dict:
+        return {"comparison_id": self.record["comparison_id"], "a": self.a_name,
+                "b": self.b_name, "a_config": self.a_config, "b_config": self.b_config,
+                "a_restarts": len(self.a.restarts), "b_restarts": len(self.b.restarts),
+                "difference": self.diff.difference if self.diff else None,
+                "control_difference": self.control_difference}
+
+    def verdict(self, passed: dict[str, bool]) -> dict:
+        if self.early is not None:
+            return self.early
+        values = {"difference": self.diff.difference if self.diff else None,
+                  "ci95_low": self.diff.low if self.diff else None,
+                  "ci95_high": self.diff.high if self.diff else None,
+                  "df": self.diff.df if self.diff else None,
+                  "ratio": self.diff.ratio if self.diff else None}
+        if self.role == "control":
+            same = self.a_config is not None and self.a_config == self.b_config
+            return _control_verdict(self.a, self.b, same)
+        if not passed.get(R.AB_ARMS_DIFFER.name, True):
+            return {"verdict": "not decidable",
+                    "reason": f"refused as an A/B: arms {self.a_name!r} and {self.b_name!r} "
+                              f"report identical effective configs ({self.a_config[:12]}), so "
+                              "this is an A/A control, not an A/B (T11)"}
+        beyond = passed.get(R.AB_BEYOND_CONTROL.name)
+        verdict, reason = decide(
+            self.diff, self.record["higher_is_better"], self.control_difference,
+            self.has_control, replicated=passed[R.AB_RESTARTS_REPLICATED.name],
+            beyond_control=beyond if self.control_difference is not None else None)
+        return {**values, "control_difference": self.control_difference,
+                "verdict": verdict, "reason": reason}
+
+
+def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
              entries: pd.DataFrame, restart_means: pd.DataFrame, restarts: pd.DataFrame,
-             run_id: str) -> dict:
+             run_id: str) -> Measured:
     c = _concurrency(sweep, comparison)
     numerator = comparison.numerator or ("output_tokens" if comparison.metric == "throughput"
                                          else None)
@@ -160,48 +237,42 @@ def _compare(sweep: Sweep, comparison: Comparison, role: str, workload: str,
         "control_b": (comparison.control or [None, None])[1],
         "harness_version": __version__, "derived_at": datetime.now(UTC),
     }
+    out = Measured(record, role, comparison.a, comparison.b,
+                   has_control=bool(comparison.control))
     if c is None:
-        return {**record, "verdict": "not decidable",
-                "reason": "the arms share no concurrency to compare at"}
+        out.early = {"verdict": "not decidable",
+                     "reason": "the arms share no concurrency to compare at"}
+        return out
 
     def side(arm: str) -> Side:
         return _side(entries, restart_means, arm, workload, comparison.metric, numerator, c)
 
-    a, b = side(comparison.a), side(comparison.b)
+    a, b = out.a, out.b = side(comparison.a), side(comparison.b)
     record.update(a_entry_id=_id(a), b_entry_id=_id(b), a_restarts=len(a.restarts),
                   b_restarts=len(b.restarts))
     for arm, s in ((comparison.a, a), (comparison.b, b)):
         if s.blocked:
-            return {**record, "verdict": "not decidable",
-                    "reason": f"arm {arm!r}: {s.blocked[:300]}"}
+            out.early = {"verdict": "not decidable",
+                         "reason": f"arm {arm!r}: {s.blocked[:300]}"}
+            return out
     unit = a.entry["unit"]
     record.update(unit=unit, higher_is_better=unit != "s",
                   a_mean=sum(a.means) / len(a.means), b_mean=sum(b.means) / len(b.means))
-    same = _identical_configs(restarts, comparison.a, comparison.b)
-    if role == "control":
-        return {**record, **_control_verdict(a, b, same)}
-    if same:
-        return {**record, "verdict": "not decidable",
-                "reason": f"refused as an A/B: arms {comparison.a!r} and {comparison.b!r} "
-                          f"report identical effective configs ({same[:12]}), so this is an "
-                          "A/A control, not an A/B (T11)"}
-    single = len(a.restarts) < 2 or len(b.restarts) < 2
-    diff = _difference(a, b, single)
-    control_difference = None
-    if comparison.control:
+    out.a_config = _arm_config(restarts, comparison.a)
+    out.b_config = _arm_config(restarts, comparison.b)
+    replicated = len(a.restarts) >= R.MIN_RESTARTS_FOR_CLAIM and (
+        len(b.restarts) >= R.MIN_RESTARTS_FOR_CLAIM)
+    out.diff = _difference(a, b, not replicated)
+    if role == "ab" and comparison.control:
         ca, cb = (side(arm) for arm in comparison.control)
         record.update(control_a_entry_id=_id(ca), control_b_entry_id=_id(cb))
         if not (ca.blocked or cb.blocked or ca.restarts.empty or cb.restarts.empty):
-            control_difference = sum(cb.means) / len(cb.means) - sum(ca.means) / len(ca.means)
-    verdict, reason = decide(diff, unit != "s", control_difference, bool(comparison.control),
-                             single)
-    return {**record, "difference": diff.difference if diff else None,
-            "ci95_low": diff.low if diff else None, "ci95_high": diff.high if diff else None,
-            "df": diff.df if diff else None, "ratio": diff.ratio if diff else None,
-            "control_difference": control_difference, "verdict": verdict, "reason": reason}
+            out.control_difference = (sum(cb.means) / len(cb.means)
+                                      - sum(ca.means) / len(ca.means))
+    return out
 
 
-def _control_verdict(a: Side, b: Side, same_config: str | None) -> dict:
+def _control_verdict(a: Side, b: Side, same_config: bool) -> dict:
     """An A/A: a difference here is instance-to-instance noise, never a finding."""
     diff = _difference(a, b, len(a.restarts) < 2 or len(b.restarts) < 2)
     values = {"difference": diff.difference if diff else None,

@@ -1,4 +1,4 @@
-"""Derive entries from validated raw rows only (PROTOCOL sections 2 and 5).
+"""Derive entries from validated raw rows only (docs/protocol.md: definitions, warehouse relations).
 
 An entry is one labelled number for an (arm, workload, concurrency) cell: its phase
 (prefill / decode / end_to_end), scope (single_stream / per_user / aggregate), numerator
@@ -21,19 +21,21 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
-from benchledger.expectations.gate import run_entry_gate
-from benchledger.warehouse.db import first_row, query_frame
-from benchledger.warehouse.validate import coverage_subject, store_results
 
 from benchledger import __version__
+from benchledger import rules as R
+from benchledger.expectations.gate import run_entry_gate
+from benchledger.rules import EXCLUDE_RESTART, names_with_effect
 from benchledger.stats import t_interval, two_level
 from benchledger.sweep import ArmPlan, parse_sweep
+from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.validate import coverage_subject, store_results
 
 PERCENTILES = (50, 90, 99)
 LATENCY_STATS = tuple(f"p{q}" for q in PERCENTILES)
 # Rules whose failure leaves a restart out (its windows feed no entry) instead of
 # blocking the entries: a throttled node is a fault of that instance, not of the arm.
-EXCLUDING_RULES = {"clock_under_load"}
+EXCLUDING_RULES = names_with_effect(EXCLUDE_RESTART)
 
 
 @dataclass(frozen=True)
@@ -160,11 +162,28 @@ def entry_key(run_id: str, *labels) -> str:
     return _digest(run_id, *labels)
 
 
-def entry_id(key: str, used: pd.DataFrame, blocked: list[str]) -> str:
+def entry_id(key: str, used: pd.DataFrame, blocked: list[Block]) -> str:
     """Which derivation it is: the key plus the exact requests (and raw files) behind the
     value and the rules that blocked it. New data gives a new id; the old entry stays."""
     inputs = sorted(zip(used["request_id"], used["raw_file_sha256"], strict=True))
-    return _digest(key, inputs, sorted(blocked))
+    return _digest(key, inputs, sorted(block.text for block in blocked))
+
+
+@dataclass(frozen=True)
+class Block:
+    """One failed rule behind an entry: a row of `entry_blocks`."""
+
+    rule: str
+    subject: str
+    validation_id: str | None
+    expected: str | None
+    found: str | None
+    observed: str
+
+    @property
+    def text(self) -> str:
+        """This block as one part of entries.blocked_by."""
+        return f"{self.rule} [{self.subject}]: {self.observed}"
 
 
 @dataclass
@@ -190,6 +209,10 @@ class RunFacts:
 
         def frame(name: str) -> pd.DataFrame:
             return query_frame(con, name, run_id=run_id)
+
+        # The clock ratio the clock rule judged (NULL: no sample under load).
+        clocks = frame("gate_restarts")[["restart_id", "clock_ratio"]]
+        restarts = restarts.merge(clocks, on="restart_id", how="left")
 
         return cls(row[0], restarts, frame("run_windows"), frame("measured_requests"),
                    frame("latest_validations"), frame("counter_deltas_for_run"),
@@ -251,17 +274,31 @@ class Cell:
 
     def clock_check(self) -> str | None:
         """How the clocks behind this cell were checked (None: no rule ran)."""
-        clock = self.rules[self.rules["expectation"] == "clock_under_load"]
+        clock = self.rules[self.rules["expectation"] == R.CLOCK_UNDER_LOAD.name]
         used = clock[clock["subject"].isin(self.passing["restart_id"])]
         if used.empty:
             return None
-        if used["observed"].str.contains("unchecked").any():
+        # A restart whose clock could not be read passed only because the sweep allowed
+        # it (a required check fails and leaves the restart out).
+        ratios = self.restarts.loc[self.restarts["restart_id"].isin(used["subject"]),
+                                   "clock_ratio"]
+        if ratios.isna().any():
             return "unchecked (require_clock_check = false)"
         return "checked"
 
-    def blocked_by(self) -> list[str]:
-        return [f"{r.expectation} [{r.subject}]: {r.observed}"
-                for r in self.failed_rules.itertuples()]
+    def blocked_by(self) -> list[Block]:
+        return [_block(r) for r in self.failed_rules.itertuples()]
+
+
+def _block(result) -> Block:
+    """A failed validation (a row of latest_validations or a RuleResult) as a Block."""
+    def text(value) -> str | None:
+        return None if value is None or (isinstance(value, float) and pd.isna(value)) \
+            else str(value)
+
+    return Block(result.expectation, str(result.subject),
+                 text(getattr(result, "validation_id", None)), text(result.expected),
+                 text(result.found), result.observed)
 
 
 def _cells(facts: RunFacts, run_id: str):
@@ -415,17 +452,13 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
     """Write the run's entries and their lineage; returns how many were new. The entry
     rules' results join the run's GX Data Docs when docs_dir is given."""
     facts = RunFacts.query(con, run_id)
-    candidates = []  # (entry, blocked reasons, requests used, validations behind it)
+    candidates = []  # (entry, blocks, requests used, validations behind it, restart rows)
     for cell in _cells(facts, run_id):
         labels = cell.labels()
         computed = _request_entries(cell) + _window_entries(cell) + _log_entries(cell)
         for entry, used, restart_rows in computed:
             entry = {**labels, **entry}
             blocked = cell.blocked_by()
-            if entry.get("value") is None:
-                blocked.append(f"no_validated_requests [{cell.plan.arm.name}/{cell.workload}"
-                               f"-c{cell.concurrency}]: expected a value from windows that "
-                               "passed every rule, found none")
             entry["entry_key"] = entry_key(run_id, entry["arm"], entry["workload"],
                                            entry["metric"], entry["scope"],
                                            entry["concurrency"], entry["statistic"],
@@ -433,19 +466,22 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
             entry["entry_id"] = entry_id(entry["entry_key"], used, blocked)
             candidates.append((entry, blocked, used, list(cell.rules["validation_id"]),
                                restart_rows))
-    new = [c for c in candidates
-           if not first_row(con, "SELECT count(*) FROM entries WHERE entry_id = ?",
-                            [c[0]["entry_id"]])[0]]  # an entry never silently changes
+    known = _existing_entry_ids(con, [entry["entry_id"] for entry, *_ in candidates])
+    new = [c for c in candidates if c[0]["entry_id"] not in known]  # never silently changes
     if not new:
         return 0
     _gate_entries(con, run_id, new, docs_dir)
     now = datetime.now(UTC)
+    blocks = []
     for entry, blocked, used, validation_ids, restart_rows in new:
-        entry.update(publishable=not blocked, blocked_by="; ".join(blocked) or None,
+        entry.update(publishable=not blocked,
+                     blocked_by="; ".join(block.text for block in blocked) or None,
                      derived_at=now)
         columns = ", ".join(entry)
         con.execute(f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * len(entry))})",
                     list(entry.values()))
+        blocks += [(entry["entry_id"], b.rule, b.subject, b.validation_id, b.expected, b.found)
+                   for b in blocked]
         lineage = [(entry["entry_id"], r.request_id, r.raw_file_sha256, None)
                    for r in used.itertuples()]
         lineage += [(entry["entry_id"], None, None, v) for v in validation_ids]
@@ -454,13 +490,37 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
         if restart_rows:
             con.executemany("INSERT INTO entry_restart_means VALUES (?, ?, ?, ?, ?)",
                             [(entry["entry_id"], *row) for row in restart_rows])
+    _insert_blocks(con, blocks)
     return len(new)
+
+
+def _existing_entry_ids(con: duckdb.DuckDBPyConnection, ids: list[str]) -> set[str]:
+    rows = con.execute("SELECT entry_id FROM entries WHERE list_contains(?, entry_id)",
+                       [ids]).fetchall()
+    return {row[0] for row in rows}
+
+
+def _insert_blocks(con: duckdb.DuckDBPyConnection, blocks: list[tuple]) -> None:
+    """One bulk insert of every (entry, failed rule, subject) of this derivation."""
+    if not blocks:
+        return
+    frame = pd.DataFrame(blocks, columns=["entry_id", "rule", "subject", "validation_id",
+                                          "expected", "found"])
+    # One row per (entry, rule, subject): a subject's latest result only.
+    frame = frame.drop_duplicates(["entry_id", "rule", "subject"])
+    con.register("incoming_blocks", frame)
+    try:
+        con.execute("INSERT INTO entry_blocks BY NAME SELECT * FROM incoming_blocks")
+    finally:
+        con.unregister("incoming_blocks")
 
 
 def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list,
                   docs_dir: Path | None) -> None:
     """Run the entry rules; record every result; a failure blocks its entry."""
     frame = pd.DataFrame([entry for entry, *_ in candidates]).drop(columns=["entry_key"])
+    if "value" not in frame.columns:  # no cell had a validated window: every value NULL
+        frame["value"] = None
     results = run_entry_gate(frame, docs_dir=docs_dir)
     ids = store_results(con, run_id, results)
     by_entry = {entry["entry_id"]: (blocked, validation_ids)
@@ -469,7 +529,8 @@ def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list,
         blocked, validation_ids = by_entry[result.subject]
         validation_ids.append(validation_id)
         if not result.success:
-            blocked.append(f"{result.expectation} [{result.subject}]: {result.observed}")
+            blocked.append(Block(result.expectation, result.subject, validation_id,
+                                 result.expected, result.found, result.observed))
 
 
 def _single(values: pd.Series):

@@ -8,35 +8,44 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+
+from benchledger import rules as R
 from benchledger.expectations.gate import RuleResult, run_gate
+from benchledger.rules import RULESET_VERSION, QueryCheck, Rule
+from benchledger.sweep import parse_sweep
 from benchledger.warehouse.db import first_row, query_frame
 from benchledger.warehouse.reconcile import reconcile_run
-
-from benchledger.sweep import parse_sweep
 
 
 def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> str:
     return f"{run_id}/{arm}/{workload}-c{concurrency}"
 
 
-def coverage_results(run_id: str, sweep_toml: str, windows: pd.DataFrame) -> list[RuleResult]:
-    """`windows_present`: every planned (arm, workload, concurrency) has one window per
-    planned restart; a missing window (crashed task, failed restart) is never silent."""
+def planned_cells(run_id: str, sweep_toml: str) -> pd.DataFrame:
+    """The run's plan: one row per (arm, workload, concurrency) with its planned windows."""
     sweep = parse_sweep(sweep_toml, source=f"runs[{run_id}].sweep_toml")
-    results = []
-    for arm in sweep.arms:
-        plan = sweep.plan(arm)
-        for workload in sweep.workloads:
-            for concurrency in plan.concurrency:
-                found = int(((windows["arm"] == arm.name) & (windows["workload"] == workload.name)
-                             & (windows["concurrency"] == concurrency)).sum())
-                results.append(RuleResult(
-                    suite="coverage",
-                    subject=coverage_subject(run_id, arm.name, workload.name, concurrency),
-                    expectation="windows_present", success=found == plan.restarts,
-                    observed=f"expected {plan.restarts} window(s) (one per restart), "
-                             f"found {found}"))
-    return results
+    rows = [(coverage_subject(run_id, arm.name, workload.name, concurrency), arm.name,
+             workload.name, concurrency, sweep.plan(arm).restarts)
+            for arm in sweep.arms for workload in sweep.workloads
+            for concurrency in sweep.plan(arm).concurrency]
+    return pd.DataFrame(rows, columns=["subject", "arm", "workload", "concurrency",
+                                       "planned_windows"])
+
+
+def query_check_results(con: duckdb.DuckDBPyConnection, rule: Rule, run_id: str,
+                        **relations: pd.DataFrame) -> list[RuleResult]:
+    """Run a rule whose check is a query; every subject it returns is one result."""
+    if not isinstance(rule.check, QueryCheck):
+        raise TypeError(f"rule {rule.name} is not checked by a query")
+    for name, frame in relations.items():
+        con.register(name, frame)
+    try:
+        rows = query_frame(con, rule.check.query, run_id=run_id)
+    finally:
+        for name in relations:
+            con.unregister(name)
+    return [RuleResult(rule.suite, r.subject, rule.name, bool(r.success), r.expected, r.found)
+            for r in rows.itertuples()]
 
 
 def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
@@ -51,7 +60,8 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
     windows = query_frame(con, "gate_windows", run_id=run_id)
     requests = query_frame(con, "measured_requests", run_id=run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
-               + coverage_results(run_id, row[0], windows))
+               + query_check_results(con, R.WINDOWS_PRESENT, run_id,
+                                     planned_cells=planned_cells(run_id, row[0])))
     store_results(con, run_id, results)
     if docs_dir is not None:
         con.execute("UPDATE runs SET data_docs_path = ? WHERE run_id = ?",
@@ -62,14 +72,29 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
 
 def store_results(con: duckdb.DuckDBPyConnection, run_id: str,
                   results: list[RuleResult]) -> list[str]:
-    """Insert every rule result as a `validations` row; returns their ids, in order."""
+    """Insert every rule result as a `validations` row (one bulk insert); returns their
+    ids, in order."""
     now = datetime.now(UTC)
-    rows = [
-        (hashlib.sha256(f"{run_id}|{r.suite}|{r.subject}|{r.expectation}|{now.isoformat()}"
-                        .encode()).hexdigest()[:20],
-         run_id, r.suite, r.subject, r.expectation, bool(r.success), r.observed, now)
-        for r in results
-    ]
-    if rows:
-        con.executemany("INSERT INTO validations VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    return [row[0] for row in rows]
+    stamp = now.isoformat()
+    frame = pd.DataFrame({
+        "validation_id": [
+            hashlib.sha256(f"{run_id}|{r.suite}|{r.subject}|{r.expectation}|{stamp}"
+                           .encode()).hexdigest()[:20] for r in results],
+        "run_id": run_id,
+        "suite": [r.suite for r in results],
+        "subject": [r.subject for r in results],
+        "expectation": [r.expectation for r in results],
+        "success": [bool(r.success) for r in results],
+        "observed": [r.observed for r in results],
+        "validated_at": now,
+        "expected": [r.expected for r in results],
+        "found": [r.found for r in results],
+        "ruleset_version": RULESET_VERSION,
+    })
+    if len(frame):
+        con.register("incoming_validations", frame)
+        try:
+            con.execute("INSERT INTO validations BY NAME SELECT * FROM incoming_validations")
+        finally:
+            con.unregister("incoming_validations")
+    return list(frame["validation_id"])

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchledger.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,3 +46,11 @@ def test_core_package_never_imports_airflow():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_simulator_takes_its_own_flags(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["simulator", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: benchledger simulator") and "--step-ms" in out

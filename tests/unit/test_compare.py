@@ -113,19 +113,20 @@ def test_variance_report_separates_within_and_between_restarts(tmp_path):
     assert 0 < within < 0.05 and 0 < between < 0.05
 
 
-@pytest.mark.parametrize(("diff", "control", "single", "verdict"), [
-    (Difference(5.0, 1.0, 9.0, 3.0, 1.2), None, False, "improvement"),
-    (Difference(-5.0, -9.0, -1.0, 3.0, 0.8), None, False, "regression"),
-    (Difference(5.0, -1.0, 11.0, 3.0, 1.2), None, False, "no finding"),
-    (Difference(5.0, 1.0, 9.0, 3.0, 1.2), 6.0, False, "no finding"),
-    (Difference(5.0, 1.0, 9.0, 3.0, 1.2), 4.0, False, "improvement"),
-    (Difference(5.0, -1.0, 11.0, 30.0, 1.2), None, True, "no finding"),
-    (Difference(5.0, 1.0, 9.0, 30.0, 1.2), None, True, "not decidable"),
+@pytest.mark.parametrize(("diff", "control", "replicated", "beyond", "verdict"), [
+    (Difference(5.0, 1.0, 9.0, 3.0, 1.2), None, True, None, "improvement"),
+    (Difference(-5.0, -9.0, -1.0, 3.0, 0.8), None, True, None, "regression"),
+    (Difference(5.0, -1.0, 11.0, 3.0, 1.2), None, True, None, "no finding"),
+    (Difference(5.0, 1.0, 9.0, 3.0, 1.2), 6.0, True, False, "no finding"),
+    (Difference(5.0, 1.0, 9.0, 3.0, 1.2), 4.0, True, True, "improvement"),
+    (Difference(5.0, -1.0, 11.0, 30.0, 1.2), None, False, None, "no finding"),
+    (Difference(5.0, 1.0, 9.0, 30.0, 1.2), None, False, None, "not decidable"),
 ])
-def test_decide(diff, control, single, verdict):
-    assert decide(diff, True, control, control is not None, single)[0] == verdict
+def test_decide(diff, control, replicated, beyond, verdict):
+    """The verdict from the difference and the comparison rules' results."""
+    assert decide(diff, True, control, control is not None, replicated, beyond)[0] == verdict
 
 
 def test_lower_latency_is_the_improvement():
     assert decide(Difference(-0.2, -0.3, -0.1, 3.0, 0.8), False, None, False,
-                  False)[0] == "improvement"
+                  True, None)[0] == "improvement"

@@ -8,13 +8,13 @@ from urllib.parse import unquote
 import pandas as pd
 import pytest
 from benchledger.expectations.gate import (
-    RULES,
     SUITES,
     RuleResult,
+    run_comparison_gate,
     run_entry_gate,
     run_gate,
-    to_records,
 )
+from benchledger.rules import CATALOGUE, GxCheck
 
 N_MEASURED = 15
 SUITE_RULES = {
@@ -23,8 +23,10 @@ SUITE_RULES = {
                 "prompt_tokens_reconcile", "finished_requests_reconcile"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e"],
 }
-ENTRY_RULES = ["incomplete_rate_labelled", "latency_population_labelled",
-               "rate_numerator_labelled", "prefill_rate_cold_prompts", "server_log_kept_apart"]
+ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
+               "latency_population_labelled", "rate_numerator_labelled",
+               "prefill_rate_cold_prompts", "server_log_kept_apart"]
+COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
 
 
 def make_run(
@@ -107,8 +109,9 @@ def test_every_subject_rule_pair_appears_exactly_once(clean_results):
 
 
 def test_rules_table_names_every_rule_of_every_suite():
-    assert set(RULES) == {rule for rules in SUITE_RULES.values() for rule in rules} | set(
-        ENTRY_RULES)
+    gx_rules = {rule.name for rule in CATALOGUE if isinstance(rule.check, GxCheck)}
+    assert gx_rules == {rule for rules in SUITE_RULES.values() for rule in rules} | set(
+        ENTRY_RULES) | set(COMPARISON_RULES)
     assert set(SUITES) == set(SUITE_RULES)
 
 
@@ -224,11 +227,12 @@ def test_missing_input_column_is_refused():
         run_gate(restarts, windows, requests.drop(columns=["token_source"]))
 
 
-def test_to_records_gives_plain_dicts(clean_results):
-    records = to_records(clean_results)
-    assert len(records) == len(clean_results)
-    assert set(records[0]) == {"suite", "subject", "expectation", "success", "observed"}
-    assert all(isinstance(r["success"], bool) for r in records)
+def test_results_carry_expected_and_found_apart(clean_results):
+    for result in clean_results:
+        assert result.expected and result.found
+        assert result.observed == f"expected {result.expected}, found {result.found}"
+    n_rule = next(r for r in clean_results if r.expectation == "n_at_least_min")
+    assert (n_rule.expected, n_rule.found) == ("completed >= 15", "15")
 
 
 def test_failed_and_unresolved_requests_need_no_usage():
@@ -245,7 +249,7 @@ def test_failed_and_unresolved_requests_need_no_usage():
 def entry(**overrides) -> dict:
     values = dict(entry_id="e1", metric="decode_rate", unit="tok/s", numerator="output_tokens",
                   population="all_submitted", drain_status="complete", prompt_cache="cold",
-                  n_failed=0, n_unresolved=0, statistic="mean")
+                  n_failed=0, n_unresolved=0, statistic="mean", value=27.5)
     values.update(overrides)
     return values
 
@@ -342,3 +346,35 @@ def test_data_docs_render_each_suite_validated_and_accumulate(tmp_path):
               for suite, page in text.items()}
     assert status == {**dict.fromkeys(SUITES, "Succeeded"), "entries": "Failed"}
     assert "[null]" in text["entries"]
+
+
+def test_an_entry_without_a_validated_value_is_blocked():
+    results = run_entry_gate(pd.DataFrame([entry(), entry(entry_id="e2", value=None)]))
+    verdict = {r.subject: r for r in results if r.expectation == "entry_has_validated_value"}
+    assert verdict["e1"].success and verdict["e1"].found == "27.5"
+    assert not verdict["e2"].success
+    assert verdict["e2"].found == "no value: no window behind it passed every rule"
+
+
+def comparison(**overrides) -> dict:
+    values = dict(comparison_id="c1", a="base", b="fast", a_config="aaa", b_config="bbb",
+                  a_restarts=2, b_restarts=2, difference=3.0, control_difference=0.5)
+    values.update(overrides)
+    return values
+
+
+@pytest.mark.parametrize(("overrides", "failed", "found"), [
+    ({}, set(), None),
+    ({"b_config": "aaa"}, {"ab_arms_differ"}, "base aaa, fast aaa (identical)"),
+    ({"a_config": None, "b_config": None}, set(), None),  # unknown configs: not refused
+    ({"b_restarts": 1}, {"ab_restarts_replicated"}, "base 2, fast 1"),
+    ({"difference": -0.4}, {"ab_beyond_control"}, "|-0.4| vs |0.5|"),
+    ({"control_difference": None}, set(), None),  # no control measured: not applicable
+])
+def test_comparison_rules(overrides, failed, found):
+    results = run_comparison_gate(pd.DataFrame([comparison(**overrides)]))
+    assert sorted(r.expectation for r in results) == sorted(COMPARISON_RULES)
+    assert {r.expectation for r in results if not r.success} == failed
+    for result in results:
+        if not result.success:
+            assert result.found == found

@@ -93,7 +93,8 @@ def test_an_ab_between_identical_arms_is_refused_naming_the_control_route():
     with pytest.raises(SweepError) as err:
         parse_sweep(text, "ab.toml")
     message = str(err.value)
-    assert "ab.toml: comparisons[0]: arms 'a' and 'b' have identical server settings" in message
+    assert ("ab.toml: comparisons[0]: rule ab_arms_differ (T11): arms 'a' and 'b' have "
+            "identical server settings") in message
     assert "A/A control, not an A/B" in message
 
 

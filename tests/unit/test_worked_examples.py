@@ -2,7 +2,7 @@
 
 - Ten completed requests of 1,000 input and 100 output tokens over a 10 s window: an
   aggregate output rate of 100 tok/s and an input+output rate of 1,100 tok/s, as two
-  entries with their numerators (PROTOCOL T12).
+  entries with their numerators (docs/protocol.md: T12).
 - 100 submitted, 80 completed, 5 failed, 15 unresolved: completion fraction 0.85, success
   fraction 0.80, drain incomplete, latencies labelled completed_only, and 80/85 only ever
   as a `finished_only` success rate (T14).

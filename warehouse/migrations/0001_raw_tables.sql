@@ -1,4 +1,4 @@
--- Raw, append-only facts loaded from the measurement's raw files (PROTOCOL section 5).
+-- Raw, append-only facts loaded from the measurement's raw files (docs/protocol.md, warehouse relations).
 -- Nothing here is derived: metrics are computed by the views (warehouse/views/) and by
 -- derivation (warehouse/derive.py).
 
@@ -80,8 +80,8 @@ CREATE TABLE request_records (
     prompt_tokens     BIGINT,
     output_tokens     BIGINT,             -- usage.completion_tokens; NULL when missing
     cached_tokens     BIGINT,
-    token_source      VARCHAR NOT NULL,   -- usage | missing (what the client writes; PROTOCOL
-                                          -- section 5 lists the other sources imports may add)
+    token_source      VARCHAR NOT NULL,   -- usage | missing (what the client writes;
+                                          -- docs/protocol.md lists what imports may add)
     chunks            INTEGER NOT NULL,   -- content-bearing stream events (not tokens, T1)
     finish_reason     VARCHAR,
     t_submit_ns       BIGINT NOT NULL,

@@ -31,7 +31,7 @@ CREATE TABLE entries (
                                             -- server_log_lines
     evidence            VARCHAR NOT NULL,   -- rerun (measured by this pipeline: all that
                                             -- derive.py writes) | imported | historical |
-                                            -- derived_comparison (PROTOCOL section 5)
+                                            -- derived_comparison (docs/protocol.md)
     publishable         BOOLEAN NOT NULL,
     blocked_by          VARCHAR,            -- the failed rules, when not publishable
     model               VARCHAR,

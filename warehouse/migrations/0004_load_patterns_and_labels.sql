@@ -14,7 +14,7 @@ ALTER TABLE request_records ADD COLUMN prompt_prefix VARCHAR;  -- the unique col
 -- events (event_gaps) live in warehouse/views/.
 
 -- Every entry describes its workload and its window state, so two entries can only be
--- compared when these match (PROTOCOL T6-T9, T12-T15).
+-- compared when these match (docs/protocol.md: T6-T9, T12-T15).
 ALTER TABLE entries ADD COLUMN arrival VARCHAR;
 ALTER TABLE entries ADD COLUMN requested_rate_rps DOUBLE;
 ALTER TABLE entries ADD COLUMN achieved_rate_rps DOUBLE;

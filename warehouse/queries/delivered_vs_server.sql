@@ -1,4 +1,4 @@
--- Delivered numbers beside what the server said, per arm and workload (PROTOCOL T1-T3):
+-- Delivered numbers beside what the server said, per arm and workload (docs/protocol.md: T1-T3):
 -- the client's rates, the server log's peak and mean, tokens per chunk, the acceptance
 -- length from the spec-decode counters, and how the counters reconciled.
 WITH e AS (

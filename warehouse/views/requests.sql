@@ -1,7 +1,7 @@
 -- One row per HTTP request of request_records (warm-up included, is_warmup says which),
 -- with its per-request metrics. They are derived here and nowhere else, from the raw
 -- timestamps (the measuring process's monotonic perf_counter_ns) and the usage counts the
--- server delivered (PROTOCOL section 2): a metric computed in two places will disagree one
+-- server delivered (docs/protocol.md, definitions): a metric computed in two places will disagree one
 -- day. Rates use delivered usage counts only; no usage, no rate.
 CREATE VIEW requests AS
 SELECT
