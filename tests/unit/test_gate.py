@@ -7,6 +7,7 @@ from urllib.parse import unquote
 
 import pandas as pd
 import pytest
+
 from benchledger.expectations.gate import (
     SUITES,
     RuleResult,

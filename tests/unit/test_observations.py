@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
-from benchledger.warehouse.reconcile import reconcile_window
 
 from benchledger.observe import parse_nvidia_smi
+from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
+from benchledger.warehouse.reconcile import reconcile_window
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

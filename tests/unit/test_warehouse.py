@@ -11,11 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from benchledger.restart import RunLayout
 from benchledger.warehouse.db import connect, load_run_dir, migrate
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.validate import validate_run
-
-from benchledger.restart import RunLayout
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "warehouse" / "migrations"

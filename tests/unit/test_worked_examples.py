@@ -13,11 +13,11 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
+from benchledger.restart import RunLayout
 from benchledger.warehouse.db import connect, load_run_dir
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.validate import validate_run
-
-from benchledger.restart import RunLayout
 from tests.synthetic import RUN_ID, request_row, write_synthetic_run
 
 
