@@ -116,15 +116,16 @@ def test_same_server_under_two_names_is_refused_as_an_ab(run):
 
 def test_instances_that_differ_set_restart_effect_and_widen_the_interval(run):
     run_id, _, con = run
-    (effect, low, high, r_low, r_high), = con.execute(
-        "SELECT restart_effect, ci95_low, ci95_high, restart_ci95_low, restart_ci95_high "
-        "FROM entries WHERE run_id = ? AND arm = 'spread' AND metric = 'decode_rate' "
-        "AND scope = 'single_stream'", [run_id]).fetchall()
+    (entry_id, effect, low, high, r_low, r_high), = con.execute(
+        "SELECT entry_id, restart_effect, ci95_low, ci95_high, restart_ci95_low, "
+        "restart_ci95_high FROM entries WHERE run_id = ? AND arm = 'spread' "
+        "AND metric = 'decode_rate' AND scope = 'single_stream'", [run_id]).fetchall()
     assert effect is True
     assert (r_high - r_low) > 2 * (high - low)
-    published = con.execute("SELECT count(*) FROM published_entries WHERE run_id = ? AND "
-                            "arm = 'spread' AND restart_effect", [run_id]).fetchall()
-    assert published[0][0] > 0  # published, with its flag and both intervals
+    published = con.execute("SELECT restart_effect, ci95_low, ci95_high, restart_ci95_low, "
+                            "restart_ci95_high FROM published_entries WHERE entry_id = ?",
+                            [entry_id]).fetchall()
+    assert published == [(True, low, high, r_low, r_high)]  # with its flag, both intervals
     (within, between), = con.execute(
         "SELECT cv_within_restarts, cv_between_restarts FROM variance_report "
         "WHERE run_id = ? AND arm = 'spread' AND metric = 'decode_rate'", [run_id]).fetchall()
