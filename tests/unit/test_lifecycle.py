@@ -60,6 +60,10 @@ def test_effective_config_hash_ignores_per_instance_values():
     two = {"command": template, "models": lifecycle._strip_volatile(
         {"data": [{"id": "sim-model", "created": 2}]})}
     assert lifecycle.config_sha256(one) == lifecycle.config_sha256(two)
+    # ... and only those: another model behind the same command is another config
+    other = {"command": template, "models": lifecycle._strip_volatile(
+        {"data": [{"id": "other-model", "created": 1}]})}
+    assert lifecycle.config_sha256(other) != lifecycle.config_sha256(one)
 
 
 def test_servers_left_by_an_interrupted_run_are_stopped(tmp_path):
