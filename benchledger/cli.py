@@ -181,7 +181,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
                 print(frame.to_string(index=False, max_colwidth=args.max_width)
                       if len(frame) else f"{' | '.join(frame.columns)}\n(0 rows)")
         except duckdb.Error as exc:
-            if "read-only" in str(exc):
+            # DuckDB refuses any write on a read-only connection with InvalidInputException.
+            if isinstance(exc, duckdb.InvalidInputException) and "read-only" in str(exc):
                 raise CliError("benchledger sql is read-only: the warehouse was opened with "
                                f"read_only=True and refused the statement ({exc})") from exc
             raise CliError(f"query failed: {exc}") from exc

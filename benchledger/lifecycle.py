@@ -199,23 +199,40 @@ def server_version(config: dict) -> str | None:
     return version.get("version") if isinstance(version, dict) else None
 
 
-def stop(handle: ServerHandle, grace_s: float = 15.0) -> str:
+@dataclass(frozen=True)
+class StopOutcome:
+    """How a stop went: `how` for decisions, `detail` (str()) for people and manifests."""
+
+    how: str  # external | already_ended | sigterm | sigkill
+    detail: str
+
+    @property
+    def ended_before_stop(self) -> bool:
+        """The server was gone before benchledger stopped it: a crash, not a stop."""
+        return self.how == "already_ended"
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+def stop(handle: ServerHandle, grace_s: float = 15.0) -> StopOutcome:
     """SIGTERM the whole process group, SIGKILL after `grace_s`; returns what happened."""
     if handle.pid is None:
-        return "external: not stopped by benchledger"
+        return StopOutcome("external", "external: not stopped by benchledger")
     before = process_state(handle.pid)
     if before != "running":
-        return f"already ended before stop ({before})"
+        return StopOutcome("already_ended", f"already ended before stop ({before})")
     try:
         os.killpg(handle.pid, signal.SIGTERM)
     except ProcessLookupError:
-        return "already ended before stop (gone)"
+        return StopOutcome("already_ended", "already ended before stop (gone)")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if (state := process_state(handle.pid)) != "running":
-            return f"stopped by SIGTERM ({state})"
+            return StopOutcome("sigterm", f"stopped by SIGTERM ({state})")
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(handle.pid, signal.SIGKILL)
     time.sleep(0.2)
-    return f"killed by SIGKILL after {grace_s:g} s ({process_state(handle.pid)})"
+    return StopOutcome("sigkill", f"killed by SIGKILL after {grace_s:g} s "
+                                  f"({process_state(handle.pid)})")

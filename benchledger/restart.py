@@ -257,8 +257,8 @@ def stop_restart(layout: RunLayout, arm_name: str, k: int, handle: dict | None) 
         return _update_restart(layout, arm_name, k, stopped_at=utc_now(),
                                stop_status="nothing to stop (launch failed)")
     outcome = lifecycle.stop(lifecycle.ServerHandle.from_dict(handle))
-    changes = {"stopped_at": utc_now(), "stop_status": outcome}
-    if outcome.startswith("already ended") and manifest.get("status") == "ok":
+    changes = {"stopped_at": utc_now(), "stop_status": str(outcome)}
+    if outcome.ended_before_stop and manifest.get("status") == "ok":
         changes.update(status="crashed", error=f"server ended before stop: {outcome}")
     return _update_restart(layout, arm_name, k, **changes)
 

@@ -28,7 +28,7 @@ def test_stop_takes_the_whole_process_group(tmp_path):
     child = int(child_file.read_text())
     assert alive(handle.pid) and alive(child)
     outcome = lifecycle.stop(handle, grace_s=5)
-    assert outcome.startswith("stopped by SIGTERM")
+    assert outcome.how == "sigterm" and str(outcome).startswith("stopped by SIGTERM")
     time.sleep(0.2)
     assert not alive(child)  # the server's own child went with it
 
@@ -39,7 +39,8 @@ def test_wait_ready_reports_a_server_that_exits(tmp_path):
     with pytest.raises(lifecycle.ServerNotReady, match="exited:3"):
         lifecycle.wait_ready(handle, "/health", timeout_s=10)
     assert "boom" in (tmp_path / "server.log").read_text()
-    assert lifecycle.stop(handle).startswith("already ended")
+    outcome = lifecycle.stop(handle)
+    assert outcome.ended_before_stop and str(outcome).startswith("already ended before stop")
 
 
 def test_wait_ready_times_out_with_the_url(tmp_path):
