@@ -86,12 +86,17 @@ def test_overcounting_metrics_block_publication_naming_the_counter(run):
              "windows w USING (window_id) WHERE w.run_id = ? AND w.arm = 'miscount' AND "
              "r.counter = 'vllm:generation_tokens_total'", [run_id])
     assert status == "mismatch" and server == pytest.approx(1.1 * client, rel=0.01)
-    blocked = q(con, "SELECT DISTINCT blocked_by FROM entries WHERE run_id = ? AND "
-                     "arm = 'miscount' AND metric = 'decode_rate'", [run_id])
-    assert len(blocked) == 1
-    text = blocked[0][0]
-    assert "generation_tokens_reconcile" in text and "vllm:generation_tokens_total" in text
-    assert "+10.0%" in text
+    # Every decode_rate entry of the arm is blocked by the counter rule (entry_blocks), and
+    # its blocked_by text names the counter and the difference.
+    blocks = q(con, "SELECT e.entry_id, e.publishable, e.blocked_by, b.found FROM entries e "
+                    "LEFT JOIN entry_blocks b ON b.entry_id = e.entry_id "
+                    "AND b.rule = 'generation_tokens_reconcile' WHERE e.run_id = ? AND "
+                    "e.arm = 'miscount' AND e.metric = 'decode_rate'", [run_id])
+    assert len(blocks) == 2  # single_stream and aggregate
+    for _, publishable, text, found in blocks:
+        assert not publishable and found is not None
+        assert "vllm:generation_tokens_total" in found and "+10.0%" in found
+        assert f"generation_tokens_reconcile [{run_id}/miscount/r0/code-c1]" in text
 
 
 def test_low_clock_restart_is_left_out_while_the_other_publishes(run):
