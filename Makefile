@@ -23,7 +23,7 @@ LAYERS := build/layers
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	rm -rf $(LAYERS)
+	rm -rf $(LAYERS) && mkdir -p $(dir $(LAYERS))
 	$(BIN)/pip install --quiet --no-deps --no-compile --target $(LAYERS) . >$(LAYERS).log 2>&1 \
 	  || { cat $(LAYERS).log; exit 1; }
 	cd $(LAYERS) && $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/.importlinter
