@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats as _scipy_stats
 
 CONFIDENCE = 0.95
@@ -39,6 +40,18 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Inter
         return Interval(mean, None, None, n)
     half = _scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
+
+
+def t_bounds(mean, sd, n, confidence: float = CONFIDENCE):
+    """Vectorised t_interval bounds for whole columns (or scalars): mean -/+ t * sd / sqrt(n)
+    with n - 1 degrees of freedom; NaN where n < 2 or sd is missing (no interval)."""
+    mean, sd, n = (np.asarray(x, dtype=float) for x in (mean, sd, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        usable = (n >= 2) & ~np.isnan(sd)
+        half = np.where(usable, _scipy_stats.t.ppf(0.5 + confidence / 2,
+                                                   np.where(usable, n - 1, 1))
+                        * sd / np.sqrt(np.where(usable, n, 1)), np.nan)
+    return mean - half, mean + half
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
               for r in requests.head(limit).itertuples()]
     if len(requests) > limit:
         lines.append(f"  ... {len(requests) - limit} more (benchledger sql: SELECT * FROM "
-                     f"entry_lineage WHERE entry_id = '{entry_id}')")
+                     f"entry_requests WHERE entry_id = '{entry_id}')")
     lines.append(f"\nRaw files ({len(files)}):")
     lines += [f"  sha256 {f.sha256}  {f.kind:<12} rows={f.rows}  {f.path}"
               for f in files.itertuples()]

@@ -178,6 +178,20 @@ def query_frame(con: duckdb.DuckDBPyConnection, name: str, **params) -> pd.DataF
     return con.execute(query_sql(name), params).df()
 
 
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> int:
+    """Append a whole DataFrame to `table` in one statement, columns matched by name."""
+    if not re.fullmatch(r"[a-z_]+", table):
+        raise WarehouseError(f"refusing unsafe table name {table!r}")
+    if frame.empty:
+        return 0
+    con.register("incoming_frame", frame)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming_frame")
+    finally:
+        con.unregister("incoming_frame")
+    return len(frame)
+
+
 def _insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict) -> None:
     # Table and column names come from this module, never from input; values are bound.
     if not re.fullmatch(r"[a-z_]+", table) or not all(re.fullmatch(r"[a-z0-9_]+", c)

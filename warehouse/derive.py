@@ -1,4 +1,5 @@
-"""Derive entries from validated raw rows only (docs/protocol.md: definitions, warehouse relations).
+"""Derive entries from validated raw rows only (docs/protocol.md: definitions, warehouse
+relations).
 
 An entry is one labelled number for an (arm, workload, concurrency) cell: its phase
 (prefill / decode / end_to_end), scope (single_stream / per_user / aggregate), numerator
@@ -7,6 +8,14 @@ only from windows whose every rule passed. If a rule of its windows or restarts 
 or an entry rule fails (expectations suite "entries"), the entry is still written, so the
 failure is visible, but `publishable` is false and `blocked_by` names each failed rule
 with what was expected and found.
+
+Set-based, so a run of 10^6 requests derives in seconds: per-request metrics are summarised
+by DuckDB in one query per run (queries/derive_request_stats.sql: per cell, metric and
+restart, and pooled per cell and metric), window totals in another
+(queries/derive_window_sums.sql); Python only sees those summaries (cells x metrics x
+restarts rows), applies the t quantiles to whole columns at once, and writes every table
+with one bulk insert. Lineage is stored per window (entry_lineage: the window, its raw
+file and which of its requests count); the view entry_requests expands it to requests.
 """
 
 from __future__ import annotations
@@ -14,21 +23,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pandas as pd
 
 from benchledger import __version__
 from benchledger import rules as R
 from benchledger.expectations.gate import run_entry_gate
 from benchledger.rules import EXCLUDE_RESTART, names_with_effect
-from benchledger.stats import t_interval, two_level
+from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, parse_sweep
-from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.db import first_row, insert_frame, query_frame
 from benchledger.warehouse.validate import coverage_subject, store_results
 
 PERCENTILES = (50, 90, 99)
@@ -40,7 +48,10 @@ EXCLUDING_RULES = names_with_effect(EXCLUDE_RESTART)
 
 @dataclass(frozen=True)
 class RequestMetric:
-    """A per-request number (a column of the `requests` view), summarised over requests."""
+    """A per-request number (a column of the `requests` view), summarised over requests.
+
+    The column list of queries/derive_request_stats.sql and views/entry_requests.sql must
+    name exactly these columns (a unit test holds them together)."""
 
     metric: str
     column: str
@@ -70,43 +81,46 @@ REQUEST_METRICS = (
 CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
 
 
-def _output_throughput(window: pd.Series, done: pd.DataFrame) -> float | None:
-    return done["output_tokens"].sum() / window["elapsed_s"] if window["elapsed_s"] else None
+# Per-window values. `w` is one window (a row of `windows`) with its totals over completed
+# measured requests (queries/derive_window_sums.sql) and its counter deltas (`counters`).
+
+def _output_throughput(w: pd.Series) -> float | None:
+    return w["output_tokens"] / w["elapsed_s"] if w["elapsed_s"] else None
 
 
-def _total_throughput(window: pd.Series, done: pd.DataFrame) -> float | None:
-    tokens = (done["prompt_tokens"] + done["output_tokens"]).sum()
-    return tokens / window["elapsed_s"] if window["elapsed_s"] else None
+def _total_throughput(w: pd.Series) -> float | None:
+    return w["total_tokens"] / w["elapsed_s"] if w["elapsed_s"] else None
 
 
-def _aggregate_decode(window: pd.Series, done: pd.DataFrame) -> float | None:
+def _aggregate_decode(w: pd.Series) -> float | None:
     """Tokens after each request's first, over the span in which the window decoded."""
-    timed = done[done["t_first_ns"].notna() & done["t_last_ns"].notna()]
-    span_s = (timed["t_last_ns"].max() - timed["t_first_ns"].min()) / 1e9 if len(timed) else 0
-    return (timed["output_tokens"] - 1).sum() / span_s if span_s > 0 else None
+    if pd.isna(w["decode_start_ns"]) or pd.isna(w["decode_end_ns"]):
+        return None
+    span_s = (w["decode_end_ns"] - w["decode_start_ns"]) / 1e9
+    return w["decode_tokens"] / span_s if span_s > 0 else None
 
 
-def _acceptance_length(window: pd.Series, done: pd.DataFrame) -> float | None:
+def _acceptance_length(w: pd.Series) -> float | None:
     """1 + accepted / drafts from the server's spec-decode counter deltas (vLLM's mean
     acceptance length); compare with the client's tokens per chunk."""
-    counters = window["counters"]
+    counters = w["counters"]
     drafts = counters.get("vllm:spec_decode_num_drafts_total")
     accepted = counters.get("vllm:spec_decode_num_accepted_tokens_total")
     return 1 + accepted / drafts if drafts and accepted is not None else None
 
 
-def _completion_fraction(window: pd.Series, done: pd.DataFrame) -> float | None:
-    finished = window["completed"] + window["failed"]
-    return finished / window["submitted"] if window["submitted"] else None
+def _completion_fraction(w: pd.Series) -> float | None:
+    finished = w["completed"] + w["failed"]
+    return finished / w["submitted"] if w["submitted"] else None
 
 
-def _success_fraction(window: pd.Series, done: pd.DataFrame) -> float | None:
-    return window["completed"] / window["submitted"] if window["submitted"] else None
+def _success_fraction(w: pd.Series) -> float | None:
+    return w["completed"] / w["submitted"] if w["submitted"] else None
 
 
-def _success_rate_finished(window: pd.Series, done: pd.DataFrame) -> float | None:
-    finished = window["completed"] + window["failed"]
-    return window["completed"] / finished if finished else None
+def _success_rate_finished(w: pd.Series) -> float | None:
+    finished = w["completed"] + w["failed"]
+    return w["completed"] / finished if finished else None
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,7 @@ class WindowMetric:
     phase: str
     numerator: str
     denominator: str
-    value: Callable[[pd.Series, pd.DataFrame], float | None]
+    value: Callable[[pd.Series], float | None]
     population: str | None = None  # None: 'all_submitted' or 'completed_only' by the data
     counts: str = "completed"  # n_requests counts completed or submitted requests
     optional: bool = False  # no entry at all where no window has a value (not applicable)
@@ -162,13 +176,6 @@ def entry_key(run_id: str, *labels) -> str:
     return _digest(run_id, *labels)
 
 
-def entry_id(key: str, used: pd.DataFrame, blocked: list[Block]) -> str:
-    """Which derivation it is: the key plus the exact requests (and raw files) behind the
-    value and the rules that blocked it. New data gives a new id; the old entry stays."""
-    inputs = sorted(zip(used["request_id"], used["raw_file_sha256"], strict=True))
-    return _digest(key, inputs, sorted(block.text for block in blocked))
-
-
 @dataclass(frozen=True)
 class Block:
     """One failed rule behind an entry: a row of `entry_blocks`."""
@@ -186,14 +193,21 @@ class Block:
         return f"{self.rule} [{self.subject}]: {self.observed}"
 
 
+def entry_id(key: str, windows: pd.DataFrame, blocked: list[Block]) -> str:
+    """Which derivation it is: the key plus the exact inputs behind the value (the windows
+    and the sha256 of their requests files, which fix the requests) and the rules that
+    blocked it. New data gives a new id; the old entry stays."""
+    inputs = sorted(zip(windows["window_id"], windows["requests_file_sha256"], strict=True))
+    return _digest(key, inputs, sorted(block.text for block in blocked))
+
+
 @dataclass
 class RunFacts:
-    """Everything derivation reads about one run, queried once."""
+    """Everything derivation reads about one run, queried once (no request rows)."""
 
     sweep_toml: str
     restarts: pd.DataFrame
     windows: pd.DataFrame
-    requests: pd.DataFrame
     validations: pd.DataFrame
     counters: pd.DataFrame  # window_id, name, delta
     log_lines: pd.DataFrame  # window_id, generation_tok_s, prompt_tok_s, accepted_tok_s
@@ -213,27 +227,24 @@ class RunFacts:
         # The clock ratio the clock rule judged (NULL: no sample under load).
         clocks = frame("gate_restarts")[["restart_id", "clock_ratio"]]
         restarts = restarts.merge(clocks, on="restart_id", how="left")
-
-        return cls(row[0], restarts, frame("run_windows"), frame("measured_requests"),
-                   frame("latest_validations"), frame("counter_deltas_for_run"),
-                   frame("log_lines_for_run"))
+        return cls(row[0], restarts, frame("run_windows"), frame("latest_validations"),
+                   frame("counter_deltas_for_run"), frame("log_lines_for_run"))
 
 
 @dataclass
 class Cell:
     """One (arm, workload, concurrency) of a run: its windows, what passed, what failed."""
 
+    index: int
     run_id: str
     plan: ArmPlan
     workload: str
     concurrency: int
-    passing: pd.DataFrame  # windows whose every rule passed
-    done: pd.DataFrame  # completed measured requests of the passing windows
+    passing: pd.DataFrame  # windows whose every rule passed, with their request totals
     failed_rules: pd.DataFrame  # latest failed validations of its restarts and windows
     rules: pd.DataFrame  # every latest validation of its restarts and windows
     restarts: pd.DataFrame
     excluded: pd.DataFrame  # failed EXCLUDING_RULES: restarts left out
-    counters: dict  # window_id -> {counter name: delta}
     log_lines: pd.DataFrame  # the server log lines of the passing windows
 
     @property
@@ -245,6 +256,11 @@ class Cell:
     def population(self) -> str:
         troubled = (self.passing["completed"] != self.passing["submitted"]).any()
         return "completed_only" if troubled else "all_submitted"
+
+    @property
+    def n_done(self) -> int:
+        """Completed measured requests of the passing windows."""
+        return int(self.passing["n_done"].sum())
 
     def labels(self) -> dict:
         """The workload, state and provenance every entry of this cell carries."""
@@ -263,9 +279,9 @@ class Cell:
             "n_failed": int(w["failed"].sum()), "n_unresolved": int(w["unresolved"].sum()),
             "drain_status": ("incomplete" if (w["drain_status"] == "incomplete").any()
                              else "complete") if len(w) else None,
-            "mean_prompt_tokens": _mean(self.done["prompt_tokens"]),
-            "mean_output_tokens": _mean(self.done["output_tokens"]),
-            "mean_cached_tokens": _mean(self.done["cached_tokens"]),
+            "mean_prompt_tokens": _pooled_mean(w, "prompt_tokens"),
+            "mean_output_tokens": _pooled_mean(w, "output_tokens"),
+            "mean_cached_tokens": _pooled_mean(w, "cached_tokens"),
             "evidence": "rerun", "harness_version": __version__,
             "clock_check": self.clock_check(),
             "excluded": "; ".join(f"{r.subject}: {r.expectation}: {r.observed}"
@@ -291,25 +307,24 @@ class Cell:
 
 
 def _block(result) -> Block:
-    """A failed validation (a row of latest_validations or a RuleResult) as a Block."""
+    """A failed validation (a row of latest_validations) as a Block."""
     def text(value) -> str | None:
         return None if value is None or (isinstance(value, float) and pd.isna(value)) \
             else str(value)
 
-    return Block(result.expectation, str(result.subject),
-                 text(getattr(result, "validation_id", None)), text(result.expected),
-                 text(result.found), result.observed)
+    return Block(result.expectation, str(result.subject), text(result.validation_id),
+                 text(result.expected), text(result.found), result.observed)
 
 
-def _cells(facts: RunFacts, run_id: str):
+def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
+    """Every planned cell, with the windows that passed every rule (before their totals)."""
     sweep = parse_sweep(facts.sweep_toml, source=f"runs[{run_id}].sweep_toml")
     v = facts.validations
     failed = v[~v["success"].astype(bool)]
     excluding = failed["expectation"].isin(EXCLUDING_RULES)
     failed_subjects = set(failed.loc[~excluding, "subject"])
     excluded_restarts = set(failed.loc[excluding, "subject"])
-    counters = {wid: dict(zip(g["name"], g["delta"], strict=True))
-                for wid, g in facts.counters.groupby("window_id")}
+    cells = []
     for arm in sweep.arms:
         plan = sweep.plan(arm)
         restarts = facts.restarts[facts.restarts["arm"] == arm.name]
@@ -323,49 +338,174 @@ def _cells(facts: RunFacts, run_id: str):
                 passing = windows[~windows["window_id"].isin(failed_subjects)
                                   & ~windows["restart_id"].isin(failed_subjects)
                                   & ~windows["restart_id"].isin(excluded_restarts)]
-                requests = facts.requests
-                done = requests[requests["window_id"].isin(passing["window_id"])
-                                & (requests["status"] == "completed")]
                 rules = v[v["subject"].isin(subjects)]
                 bad = rules[~rules["success"].astype(bool)]
                 out = bad["expectation"].isin(EXCLUDING_RULES)
                 logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
-                yield Cell(run_id, plan, workload.name, concurrency, passing, done,
-                           bad[~out], rules, restarts, bad[out], counters, logs)
+                cells.append(Cell(len(cells), run_id, plan, workload.name, concurrency,
+                                  passing, bad[~out], rules, restarts, bad[out], logs))
+    return cells
 
 
-RestartRows = list[tuple[str, int, float, float | None]]  # (restart_id, n, mean, sd)
+# --- summaries from DuckDB ---------------------------------------------------------------
 
 
-def _restart_rows(by_restart: dict[str, list[float]]) -> RestartRows:
-    rows = []
-    for restart_id, values in by_restart.items():
-        sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
-        rows.append((restart_id, len(values), float(np.mean(values)), sd))
-    return rows
+def _derive_windows(cells: list[Cell]) -> pd.DataFrame:
+    """The windows derivation uses, with their cell: registered for the two queries."""
+    parts = [cell.passing[["window_id", "restart_id"]].assign(cell=cell.index)
+             for cell in cells if len(cell.passing)]
+    if not parts:
+        return pd.DataFrame({"window_id": pd.Series(dtype=str),
+                             "restart_id": pd.Series(dtype=str),
+                             "cell": pd.Series(dtype="int64")})
+    return pd.concat(parts, ignore_index=True)
 
 
-def _request_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
+def _with(con: duckdb.DuckDBPyConnection, frame: pd.DataFrame, query: str) -> pd.DataFrame:
+    con.register("derive_windows", frame)
+    try:
+        return query_frame(con, query)
+    finally:
+        con.unregister("derive_windows")
+
+
+STAT_COLUMNS = ("mean", "p50", "p90", "p99", "min", "max")
+
+
+def _request_summaries(con: duckdb.DuckDBPyConnection, windows: pd.DataFrame
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(pooled, per_restart): per (cell, metric column) and per (cell, metric column,
+    restart) the count, mean, sd, percentiles, min and max, with t-interval bounds."""
+    stats = _with(con, windows, "derive_request_stats")
+    quantiles = pd.DataFrame(stats.pop("quantiles").tolist(), index=stats.index,
+                             columns=["p50", "p90", "p99"])
+    stats = pd.concat([stats, quantiles], axis=1)
+    stats["ci95_low"], stats["ci95_high"] = t_bounds(stats["mean"], stats["sd"], stats["n"])
+    pooled = stats[stats["restart_id"].isna()].set_index(["cell", "metric_column"])
+    per_restart = stats[stats["restart_id"].notna()].sort_values(
+        ["cell", "metric_column", "restart_id"])
+    return pooled, per_restart
+
+
+def _restart_level(per_restart: pd.DataFrame) -> pd.DataFrame:
+    """Per (cell, metric column): each statistic's mean over restarts with its t-interval
+    over restarts, and restart_effect (two restarts' request-level intervals apart)."""
+    groups = per_restart.groupby(["cell", "metric_column"], sort=False)
+    out = {}
+    for stat in STAT_COLUMNS:
+        mean, sd, n = (groups[stat].mean(), groups[stat].std(ddof=1), groups[stat].count())
+        low, high = t_bounds(mean, sd, n)
+        out.update({f"{stat}_mean": mean, f"{stat}_low": low, f"{stat}_high": high})
+    # Restarts with one request have no interval and cannot be told apart (stats.Interval).
+    effect = (groups["ci95_low"].max() > groups["ci95_high"].min()).astype(object)
+    frame = pd.DataFrame(out)
+    frame["restart_effect"] = effect
+    frame["n_restarts"] = groups["restart_id"].count()
+    return frame
+
+
+def _window_totals(con: duckdb.DuckDBPyConnection, windows: pd.DataFrame) -> pd.DataFrame:
+    return _with(con, windows, "derive_window_sums").set_index("window_id")
+
+
+# --- entries -------------------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    """An entry before it is gated and written, with what it rests on."""
+
+    entry: dict
+    cell: Cell
+    request_metric: str | None  # lineage: which requests of its windows count (None: all)
+    restart_rows: list[tuple] = field(default_factory=list)  # entry_restart_means rows
+    blocked: list[Block] = field(default_factory=list)
+    validation_ids: list[str] = field(default_factory=list)
+
+
+def _value(x) -> float | None:
+    return None if x is None or pd.isna(x) else float(x)
+
+
+def _request_entries(cell: Cell, pooled: pd.DataFrame, per_restart: pd.DataFrame,
+                     level: pd.DataFrame) -> list[Candidate]:
     """Entries over requests: means with two-level intervals, percentiles for latencies."""
     out = []
     for spec in REQUEST_METRICS:
-        used = cell.done[cell.done[spec.column].notna()]
-        by_restart = {rid: list(g[spec.column]) for rid, g in used.groupby("restart_id")}
+        key = (cell.index, spec.column)
+        have = key in pooled.index
+        p = pooled.loc[key] if have else None
+        rows = per_restart[(per_restart["cell"] == cell.index)
+                           & (per_restart["metric_column"] == spec.column)]
         base = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
                 "scope": cell.scope, "numerator": spec.numerator,
                 "denominator": spec.denominator, "population": cell.population,
-                "n_requests": len(used), "n_restarts": len(by_restart)}
-        mean = {**base, "statistic": "mean", **_mean_stats(by_restart)}
+                "n_requests": int(p["n"]) if have else 0, "n_restarts": len(rows)}
+        mean = {**base, "statistic": "mean"}
+        if have:
+            r = level.loc[key]
+            mean.update(value=_value(p["mean"]), ci95_low=_value(p["ci95_low"]),
+                        ci95_high=_value(p["ci95_high"]),
+                        restart_mean=_value(r["mean_mean"]),
+                        restart_ci95_low=_value(r["mean_low"]),
+                        restart_ci95_high=_value(r["mean_high"]),
+                        restart_effect=bool(r["restart_effect"]))
         if spec.metric == "tokens_per_chunk" and (mean.get("value") or 0) > 1.0:
             mean["warning"] = f"{CHUNK_WARNING}: x{mean['value']:.2f}"
-        out.append((mean, used, _restart_rows(by_restart)))
+        restart_rows = [(x.restart_id, int(x.n), float(x.mean), _value(x.sd))
+                        for x in rows.itertuples()]
+        out.append(Candidate(mean, cell, spec.column, restart_rows))
         for statistic in spec.extra:
-            out.append(({**base, "statistic": statistic,
-                         **_extra_stats(by_restart, statistic)}, used, []))
+            extra = {**base, "statistic": statistic}
+            if have:
+                r = level.loc[key]
+                # Pooled percentile/min/max (no interval is claimed); restart level: the
+                # per-restart values' mean and t-interval.
+                extra.update(value=_value(p[statistic]),
+                             restart_mean=_value(r[f"{statistic}_mean"]),
+                             restart_ci95_low=_value(r[f"{statistic}_low"]),
+                             restart_ci95_high=_value(r[f"{statistic}_high"]))
+            out.append(Candidate(extra, cell, spec.column))
     return out
 
 
-def _log_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
+def _window_entries(cell: Cell, counters: dict) -> list[Candidate]:
+    """Entries over windows (scope aggregate): one value per window, mean over windows."""
+    out = []
+    windows = [pd.Series({**w._asdict(), "counters": counters.get(w.window_id, {})})
+               for w in cell.passing.itertuples(index=False)]
+    for spec in WINDOW_METRICS:
+        values, restart_rows = {}, []
+        for w in windows:
+            value = spec.value(w)
+            if value is not None and not pd.isna(value):
+                values[w["restart_id"]] = float(value)
+                n = int(w["n_done"]) if spec.counts == "completed" else int(w["submitted"])
+                restart_rows.append((w["restart_id"], n, float(value), None))
+        if spec.optional and not values:
+            continue
+        n = cell.n_done if spec.counts == "completed" else int(cell.passing["submitted"].sum())
+        entry = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
+                 "scope": "aggregate", "numerator": spec.numerator,
+                 "denominator": spec.denominator, "statistic": "mean",
+                 "population": spec.population or cell.population,
+                 "n_requests": n, "n_restarts": len(values), **_window_stats(values)}
+        out.append(Candidate(entry, cell, None, restart_rows))
+    return out
+
+
+def _window_stats(values: dict[str, float]) -> dict:
+    if not values:
+        return {}
+    series = pd.Series(list(values.values()), dtype=float)
+    low, high = t_bounds(series.mean(), series.std(ddof=1), len(series))
+    mean, low, high = float(series.mean()), _value(low), _value(high)
+    # One window per restart: the window-level interval is the restart-level one.
+    return {"value": mean, "ci95_low": low, "ci95_high": high,
+            "restart_mean": mean, "restart_ci95_low": low, "restart_ci95_high": high}
+
+
+def _log_entries(cell: Cell) -> list[Candidate]:
     """The server's own log lines, peak and mean, under their own names (T2)."""
     out = []
     for metric, column in LOG_METRICS:
@@ -376,75 +516,42 @@ def _log_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
         base = {"metric": metric, "unit": "tok/s", "phase": "end_to_end",
                 "scope": "aggregate", "numerator": None,
                 "denominator": f"the server's logging interval ({len(values)} log lines)",
-                "population": "server_log_lines", "n_requests": len(cell.done),
+                "population": "server_log_lines", "n_requests": cell.n_done,
                 "n_restarts": lines["restart_id"].nunique()}
-        out.append(({**base, "statistic": "server_log_peak", "value": float(values.max())},
-                    cell.done, []))
-        out.append(({**base, "statistic": "server_log_mean", "value": float(values.mean())},
-                    cell.done, []))
+        out.append(Candidate({**base, "statistic": "server_log_peak",
+                              "value": float(values.max())}, cell, None))
+        out.append(Candidate({**base, "statistic": "server_log_mean",
+                              "value": float(values.mean())}, cell, None))
     return out
 
 
-def _window_entries(cell: Cell) -> list[tuple[dict, pd.DataFrame, RestartRows]]:
-    """Entries over windows (scope aggregate): one value per window, mean over windows."""
-    out = []
-    for spec in WINDOW_METRICS:
-        values, restart_rows = {}, []
-        for window in cell.passing.itertuples(index=False):
-            row = pd.Series({**window._asdict(),
-                             "counters": cell.counters.get(window.window_id, {})})
-            done = cell.done[cell.done["window_id"] == row["window_id"]]
-            value = spec.value(row, done)
-            if value is not None and not pd.isna(value):
-                values[row["restart_id"]] = float(value)
-                n = len(done) if spec.counts == "completed" else int(row["submitted"])
-                restart_rows.append((row["restart_id"], n, float(value), None))
-        if spec.optional and not values:
-            continue
-        n = (len(cell.done) if spec.counts == "completed"
-             else int(cell.passing["submitted"].sum()))
-        entry = {"metric": spec.metric, "unit": spec.unit, "phase": spec.phase,
-                 "scope": "aggregate", "numerator": spec.numerator,
-                 "denominator": spec.denominator, "statistic": "mean",
-                 "population": spec.population or cell.population,
-                 "n_requests": n, "n_restarts": len(values), **_window_stats(values)}
-        out.append((entry, cell.done, restart_rows))
-    return out
-
-
-def _mean_stats(by_restart: dict[str, list[float]]) -> dict:
-    if not by_restart:
-        return {}
-    stats = two_level(by_restart)
-    return {"value": stats.requests.mean, "ci95_low": stats.requests.low,
-            "ci95_high": stats.requests.high, "restart_mean": stats.restarts.mean,
-            "restart_ci95_low": stats.restarts.low, "restart_ci95_high": stats.restarts.high,
-            "restart_effect": stats.restart_effect}
-
-
-STATISTICS = {f"p{q}": (lambda vs, q=q: float(np.percentile(vs, q))) for q in PERCENTILES}
-STATISTICS.update(min=lambda vs: float(np.min(vs)), max=lambda vs: float(np.max(vs)))
-
-
-def _extra_stats(by_restart: dict[str, list[float]], statistic: str) -> dict:
-    """Pooled percentile/min/max (no interval is claimed); restart level: the per-restart
-    values' mean and t-interval."""
-    if not by_restart:
-        return {}
-    of = STATISTICS[statistic]
-    pooled = [v for vs in by_restart.values() for v in vs]
-    per_restart = t_interval([of(vs) for vs in by_restart.values()])
-    return {"value": of(pooled), "restart_mean": per_restart.mean,
-            "restart_ci95_low": per_restart.low, "restart_ci95_high": per_restart.high}
-
-
-def _window_stats(values: dict[str, float]) -> dict:
-    if not values:
-        return {}
-    iv = t_interval(list(values.values()))
-    # One window per restart: the window-level interval is the restart-level one.
-    return {"value": iv.mean, "ci95_low": iv.low, "ci95_high": iv.high,
-            "restart_mean": iv.mean, "restart_ci95_low": iv.low, "restart_ci95_high": iv.high}
+def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
+                run_id: str) -> list[Candidate]:
+    cells = _cells(facts, run_id)
+    windows = _derive_windows(cells)
+    totals = _window_totals(con, windows)
+    pooled, per_restart = _request_summaries(con, windows)
+    level = _restart_level(per_restart)
+    counters = {wid: dict(zip(g["name"], g["delta"], strict=True))
+                for wid, g in facts.counters.groupby("window_id")}
+    candidates = []
+    for cell in cells:
+        cell.passing = cell.passing.join(totals, on="window_id")
+        labels = cell.labels()
+        blocked = cell.blocked_by()
+        made = (_request_entries(cell, pooled, per_restart, level)
+                + _window_entries(cell, counters) + _log_entries(cell))
+        for c in made:
+            c.entry = {**labels, **c.entry}
+            c.entry["entry_key"] = entry_key(run_id, c.entry["arm"], c.entry["workload"],
+                                             c.entry["metric"], c.entry["scope"],
+                                             c.entry["concurrency"], c.entry["statistic"],
+                                             c.entry["numerator"])
+            c.blocked = list(blocked)
+            c.entry["entry_id"] = entry_id(c.entry["entry_key"], cell.passing, c.blocked)
+            c.validation_ids = list(cell.rules["validation_id"])
+            candidates.append(c)
+    return candidates
 
 
 def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
@@ -452,45 +559,18 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
     """Write the run's entries and their lineage; returns how many were new. The entry
     rules' results join the run's GX Data Docs when docs_dir is given."""
     facts = RunFacts.query(con, run_id)
-    candidates = []  # (entry, blocks, requests used, validations behind it, restart rows)
-    for cell in _cells(facts, run_id):
-        labels = cell.labels()
-        computed = _request_entries(cell) + _window_entries(cell) + _log_entries(cell)
-        for entry, used, restart_rows in computed:
-            entry = {**labels, **entry}
-            blocked = cell.blocked_by()
-            entry["entry_key"] = entry_key(run_id, entry["arm"], entry["workload"],
-                                           entry["metric"], entry["scope"],
-                                           entry["concurrency"], entry["statistic"],
-                                           entry["numerator"])
-            entry["entry_id"] = entry_id(entry["entry_key"], used, blocked)
-            candidates.append((entry, blocked, used, list(cell.rules["validation_id"]),
-                               restart_rows))
-    known = _existing_entry_ids(con, [entry["entry_id"] for entry, *_ in candidates])
-    new = [c for c in candidates if c[0]["entry_id"] not in known]  # never silently changes
+    candidates = _candidates(con, facts, run_id)
+    known = _existing_entry_ids(con, [c.entry["entry_id"] for c in candidates])
+    new = [c for c in candidates if c.entry["entry_id"] not in known]  # never changes
     if not new:
         return 0
     _gate_entries(con, run_id, new, docs_dir)
     now = datetime.now(UTC)
-    blocks = []
-    for entry, blocked, used, validation_ids, restart_rows in new:
-        entry.update(publishable=not blocked,
-                     blocked_by="; ".join(block.text for block in blocked) or None,
-                     derived_at=now)
-        columns = ", ".join(entry)
-        con.execute(f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * len(entry))})",
-                    list(entry.values()))
-        blocks += [(entry["entry_id"], b.rule, b.subject, b.validation_id, b.expected, b.found)
-                   for b in blocked]
-        lineage = [(entry["entry_id"], r.request_id, r.raw_file_sha256, None)
-                   for r in used.itertuples()]
-        lineage += [(entry["entry_id"], None, None, v) for v in validation_ids]
-        if lineage:
-            con.executemany("INSERT INTO entry_lineage VALUES (?, ?, ?, ?)", lineage)
-        if restart_rows:
-            con.executemany("INSERT INTO entry_restart_means VALUES (?, ?, ?, ?, ?)",
-                            [(entry["entry_id"], *row) for row in restart_rows])
-    _insert_blocks(con, blocks)
+    for c in new:
+        c.entry.update(publishable=not c.blocked,
+                       blocked_by="; ".join(block.text for block in c.blocked) or None,
+                       derived_at=now)
+    _write(con, new)
     return len(new)
 
 
@@ -500,37 +580,48 @@ def _existing_entry_ids(con: duckdb.DuckDBPyConnection, ids: list[str]) -> set[s
     return {row[0] for row in rows}
 
 
-def _insert_blocks(con: duckdb.DuckDBPyConnection, blocks: list[tuple]) -> None:
-    """One bulk insert of every (entry, failed rule, subject) of this derivation."""
-    if not blocks:
-        return
-    frame = pd.DataFrame(blocks, columns=["entry_id", "rule", "subject", "validation_id",
-                                          "expected", "found"])
-    # One row per (entry, rule, subject): a subject's latest result only.
-    frame = frame.drop_duplicates(["entry_id", "rule", "subject"])
-    con.register("incoming_blocks", frame)
-    try:
-        con.execute("INSERT INTO entry_blocks BY NAME SELECT * FROM incoming_blocks")
-    finally:
-        con.unregister("incoming_blocks")
+def _write(con: duckdb.DuckDBPyConnection, new: list[Candidate]) -> None:
+    """One bulk insert per table: entries, their blocks, lineage and restart means."""
+    insert_frame(con, "entries", pd.DataFrame([c.entry for c in new]))
+    blocks = [(c.entry["entry_id"], b.rule, b.subject, b.validation_id, b.expected, b.found)
+              for c in new for b in c.blocked]
+    if blocks:
+        frame = pd.DataFrame(blocks, columns=["entry_id", "rule", "subject", "validation_id",
+                                              "expected", "found"])
+        # One row per (entry, rule, subject): a subject's latest result only.
+        insert_frame(con, "entry_blocks",
+                     frame.drop_duplicates(["entry_id", "rule", "subject"]))
+    # Lineage per window (what the entry rests on), never per request: the view
+    # entry_requests expands a window to the requests `request_metric` selects.
+    lineage = [(c.entry["entry_id"], w.window_id, w.requests_file_sha256, None,
+                c.request_metric)
+               for c in new for w in c.cell.passing.itertuples()]
+    lineage += [(c.entry["entry_id"], None, None, v, None)
+                for c in new for v in c.validation_ids]
+    if lineage:
+        insert_frame(con, "entry_lineage", pd.DataFrame(lineage, columns=[
+            "entry_id", "window_id", "raw_file_sha256", "validation_id", "request_metric"]))
+    means = [(c.entry["entry_id"], *row) for c in new for row in c.restart_rows]
+    if means:
+        insert_frame(con, "entry_restart_means", pd.DataFrame(means, columns=[
+            "entry_id", "restart_id", "n_requests", "mean", "sd"]))
 
 
-def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list,
+def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list[Candidate],
                   docs_dir: Path | None) -> None:
     """Run the entry rules; record every result; a failure blocks its entry."""
-    frame = pd.DataFrame([entry for entry, *_ in candidates]).drop(columns=["entry_key"])
+    frame = pd.DataFrame([c.entry for c in candidates]).drop(columns=["entry_key"])
     if "value" not in frame.columns:  # no cell had a validated window: every value NULL
         frame["value"] = None
     results = run_entry_gate(frame, docs_dir=docs_dir)
     ids = store_results(con, run_id, results)
-    by_entry = {entry["entry_id"]: (blocked, validation_ids)
-                for entry, blocked, _, validation_ids, _ in candidates}
+    by_entry = {c.entry["entry_id"]: c for c in candidates}
     for result, validation_id in zip(results, ids, strict=True):
-        blocked, validation_ids = by_entry[result.subject]
-        validation_ids.append(validation_id)
+        c = by_entry[result.subject]
+        c.validation_ids.append(validation_id)
         if not result.success:
-            blocked.append(Block(result.expectation, result.subject, validation_id,
-                                 result.expected, result.found, result.observed))
+            c.blocked.append(Block(result.expectation, result.subject, validation_id,
+                                   result.expected, result.found, result.observed))
 
 
 def _single(values: pd.Series):
@@ -544,3 +635,9 @@ def _single(values: pd.Series):
 def _mean(values: pd.Series) -> float | None:
     values = values.dropna()
     return float(values.mean()) if len(values) else None
+
+
+def _pooled_mean(windows: pd.DataFrame, column: str) -> float | None:
+    """The mean of `column` over the completed requests of these windows (from totals)."""
+    count = windows[f"{column}_n"].sum() if len(windows) else 0
+    return float(windows[f"{column}_sum"].sum() / count) if count else None

@@ -126,6 +126,10 @@ def test_views_survive_reopening_a_file(tmp_path, file_sql):
 # --- a warehouse made by the old migrations -----------------------------------------------
 
 
+# Views created after the move to files (issue #10: lineage per window).
+VIEWS_ADDED_SINCE = {"entry_requests"}
+
+
 @functools.cache
 def _old_migrations() -> tuple[tuple[str, str], ...] | None:
     def git(*args: str) -> str:
@@ -164,7 +168,8 @@ def test_old_warehouse_is_upgraded_to_the_files(target, file_sql):
     raw = duckdb.connect(target)
     build_old_warehouse(raw)
     old_views = warehouse_views(raw)
-    assert set(old_views) == view_names()  # the move added and removed no view
+    # The move added and removed no view; views added later are new files.
+    assert set(old_views) == view_names() - VIEWS_ADDED_SINCE
     if target == ":memory:":
         upgraded, applied = raw, migrate(raw)
     else:
@@ -191,7 +196,7 @@ def test_views_moved_unchanged_from_the_old_migrations(file_sql):
     build_old_warehouse(raw)
     old_views = warehouse_views(raw)
     raw.close()
-    for name in sorted(view_names() - CHANGED_SINCE_MOVE):
+    for name in sorted(view_names() - CHANGED_SINCE_MOVE - VIEWS_ADDED_SINCE):
         assert old_views[name] == file_sql[name], name
 
 

@@ -123,10 +123,14 @@ def test_clean_run_publishes_request_and_restart_level_statistics(con, tmp_path)
                                "AND scope = 'single_stream'").fetchall()
     layout = RunLayout(tmp_path / "data", RUN_ID)
     windows = [layout.window_id("a", k, "code", 1) for k in (0, 1)]
-    requests = {r for r, in con.execute("SELECT request_id FROM entry_lineage "
-                                        "WHERE entry_id = ? AND request_id IS NOT NULL",
-                                        [entry_id]).fetchall()}
+    requests = {r for r, in con.execute("SELECT request_id FROM entry_requests "
+                                        "WHERE entry_id = ?", [entry_id]).fetchall()}
     assert requests == {f"{w}/m{i:04d}" for w in windows for i in range(5)}  # no warm-up
+    # Lineage is stored per window (with its requests file), never per request.
+    stored = con.execute("SELECT window_id, request_id, request_metric FROM entry_lineage "
+                         "WHERE entry_id = ? AND validation_id IS NULL ORDER BY window_id",
+                         [entry_id]).fetchall()
+    assert stored == [(w, None, "decode_tok_s") for w in windows]
     # every rule result behind the entry: its restarts, windows, cell coverage and itself
     subjects = [layout.restart_id("a", 0), layout.restart_id("a", 1), *windows,
                 f"{RUN_ID}/a/code-c1", entry_id]

@@ -1,6 +1,7 @@
--- The requests behind one entry, with the raw file each came from.
-SELECT l.request_id, r.status, r.output_tokens, r.token_source, l.raw_file_sha256
-FROM entry_lineage AS l
-JOIN request_records AS r ON r.request_id = l.request_id
-WHERE l.entry_id = $entry_id
-ORDER BY l.request_id
+-- The requests behind one entry (entry_requests expands its per-window lineage), with the
+-- raw file each came from.
+SELECT q.request_id, r.status, r.output_tokens, r.token_source, r.raw_file_sha256
+FROM entry_requests AS q
+JOIN request_records AS r USING (request_id)
+WHERE q.entry_id = $entry_id
+ORDER BY q.request_id

@@ -1,0 +1,1 @@
+"""Scripts that measure speed and memory at the scale users run (see README.md here)."""

@@ -1,0 +1,144 @@
+"""A synthetic sweep run at any scale, written by the project's own writers.
+
+Realistic shape: arms x restarts x workloads windows at concurrency 1, each request with
+~`events` content-bearing stream events (speculative arms carry several tokens per event),
+timestamps from a seeded model of a ~25-60 tok/s server. The raw files are exactly what a
+measurement task writes (restart.write_window: Parquet + manifests), so load, validate,
+derive and export read them like a real run's.
+
+    python -m benchmarks.synthetic_run OUT_DIR --requests 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from benchledger.client import WindowResult
+from benchledger.restart import RunLayout, write_json, write_run_manifest, write_window
+
+S = 1_000_000_000
+RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
+ANCHOR_WALL_NS = 1_796_000_000 * S
+
+
+def sweep_text(name: str, requests: int, restarts: int, arms: tuple[str, ...],
+               workloads: tuple[str, ...]) -> str:
+    arm_blocks = "".join(textwrap.dedent(f"""
+        [[arms]]
+        name = "{arm}"
+        server = "command"
+        command = "serve --flavour {arm} --port {{port}}"
+        model = "m"
+        speculative = {"true" if i % 2 else "false"}
+        """) for i, arm in enumerate(arms))
+    comparison = textwrap.dedent(f"""
+        [[comparisons]]
+        a = "{arms[0]}"
+        b = "{arms[1]}"
+        metric = "decode_rate"
+        """) if len(arms) > 1 else ""
+    return textwrap.dedent(f"""
+        [sweep]
+        name = "{name}"
+        [defaults]
+        requests = {requests}
+        warmup = 0
+        restarts = {restarts}
+        clock_source = "none"
+        require_clock_check = false
+        """) + arm_blocks + "".join(f'\n[[workloads]]\nname = "{w}"\n' for w in workloads) \
+        + comparison
+
+
+def window_rows(window_id: str, n: int, events: int, speculative: bool,
+                rng: np.random.Generator) -> tuple[list[dict], dict]:
+    """n measured requests of one window, back to back (closed loop, concurrency 1)."""
+    tokens_per_event = rng.uniform(2.2, 3.0, n) if speculative else np.ones(n)
+    output = np.maximum(2, np.round(events * tokens_per_event)).astype(np.int64)
+    speed = rng.normal(45.0 if speculative else 28.0, 3.0, n).clip(5)  # decode tok/s
+    ttft = rng.gamma(4.0, 0.01, n)
+    decode = (output - 1) / speed
+    tail = rng.uniform(0.001, 0.003, n)
+    e2e = ttft + decode + tail
+    submit = np.concatenate([[0.0], np.cumsum(e2e[:-1] + 0.001)]) + 1.0
+    t_submit = (submit * S).astype(np.int64)
+    t_first = t_submit + (ttft * S).astype(np.int64)
+    t_last = t_first + (decode * S).astype(np.int64)
+    t_done = t_last + (tail * S).astype(np.int64)
+    steps = np.linspace(0.0, 1.0, events)
+    event_ns = (t_first[:, None] + np.outer(t_last - t_first, steps).astype(np.int64)).tolist()
+    prompt = rng.integers(40, 400, n)
+    rows = [{
+        "request_id": f"{window_id}/m{i:06d}", "window_id": window_id, "seq": i,
+        "is_warmup": False, "status": "completed", "http_status": 200, "error": None,
+        "prompt_id": f"p-{i % 16:02d}", "prompt_sha256": "0" * 64, "prompt_prefix": None,
+        "max_tokens": 256, "temperature": 0.0, "prompt_tokens": int(prompt[i]),
+        "output_tokens": int(output[i]), "cached_tokens": 0, "token_source": "usage",
+        "chunks": events, "finish_reason": "length", "t_submit_ns": int(t_submit[i]),
+        "t_first_ns": int(t_first[i]), "t_last_ns": int(t_last[i]),
+        "t_done_ns": int(t_done[i]), "content_event_ns": event_ns[i],
+    } for i in range(n)]
+    start, end = int(t_submit[0]), int(t_done[-1])
+    accounting = {
+        "window_id": window_id, "concurrency": 1, "submitted": n, "completed": n,
+        "failed": 0, "unresolved": 0, "warmup_submitted": 0, "warmup_completed": 0,
+        "drain_status": "complete", "drain_timeout_s": 300.0,
+        "anchor_wall_ns": ANCHOR_WALL_NS, "anchor_perf_ns": 0,
+        "window_start_ns": start, "window_end_ns": end,
+        "window_start_wall_ns": ANCHOR_WALL_NS + start,
+        "window_end_wall_ns": ANCHOR_WALL_NS + end, "elapsed_s": (end - start) / S,
+        "denominator": "first measured submission to last completion",
+        "max_tokens": 256, "temperature": 0.0, "arrival": "closed",
+        "requested_rate_rps": None, "achieved_rate_rps": None, "prompt_cache": "warm",
+        "input_tokens_target": None, "seed": 0}
+    return rows, accounting
+
+
+def write_scale_run(out: Path, requests: int, *, restarts: int = 5,
+                    arms: tuple[str, ...] = ("base", "spec"),
+                    workloads: tuple[str, ...] = ("code", "prose"), events: int = 30,
+                    seed: int = 0, run_id: str = RUN_ID, name: str = "scale") -> RunLayout:
+    """Write one run of about `requests` measured requests under out/; returns its layout."""
+    windows = len(arms) * restarts * len(workloads)
+    per_window = max(1, requests // windows)
+    out.mkdir(parents=True, exist_ok=True)
+    sweep_file = out / f"{name}.toml"
+    sweep_file.write_text(sweep_text(name, min(per_window, 15), restarts, arms, workloads))
+    layout = RunLayout(out / "data", run_id)
+    write_run_manifest(layout, sweep_file)
+    rng = np.random.default_rng(seed)
+    for i, arm in enumerate(arms):
+        for k in range(restarts):
+            write_json(layout.restart_manifest(arm, k), {
+                "restart_id": layout.restart_id(arm, k), "run_id": run_id, "arm": arm,
+                "restart_index": k, "server_kind": "command", "single_instance": False,
+                "status": "ok", "effective_config_sha256": f"config-of-{arm}",
+                "server_version": "synthetic 1"})
+            for workload in workloads:
+                wid = layout.window_id(arm, k, workload, 1)
+                rows, accounting = window_rows(wid, per_window, events, bool(i % 2), rng)
+                write_window(layout, arm, k, workload, workload, min(per_window, 15),
+                             WindowResult(rows=rows, accounting=accounting))
+    return layout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--restarts", type=int, default=5)
+    parser.add_argument("--events", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    layout = write_scale_run(args.out, args.requests, restarts=args.restarts,
+                             events=args.events, seed=args.seed)
+    print(layout.run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+-- One row per (entry, request it rests on). entry_lineage stores what an entry rests on per
+-- window (and which requests of it count: request_metric); this view expands that to the
+-- requests on demand, so auditors still get "exactly these requests" while storage grows
+-- with windows, not with entries x requests. The WHEN list names every per-request metric
+-- column derivation summarises (warehouse/derive.py REQUEST_METRICS; a test holds them
+-- together). Lineage rows from before per-window lineage name their request directly.
+CREATE VIEW entry_requests AS
+SELECT l.entry_id, r.request_id
+FROM entry_lineage AS l
+JOIN requests AS r ON r.window_id = l.window_id
+WHERE NOT r.is_warmup AND r.status = 'completed'
+  AND CASE l.request_metric
+          WHEN 'decode_tok_s' THEN r.decode_tok_s IS NOT NULL
+          WHEN 'e2e_tok_s' THEN r.e2e_tok_s IS NOT NULL
+          WHEN 'prefill_tok_s' THEN r.prefill_tok_s IS NOT NULL
+          WHEN 'ttft_s' THEN r.ttft_s IS NOT NULL
+          WHEN 'tpot_s' THEN r.tpot_s IS NOT NULL
+          WHEN 'e2e_s' THEN r.e2e_s IS NOT NULL
+          WHEN 'tokens_per_chunk' THEN r.tokens_per_chunk IS NOT NULL
+          ELSE l.request_metric IS NULL
+      END
+UNION ALL
+SELECT entry_id, request_id
+FROM entry_lineage
+WHERE request_id IS NOT NULL
