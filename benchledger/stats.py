@@ -7,39 +7,13 @@ view treats each server restart as one (the unit of replication, T5).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as _scipy_stats
 
 CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class Interval:
-    mean: float
-    low: float | None  # None when n < 2: no interval can be given honestly
-    high: float | None
-    n: int
-
-    def overlaps(self, other: Interval) -> bool:
-        if None in (self.low, self.high, other.low, other.high):
-            return True  # without intervals, non-overlap cannot be claimed
-        return self.low <= other.high and other.low <= self.high
-
-
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """Mean and two-sided t-interval with n - 1 degrees of freedom."""
-    data = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    n = len(data)
-    if n == 0:
-        raise ValueError("t_interval needs at least one value")
-    mean, sd, _ = _summary(data)
-    if sd is None:
-        return Interval(mean, None, None, n)
-    half = _scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, n)
 
 
 def t_bounds(mean, sd, n, confidence: float = CONFIDENCE):
@@ -52,30 +26,6 @@ def t_bounds(mean, sd, n, confidence: float = CONFIDENCE):
                                                    np.where(usable, n - 1, 1))
                         * sd / np.sqrt(np.where(usable, n, 1)), np.nan)
     return mean - half, mean + half
-
-
-@dataclass(frozen=True)
-class TwoLevel:
-    """An entry's statistics: request level (headline) and restart level."""
-
-    requests: Interval
-    restarts: Interval
-    restart_effect: bool  # two restarts' request-level intervals do not overlap
-
-
-def two_level(values_by_restart: Mapping[str, Sequence[float]]) -> TwoLevel:
-    """Request-level interval over all values, restart-level over per-restart means."""
-    groups = {k: [float(v) for v in vs] for k, vs in values_by_restart.items() if len(vs)}
-    if not groups:
-        raise ValueError("two_level needs at least one restart with values")
-    per_restart = {k: t_interval(vs) for k, vs in groups.items()}
-    ordered = list(per_restart.values())
-    effect = any(not a.overlaps(b) for i, a in enumerate(ordered) for b in ordered[i + 1:])
-    return TwoLevel(
-        requests=t_interval([v for vs in groups.values() for v in vs]),
-        restarts=t_interval([iv.mean for iv in ordered]),
-        restart_effect=effect,
-    )
 
 
 @dataclass(frozen=True)
