@@ -21,6 +21,9 @@ from benchledger.publishing.read import (
 )
 from benchledger.warehouse.db import query_frame
 
+# Dots drawn per restart and entry; the entries themselves use every request.
+DOTS_PER_RESTART = 200
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2rem; }
@@ -204,7 +207,8 @@ def _figure(svg: str | None, caption: str) -> str:
 def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                   data_docs: Path | None = None) -> str:
     entries = published_entries(con, run_id)
-    requests = query_frame(con, "report_requests", run_id=run_id)
+    requests = query_frame(con, "report_requests", run_id=run_id,
+                           per_restart=DOTS_PER_RESTART)
     delivered = delivered_vs_server(con, run_id)
     headline = entries[(entries["statistic"] == "mean")
                        & entries["metric"].isin(["decode_rate", "e2e_rate", "ttft",
@@ -229,7 +233,8 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                           "restart_ci95_high", "restart_effect", "population"]),
         "<h2>Requests per restart</h2>",
         _figure(plot_restart_dots(decode_requests, entries),
-                "Each dot is one measured request; black: request-level mean and 95% "
+                f"Each dot is one measured request (at most {DOTS_PER_RESTART} per restart: "
+                "a fixed sample where there are more); black: request-level mean and 95% "
                 "interval; red: restart-level (mean of restart means, the honest width "
                 "when restarts disagree)."),
         "<h2>Arms side by side</h2>",
@@ -238,7 +243,8 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         _figure(plot_ladder(entries), "Concurrency ladder: per-user vs aggregate (T6)."),
         "<h2>TTFT vs input length</h2>",
         _figure(plot_ttft_vs_input(ttft_requests),
-                "Time to first token per request against its prompt tokens."),
+                "Time to first token per request against its prompt tokens (at most "
+                f"{DOTS_PER_RESTART} per restart and entry)."),
         "<h2>Delivered vs the server log</h2>",
         _figure(plot_delivered_vs_log(delivered),
                 "Delivered throughput beside the server log's mean and peak lines: the "

@@ -1,12 +1,27 @@
 -- The requests behind one run's published decode-rate and TTFT means (entry_requests), for
--- the report's plots: nothing unpublished is drawn.
+-- the report's plots: nothing unpublished is drawn. A plot of 10^5 dots per restart says no
+-- more than one of 200 and makes the page unreadable, so each (entry, restart) keeps at
+-- most $per_restart requests: a fixed sample, chosen by the hash of the request id (the
+-- same on every export), never the first ones measured. (An entry has one window per
+-- restart, so sampling per window is sampling per restart.)
+WITH plotted AS (
+    SELECT entry_id, arm, workload, concurrency, metric, prompt_cache
+    FROM published_entries
+    WHERE run_id = $run_id AND statistic = 'mean' AND scope <> 'aggregate'
+      AND metric IN ('decode_rate', 'ttft')
+), sampled AS (
+    SELECT q.entry_id, q.request_id, rr.window_id
+    FROM plotted AS p
+    JOIN entry_requests AS q USING (entry_id)
+    JOIN request_records AS rr USING (request_id)
+    QUALIFY row_number() OVER (PARTITION BY q.entry_id, rr.window_id
+                               ORDER BY hash(q.request_id), q.request_id) <= $per_restart
+)
 SELECT e.entry_id, e.arm, e.workload, e.concurrency, e.metric, e.prompt_cache,
        w.restart_id, r.prompt_tokens, r.ttft_s,
        CASE e.metric WHEN 'decode_rate' THEN r.decode_tok_s ELSE r.ttft_s END AS value
-FROM published_entries AS e
-JOIN entry_requests AS q USING (entry_id)
-JOIN requests AS r ON r.request_id = q.request_id
-JOIN windows AS w ON w.window_id = r.window_id
-WHERE e.run_id = $run_id AND e.statistic = 'mean'
-  AND e.scope <> 'aggregate' AND e.metric IN ('decode_rate', 'ttft')
+FROM sampled AS s
+JOIN plotted AS e USING (entry_id)
+JOIN requests AS r ON r.request_id = s.request_id
+JOIN windows AS w ON w.window_id = s.window_id
 ORDER BY e.entry_id, r.request_id
