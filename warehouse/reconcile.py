@@ -30,6 +30,22 @@ def _client_values(requests: pd.DataFrame) -> dict[str, float]:
     }
 
 
+# _client_values of every window of a run, summed by DuckDB: a run holds up to 10^6
+# requests, which pandas would first have to fetch and then filter once per window.
+# (Token counts are integers: the sums are exact either way below 2^53.)
+_CLIENT_VALUES_SQL = """
+SELECT r.window_id,
+       sum(coalesce(r.output_tokens, 0))::DOUBLE AS generation,
+       sum(coalesce(r.prompt_tokens, 0))::DOUBLE AS prompt,
+       count_if(r.status = 'completed')::DOUBLE AS success
+FROM request_records AS r
+JOIN windows AS w USING (window_id)
+WHERE w.run_id = ? AND NOT r.is_warmup
+GROUP BY r.window_id
+"""
+_NO_REQUESTS = dict.fromkeys(COUNTERS, 0.0)
+
+
 def _server_delta(metrics: pd.DataFrame, counter: str) -> float | None:
     rows = metrics[metrics["name"] == counter]
     if counter == "vllm:request_success_total":  # aborted requests are not successes
@@ -44,11 +60,15 @@ def _server_delta(metrics: pd.DataFrame, counter: str) -> float | None:
 
 def reconcile_window(window: pd.Series, requests: pd.DataFrame,
                      metrics: pd.DataFrame) -> list[dict]:
+    return _reconcile(window, _client_values(requests), metrics)
+
+
+def _reconcile(window: pd.Series, client: dict[str, float],
+               metrics: pd.DataFrame) -> list[dict]:
     clean = window["failed"] == 0 and window["unresolved"] == 0
     tolerance = window.get("reconcile_tolerance")
     # The scrape itself failing is recorded by the observer as a "metrics: ..." error.
     scraped = "metrics:" not in str(window.get("observation_errors") or "")
-    client = _client_values(requests)
     rows = []
     for counter, meaning in COUNTERS.items():
         server = _server_delta(metrics, counter) if scraped else None
@@ -80,18 +100,19 @@ def reconcile_window(window: pd.Series, requests: pd.DataFrame,
 def reconcile_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """Compute and store (replacing earlier results) the run's reconciliations."""
     windows = con.execute("SELECT * FROM windows WHERE run_id = ?", [run_id]).df()
-    requests = con.execute(
-        "SELECT r.window_id, r.is_warmup, r.status, r.output_tokens, r.prompt_tokens "
-        "FROM request_records r JOIN windows w USING (window_id) WHERE w.run_id = ?",
-        [run_id]).df()
+    client = {window_id: {"vllm:generation_tokens_total": generation,
+                          "vllm:prompt_tokens_total": prompt,
+                          "vllm:request_success_total": success}
+              for window_id, generation, prompt, success
+              in con.execute(_CLIENT_VALUES_SQL, [run_id]).fetchall()}
     metrics = con.execute(
         "SELECT m.window_id, m.phase, m.name, m.labels, m.value FROM server_metrics m "
         "JOIN windows w USING (window_id) WHERE w.run_id = ? AND m.name IN (?, ?, ?)",
         [run_id, *COUNTERS]).df()
     rows = []
     for _, window in windows.iterrows():
-        rows += reconcile_window(window, requests[requests["window_id"] == window["window_id"]],
-                                 metrics[metrics["window_id"] == window["window_id"]])
+        rows += _reconcile(window, client.get(window["window_id"], _NO_REQUESTS),
+                           metrics[metrics["window_id"] == window["window_id"]])
     frame = pd.DataFrame(rows, columns=["window_id", "run_id", "counter", "client_value",
                                         "server_delta", "relative_error", "tolerance",
                                         "status", "detail"])
