@@ -10,6 +10,14 @@ verdict is split per subject using GX's `unexpected_index_list` (result_format C
 Validating one batch per subject also works but costs ~0.1 s per subject, which grows with
 every window of a concurrency ladder; three validations per call stay flat.
 
+Scale: a sweep measures 10^5-10^6 requests, so nothing here loops over requests in
+Python. GX's unexpected_index_list becomes one boolean mask per rule, each subject's rows
+are numpy positions (one groupby per suite), and the "found" texts of the request rules are
+built from per-subject counts of the offending values (_shown_counts); a subject is a
+window or a restart, never a request, so there are few of them. The batch GX validates holds
+only the columns the suite's expectations read (GX fingerprints the whole batch), and GX is
+told not to build its unexpected_index_query (a string listing every unexpected row again).
+
 GX itself is imported lazily: importing great_expectations takes seconds, and this module
 is imported by code (DAG files, the warehouse) that must stay cheap to import.
 
@@ -22,11 +30,12 @@ under docs_dir/.gx/, so later calls with the same docs_dir add to the same index
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from benchledger import rules as R
@@ -37,6 +46,7 @@ SUITES = ("restarts", "windows", "measured_requests")  # run_gate's suites; see 
 
 # Rows are matched to subjects through this column, added by the _prepare_* functions.
 _SUBJECT = "subject"
+_IS_COMPLETED = "is_completed"  # requests: status == 'completed' (read by the found texts)
 # GX map expectations skip nulls, so a NULL status/token_source/temperature would pass
 # silently. Rules that must see every row check a copy where nulls become this marker.
 # No angle brackets: Data Docs writes unexpected values into its HTML unescaped.
@@ -53,6 +63,8 @@ _REQUIRED_COLUMNS = {
     "comparisons": ("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
                     "difference", "control_difference"),
 }  # fmt: skip
+# The columns of the requests frame run_gate reads (callers may select just these).
+REQUEST_COLUMNS: tuple[str, ...] = _REQUIRED_COLUMNS["requests"]
 
 
 @dataclass(frozen=True)
@@ -92,16 +104,18 @@ def run_gate(
     subjects = {
         "restarts": _unique(restarts["restart_id"]),
         "windows": _unique(windows["window_id"]),
-        "measured_requests": _unique([*windows["window_id"], *requests["window_id"]]),
+        "measured_requests": _unique([*windows["window_id"],
+                                      *_unique_column(requests["window_id"])]),
     }
     context = _ephemeral_context(docs_dir)
     docs = _DocsRun(context, "run_gate") if docs_dir is not None else None
     results: list[RuleResult] = []
     for suite in SUITES:
         gx_results = _validate_suite(context, suite, frames[suite], docs)
+        rows_of = _rows_of(frames[suite])
         for rule in rules_of_suite(suite):
             results.extend(_split_by_subject(rule, gx_results[rule.name], frames[suite],
-                                             subjects[suite]))
+                                             subjects[suite], rows_of))
     if docs is not None:
         docs.build()
     return results
@@ -138,8 +152,10 @@ def _run_one_suite(suite: str, frame: pd.DataFrame, subjects: list[Any],
     if docs is not None:
         docs.build()
     results: list[RuleResult] = []
+    rows_of = _rows_of(frame)
     for rule in rules_of_suite(suite):
-        results.extend(_split_by_subject(rule, gx_results[rule.name], frame, subjects))
+        results.extend(_split_by_subject(rule, gx_results[rule.name], frame, subjects,
+                                         rows_of))
     return results
 
 
@@ -206,9 +222,9 @@ def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     out["temperature_or_null"] = _or_null(out["temperature"])
     # Only completed requests have a meaningful TTFT/E2E pair; blanking the others lets
     # ignore_row_if="either_value_is_missing" skip them together with rows lacking a time.
-    completed = out["status"] == "completed"
     out["completed_ttft_s"] = out["ttft_s"].where(completed)
     out["completed_e2e_s"] = out["e2e_s"].where(completed)
+    out[_IS_COMPLETED] = completed.to_numpy(dtype=bool, na_value=False)  # for the found texts
     return out
 
 
@@ -247,6 +263,14 @@ def _prepare_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 def _unique(values: Iterable[Any]) -> list[Any]:
     return list(dict.fromkeys(values))
+
+
+def _unique_column(column: pd.Series) -> list[Any]:
+    """_unique(column) without a Python pass over 10^6 rows where that gives the same list:
+    strings without NULLs are equal exactly when they are the same string."""
+    if isinstance(column.dtype, pd.StringDtype) and not column.isna().any():
+        return pd.unique(column).tolist()
+    return _unique(column)
 
 
 # --- GX -------------------------------------------------------------------------------
@@ -380,12 +404,24 @@ def _validate_suite(
     # A docs context keeps its suites on disk, so an earlier call may have added this one.
     add = context.suites.add_or_update if docs is not None else context.suites.add
     expectation_suite = add(_build_suite(suite))
-    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-    # COMPLETE (not the default SUMMARY) is what lists every unexpected row index.
-    outcome = batch.validate(expectation_suite, result_format={"result_format": "COMPLETE"})
+    # GX hashes the whole batch to fingerprint it, so it gets only the columns the suite's
+    # expectations read (same rows, same RangeIndex: unexpected indexes are still positions
+    # in frame). A column the frame lacks is left for GX to report as the rule's error.
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": _checked_columns(
+        suite, frame)})
+    # COMPLETE (not the default SUMMARY) is what lists every unexpected row index. The
+    # unexpected_index_query would repeat that list as one Python literal string: skipped.
+    outcome = batch.validate(expectation_suite, result_format={
+        "result_format": "COMPLETE", "return_unexpected_index_query": False})
     if docs is not None:
         docs.store(suite, batch.id, outcome)
     return {result.expectation_config.meta["rule"]: result for result in outcome.results}
+
+
+def _checked_columns(suite: str, frame: pd.DataFrame) -> pd.DataFrame:
+    read = _unique(rule.check.kwargs[key] for rule in rules_of_suite(suite)
+                   for key in ("column", "column_A", "column_B") if key in rule.check.kwargs)
+    return frame[[column for column in read if column in frame.columns]]
 
 
 def _gx_error(result: Any) -> str | None:
@@ -406,31 +442,53 @@ def _gx_error(result: Any) -> str | None:
 # --- per-subject results ----------------------------------------------------------------
 
 
+_NO_ROWS = np.empty(0, dtype=np.intp)
+
+
+def _rows_of(frame: pd.DataFrame) -> dict[Any, np.ndarray]:
+    """Each subject's row positions in frame, ascending (one groupby per suite)."""
+    return {s: np.asarray(rows, dtype=np.intp)
+            for s, rows in frame.groupby(_SUBJECT, sort=False).indices.items()}
+
+
+def _unexpected_mask(index_list: Sequence[Any], n_rows: int) -> np.ndarray:
+    """GX's unexpected_index_list (positions: prepared frames have a RangeIndex) as a mask."""
+    mask = np.zeros(n_rows, dtype=bool)
+    if len(index_list):
+        positions = np.asarray(index_list, dtype=np.int64)
+        mask[positions[(positions >= 0) & (positions < n_rows)]] = True
+    return mask
+
+
 def _split_by_subject(
-    rule: Rule, result: Any, frame: pd.DataFrame, subjects: Sequence[Any]
+    rule: Rule, result: Any, frame: pd.DataFrame, subjects: Sequence[Any],
+    rows_of: Mapping[Any, np.ndarray] | None = None,
 ) -> list[RuleResult]:
     error = _gx_error(result)
-    unexpected = set((result.result or {}).get("unexpected_index_list") or [])
-    if error is None and not result.success and not unexpected:
+    index_list = (result.result or {}).get("unexpected_index_list") or []
+    if error is None and not result.success and not len(index_list):
         # Never let a failure GX could not attribute to rows turn into per-subject passes.
         error = "GX reported a failure without unexpected rows"
-    rows_of = {s: list(rows) for s, rows in frame.groupby(_SUBJECT, sort=False).indices.items()}
+    unexpected = _unexpected_mask(index_list, len(frame))
+    if rows_of is None:
+        rows_of = _rows_of(frame)
+    observe = _OBSERVE[rule.name]
     out = []
     for subject in subjects:
-        rows = rows_of.get(subject, [])
-        bad = [row for row in rows if row in unexpected]
-        expected, found = _OBSERVE[rule.name](dict(rule.check.kwargs), frame, rows, bad)
+        rows = rows_of.get(subject, _NO_ROWS)
+        bad = rows[unexpected[rows]]
+        expected, found = observe(dict(rule.check.kwargs), frame, rows, bad)
         if error is not None:
             found = f"GX error: {error}"
-        out.append(RuleResult(rule.suite, str(subject), rule.name, error is None and not bad,
-                              expected, found))
+        out.append(RuleResult(rule.suite, str(subject), rule.name,
+                              error is None and not len(bad), expected, found))
     return out
 
 
 # --- observed strings ("expected <...>, found <...>", MLPerf-checker style) --------------
 
 Kw = dict[str, Any]  # an expectation's arguments (the catalogue's GxCheck.kwargs)
-Rows = list[int]  # row positions in a prepared frame
+Rows = np.ndarray  # row positions in a prepared frame (intp, ascending)
 Seen = tuple[str, str]  # (expected, found)
 Observer = Callable[[Kw, pd.DataFrame, Rows, Rows], Seen]
 
@@ -448,11 +506,57 @@ def _join(values: Iterable[Any]) -> str:
 
 def _summarise(values: Iterable[Any]) -> str:
     """'missing' for one distinct value, else "'missing' (2), NULL (1)", most common first."""
-    counts = Counter(_show(v) for v in values).most_common()
+    return _listed(Counter(_show(v) for v in values))
+
+
+def _listed(shown: Counter[str]) -> str:
+    """A Counter of shown values (keys in order of first occurrence) as _summarise says it;
+    most_common() keeps that order among equal counts."""
+    counts = shown.most_common()
     if len(counts) == 1:
         return counts[0][0]
     listed = ", ".join(f"{value} ({n})" for value, n in counts[:_MAX_LISTED])
     return listed + (", ..." if len(counts) > _MAX_LISTED else "")
+
+
+def _summarise_rows(column: pd.Series, rows: Rows) -> str:
+    """_summarise(column.iloc[rows]), counted per distinct value instead of per row."""
+    values = column.iloc[rows]
+    shown = _shown_counts(values)
+    return _summarise(values) if shown is None else _listed(shown)
+
+
+def _shown_counts(values: pd.Series) -> Counter[str] | None:
+    """Counter(_show(v) for v in values) from one factorize, or None for a column whose
+    equal values might show differently (mixed objects, extension types): the caller then
+    counts row by row.
+
+    Exact where used: float64 values are told apart by their bits (0.0 and -0.0 show
+    differently but compare equal; every NaN shows NULL), str values by equality.
+    """
+    dtype = values.dtype
+    if isinstance(dtype, np.dtype) and dtype == np.float64:
+        data = values.to_numpy()
+        missing = np.isnan(data)
+        keys: Any = data.view(np.int64)
+    elif isinstance(dtype, np.dtype) and dtype.kind in "iub":
+        missing = np.zeros(len(values), dtype=bool)
+        keys = values.to_numpy()
+    elif isinstance(dtype, pd.StringDtype) or (
+            dtype == np.dtype(object) and set(map(type, values.dropna())) <= {str}):
+        missing = values.isna().to_numpy()
+        keys = values
+    else:
+        return None
+    codes = np.where(missing, -1, pd.factorize(keys)[0])
+    _, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")  # distinct values by first occurrence
+    shown: Counter[str] = Counter()
+    # .tolist() boxes values as iterating the Series does (the row-by-row reading).
+    for value, n in zip(values.iloc[first[order]].tolist(), counts[order].tolist(),
+                        strict=True):
+        shown[_show(value)] += n
+    return shown
 
 
 def _observe_status(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
@@ -481,14 +585,14 @@ def _observe_min(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
 
 def _share(frame: pd.DataFrame, column: str, rows: Rows, bad: Rows) -> str:
     """Like "15 of 15 rows 'missing'": the offending values, or all values if none offend."""
-    if not rows:
+    if not len(rows):
         return "0 of 0 rows (no measured requests)"
-    shown = bad or rows
-    return f"{len(shown)} of {len(rows)} rows {_summarise(frame.loc[shown, column])}"
+    shown = bad if len(bad) else rows
+    return f"{len(shown)} of {len(rows)} rows {_summarise_rows(frame[column], shown)}"
 
 
 def _observe_token_source(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    completed = [row for row in rows if frame.at[row, "status"] == "completed"]
+    completed = rows[frame[_IS_COMPLETED].to_numpy()[rows]]
     found = _share(frame, "token_source", completed, bad).replace(" rows ", " completed rows ")
     return f"token_source in {kw['value_set']} on completed requests", found
 
@@ -500,9 +604,10 @@ def _observe_temperature(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> 
 
 def _observe_ttft(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
     # The denominator is the rows the rule could check, not every measured request.
-    checked = int(frame.loc[rows, [kw["column_A"], kw["column_B"]]].notna().all(axis=1).sum())
+    checked = int((frame[kw["column_A"]].iloc[rows].notna().to_numpy()
+                   & frame[kw["column_B"]].iloc[rows].notna().to_numpy()).sum())
     found = f"{len(bad)} of {checked} completed rows with ttft_s > e2e_s"
-    if bad:
+    if len(bad):
         listed = ", ".join(
             f"{frame.at[row, 'request_id']} (ttft_s {_show(frame.at[row, 'ttft_s'])},"
             f" e2e_s {_show(frame.at[row, 'e2e_s'])})"
@@ -545,7 +650,7 @@ def _observe_clock(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
 
 
 def _observe_value(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    found = "no value: no window behind it passed every rule" if bad else _join(
+    found = "no value: no window behind it passed every rule" if len(bad) else _join(
         frame.loc[rows, "value"])
     return "a value from windows that passed every rule", found
 
