@@ -10,10 +10,10 @@ import duckdb
 import pandas as pd
 
 from benchledger import rules as R
-from benchledger.expectations.gate import RuleResult, run_gate
+from benchledger.expectations.gate import REQUEST_COLUMNS, RuleResult, run_gate
 from benchledger.rules import RULESET_VERSION, QueryCheck, Rule
 from benchledger.sweep import parse_sweep
-from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.db import first_row, query_frame, query_sql
 from benchledger.warehouse.reconcile import reconcile_run
 
 
@@ -48,6 +48,23 @@ def query_check_results(con: duckdb.DuckDBPyConnection, rule: Rule, run_id: str,
             for r in rows.itertuples()]
 
 
+def gate_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's measured requests, exactly as queries/measured_requests.sql selects and
+    orders them (the rows derive reads), but only the columns the gate checks.
+
+    A run holds up to 10^6 requests: the query's other columns would cost seconds and
+    about a GiB to carry through its sort and into pandas. Projecting the query as a table
+    subquery keeps its ORDER BY (DuckDB preserves row order through SELECT from a single
+    subquery) while DuckDB prunes the unused columns below the sort. The rows come through
+    Arrow: the same frame as .df() gives, in a quarter of the time and half the memory.
+    """
+    measured = query_sql("measured_requests").strip().rstrip(";")
+    columns = ", ".join(REQUEST_COLUMNS)
+    relation = con.sql(f"SELECT {columns} FROM (\n{measured}\n) AS measured",
+                       params={"run_id": run_id})
+    return relation.to_arrow_table().to_pandas()
+
+
 def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
                  docs_dir: Path | None = None) -> dict:
     """Run the gate over the run's rows and store every result; with docs_dir, also render
@@ -58,7 +75,7 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
     reconcile_run(con, run_id)  # the windows suite reads its results
     restarts = query_frame(con, "gate_restarts", run_id=run_id)
     windows = query_frame(con, "gate_windows", run_id=run_id)
-    requests = query_frame(con, "measured_requests", run_id=run_id)
+    requests = gate_requests(con, run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
                + query_check_results(con, R.WINDOWS_PRESENT, run_id,
                                      planned_cells=planned_cells(run_id, row[0])))
