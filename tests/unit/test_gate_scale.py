@@ -1,0 +1,269 @@
+"""The gate's per-subject results, computed without per-row Python, against a reference that
+reads the rules row by row.
+
+run_gate splits GX's verdicts per subject with numpy masks and builds the "found" texts from
+per-value counts. The reference below restates every run_gate rule and text plainly, one row
+at a time, from the raw frames (no GX, no pandas grouping), so a speed-up that changes a
+verdict or a single character of a result fails here. The frames are randomised, with the
+troubles a real sweep shows sprinkled in: NULL and non-usage token sources, temperature 0.7
+(and -0.0, which passes but shows differently), TTFT above E2E, failed/unresolved/NULL
+statuses, missing times, whole windows without usage, windows without requests, requests of
+a window the windows frame lacks, and duplicated restart and window ids.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchledger.expectations.gate import (
+    SUITES,
+    RuleResult,
+    _show,
+    _summarise,
+    _summarise_rows,
+    run_gate,
+)
+from benchledger.rules import rules_of_suite
+
+# --- the reference: every rule of run_gate, row by row ------------------------------------
+
+
+def show(value: Any) -> str:
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "NULL"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def null(value: Any) -> bool:
+    return value is None or (not isinstance(value, str) and pd.isna(value))
+
+
+def join(values) -> str:
+    return "; ".join(show(v) for v in values)
+
+
+def summarise(values) -> str:
+    counts = Counter(show(v) for v in values).most_common()
+    if len(counts) == 1:
+        return counts[0][0]
+    return ", ".join(f"{v} ({n})" for v, n in counts[:3]) + (", ..." if len(counts) > 3 else "")
+
+
+def share(values: list, bad: list, what: str) -> str:
+    if not values:
+        return f"0 of 0 {what} (no measured requests)"
+    shown = bad or values
+    return f"{len(shown)} of {len(values)} {what} {summarise(shown)}"
+
+
+def reference_requests(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
+    completed = [r for r in rows if r["status"] == "completed"]
+    if rule == "token_source_is_usage":
+        bad = [r["token_source"] for r in completed if r["token_source"] != "usage"]
+        return (not bad, "token_source in ['usage'] on completed requests",
+                share([r["token_source"] for r in completed], bad, "completed rows"))
+    if rule == "temperature_is_zero":
+        bad = [r["temperature"] for r in rows if null(r["temperature"]) or r["temperature"] != 0]
+        return (not bad, "temperature == 0.0",
+                share([r["temperature"] for r in rows], bad, "rows"))
+    assert rule == "ttft_not_above_e2e"
+    checked = [r for r in completed if not null(r["ttft_s"]) and not null(r["e2e_s"])]
+    bad = [r for r in checked if r["ttft_s"] > r["e2e_s"]]
+    found = f"{len(bad)} of {len(checked)} completed rows with ttft_s > e2e_s"
+    if bad:
+        found += ": " + ", ".join(f"{r['request_id']} (ttft_s {show(r['ttft_s'])}, "
+                                  f"e2e_s {show(r['e2e_s'])})" for r in bad[:3])
+        found += ", ..." if len(bad) > 3 else ""
+    return not bad, "ttft_s <= e2e_s on completed requests", found
+
+
+RECONCILED = {"generation_tokens_reconcile": ("generation", "vllm:generation_tokens_total"),
+              "prompt_tokens_reconcile": ("prompt", "vllm:prompt_tokens_total"),
+              "finished_requests_reconcile": ("success", "vllm:request_success_total")}
+
+
+def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
+    if rule == "accounting_balances":
+        sides = [(r, r["submitted"] == r["completed"] + r["failed"] + r["unresolved"])
+                 for r in rows]
+        found = "; ".join(f"{show(r['submitted'])} {'==' if ok else '!='} {show(r['completed'])}"
+                          f" + {show(r['failed'])} + {show(r['unresolved'])}" for r, ok in sides)
+        return (all(ok for _, ok in sides), "submitted == completed + failed + unresolved",
+                found)
+    if rule == "n_at_least_min":
+        return (all(r["completed"] >= r["min_requests"] for r in rows),
+                f"completed >= {join(r['min_requests'] for r in rows)}",
+                join(r["completed"] for r in rows))
+    prefix, counter = RECONCILED[rule]
+    ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
+             or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
+    details = [r[f"{prefix}_detail"] for r in rows if isinstance(r[f"{prefix}_detail"], str)]
+    return (ok, f"{counter} delta within {join(r['reconcile_tolerance'] for r in rows)} "
+                "(relative) of the client's count", "; ".join(details) or "not reconciled")
+
+
+def reference_restarts(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
+    if rule == "restart_healthy":
+        return (all(r["status"] in ("ok", "external") for r in rows),
+                "status in ['ok', 'external']", join(r["status"] for r in rows))
+    assert rule == "clock_under_load"
+    ok = True
+    for r in rows:
+        ratio, floor = r["clock_ratio"], r["min_clock_ratio"]
+        if null(ratio) and not null(floor):  # unreadable: fails only if the check is required
+            ok &= r["require_clock_check"] is False
+        elif not null(ratio) and not null(floor):
+            ok &= ratio >= floor
+    details = [r["clock_detail"] for r in rows if isinstance(r["clock_detail"], str)]
+    return (ok, f"SM clock under load >= {join(r['min_clock_ratio'] for r in rows)} of max",
+            "; ".join(details) or "no clock samples")
+
+
+def reference_gate(restarts: pd.DataFrame, windows: pd.DataFrame,
+                   requests: pd.DataFrame) -> list[RuleResult]:
+    records = {"restarts": restarts.to_dict("records"), "windows": windows.to_dict("records"),
+               "measured_requests": requests.to_dict("records")}
+    subject_of = {"restarts": "restart_id", "windows": "window_id",
+                  "measured_requests": "window_id"}
+    subjects = {
+        "restarts": list(dict.fromkeys(restarts["restart_id"])),
+        "windows": list(dict.fromkeys(windows["window_id"])),
+        "measured_requests": list(dict.fromkeys([*windows["window_id"],
+                                                 *requests["window_id"]])),
+    }
+    check = {"restarts": reference_restarts, "windows": reference_windows,
+             "measured_requests": reference_requests}
+    out = []
+    for suite in SUITES:
+        for rule in rules_of_suite(suite):
+            for subject in subjects[suite]:
+                rows = [r for r in records[suite] if r[subject_of[suite]] == subject]
+                success, expected, found = check[suite](rule.name, rows)
+                out.append(RuleResult(suite, subject, rule.name, success, expected, found))
+    return out
+
+
+# --- randomised runs -------------------------------------------------------------------
+
+
+def random_run(seed: int, *, object_strings: bool = False,
+               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    n_restarts = 5
+    restarts = pd.DataFrame({
+        "restart_id": [f"r{i}" for i in range(n_restarts)],
+        "status": rng.choice(["ok", "ok", "ok", "external", "failed", None], n_restarts),
+        "clock_ratio": rng.choice([0.95, 0.97, 0.5, np.nan], n_restarts),
+        "min_clock_ratio": rng.choice([0.9, 0.9, np.nan], n_restarts),
+        "require_clock_check": rng.choice(np.array([True, False, None], dtype=object),
+                                          n_restarts),
+        "clock_detail": rng.choice(np.array(["GPU 0: median 2400 of 2520 MHz", None],
+                                            dtype=object), n_restarts),
+    })
+    restarts = pd.concat([restarts, restarts.iloc[[1]].assign(status="crashed")],
+                         ignore_index=True)  # a restart id twice
+    window_rows, request_rows = [], []
+    for w in range(16):
+        window_id = f"r{w % n_restarts}-w{w}"
+        n = 0 if w in (4, 11) else int(rng.integers(1, 400))  # two windows without requests
+        statuses = rng.choice(["completed"] * 30 + ["failed", "unresolved", None], n)
+        p_bad = rng.choice([0.0, 0.002, 0.02, 0.2])
+        token = np.where(rng.random(n) < p_bad,
+                         rng.choice(np.array(["missing", "chunks", "max_tokens", None],
+                                             dtype=object), n), "usage")
+        if w == 7:
+            token[:] = "missing"  # a whole window without usage
+        temperature = np.where(rng.random(n) < p_bad, rng.choice([0.7, 1.0, np.nan], n), 0.0)
+        temperature[rng.random(n) < 0.01] = -0.0  # passes (== 0.0), shows as -0.0
+        ttft = rng.gamma(4.0, 0.01, n).round(4)
+        e2e = (ttft + rng.uniform(0.5, 3.0, n)).round(4)
+        late = rng.random(n) < p_bad
+        ttft[late] = e2e[late] + rng.choice([0.0, 0.5], late.sum())  # equal times pass
+        ttft[rng.random(n) < 0.01] = np.nan
+        e2e[rng.random(n) < 0.01] = np.nan
+        request_rows += [{"request_id": f"{window_id}-q{i}", "window_id": window_id,
+                          "status": statuses[i], "token_source": token[i],
+                          "temperature": temperature[i], "ttft_s": ttft[i], "e2e_s": e2e[i]}
+                         for i in range(n)]
+        completed = int((statuses == "completed").sum())
+        failed = int((statuses == "failed").sum())
+        unresolved = n - completed - failed
+        error = rng.choice([0.0, 0.004, 0.05, np.nan])
+        window_rows.append({
+            "window_id": window_id, "submitted": n + int(rng.random() < 0.15),
+            "completed": completed, "failed": failed, "unresolved": unresolved,
+            "min_requests": int(rng.choice([5, 15])),
+            "reconcile_tolerance": rng.choice([0.01, 0.01, np.nan]),
+            "generation_error": error, "prompt_error": rng.choice([0.0, 0.02]),
+            "success_error": np.nan,
+            "generation_detail": None if np.isnan(error) else f"delta vs usage ({error:+.1%})",
+            "prompt_detail": "prompt delta", "success_detail": None,
+        })
+    windows = pd.DataFrame(window_rows)
+    windows = pd.concat([windows, windows.iloc[[2]].assign(submitted=0)],
+                        ignore_index=True)  # a window id twice
+    requests = pd.DataFrame(request_rows)
+    orphans = requests[requests["window_id"] == "r0-w5"].head(3).assign(window_id="r9-w99")
+    requests = pd.concat([requests, orphans], ignore_index=True)  # a window not in windows
+    requests = requests.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    if object_strings:  # as older pandas or hand-built frames give them
+        for column in ("status", "token_source"):
+            requests[column] = requests[column].astype(object).where(
+                requests[column].notna(), None)
+    return restarts, windows, requests
+
+
+@pytest.mark.parametrize("object_strings", [False, True], ids=["str", "object"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_gate_results_equal_a_row_by_row_reference(seed, object_strings):
+    restarts, windows, requests = random_run(seed, object_strings=object_strings)
+    got = run_gate(restarts, windows, requests)
+    want = reference_gate(restarts, windows, requests)
+    assert [(r.suite, r.subject, r.expectation) for r in got] == [
+        (r.suite, r.subject, r.expectation) for r in want]
+    mismatches = [(g, w) for g, w in zip(got, want, strict=True) if g != w]
+    assert not mismatches, mismatches[:3]
+    # The run has every kind of trouble, so both verdicts of every request rule occur.
+    verdicts = {(r.expectation, r.success) for r in got if r.suite == "measured_requests"}
+    assert len(verdicts) == 6, verdicts
+
+
+def test_reference_sees_the_troubles_it_was_given():
+    # The comparison means something only if the random runs break the rules in many ways.
+    found = [r.found for seed in range(4) for r in reference_gate(*random_run(seed))
+             if not r.success]
+    text = "\n".join(found)
+    for trouble in ("NULL", "'missing'", "0.7", ", ...", " != ", "ttft_s > e2e_s: ",
+                    "'crashed'"):
+        assert trouble in text, trouble
+
+
+# --- the per-value counting behind the found texts ----------------------------------------
+
+
+@pytest.mark.parametrize("values", [
+    pd.Series([0.0, -0.0, np.nan, 0.7, 0.0, np.nan, 1.0, -0.0]),
+    pd.Series(["usage", None, "missing", "chunks", "missing", None, "usage"]),
+    pd.Series(["usage", None, "missing", "chunks"], dtype=object),
+    pd.Series(["a", np.str_("a"), None], dtype=object),  # equal, shown differently
+    pd.Series([1, 1.0, True, "1", None], dtype=object),  # equal, shown differently
+    pd.Series([3, 1, 3, 2]),
+    pd.Series([True, False, True]),
+    pd.Series(pd.array([1, None, 1], dtype="Int64")),
+    pd.Series(["x", "y", "x"], dtype="category"),
+], ids=["float", "str", "object-str", "np-str", "mixed", "int", "bool", "Int64", "category"])
+def test_found_counts_equal_row_by_row_counts(values):
+    rng = np.random.default_rng(7)
+    for rows in (np.arange(len(values)), np.sort(rng.choice(len(values), 3, replace=False))):
+        assert _summarise_rows(values, rows) == _summarise(values.iloc[rows])
+        assert _summarise(values.iloc[rows]) == summarise(list(values.iloc[rows]))
+
+
+def test_show_is_the_reference_show():
+    for value in (None, np.nan, "x", 0.7, -0.0, 3, np.float64(1.5), True, pd.NA):
+        assert _show(value) == show(value)
