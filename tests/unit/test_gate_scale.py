@@ -9,6 +9,9 @@ troubles a real sweep shows sprinkled in: NULL and non-usage token sources, temp
 (and -0.0, which passes but shows differently), TTFT above E2E, failed/unresolved/NULL
 statuses, missing times, whole windows without usage, windows without requests, requests of
 a window the windows frame lacks, and duplicated restart and window ids.
+
+validate_run's own reading is checked on a loaded warehouse: gate_requests gives exactly the
+rows and order of measured_requests.sql, and reconcile_run's SQL sums equal reconcile_window's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pandas as pd
 import pytest
 
 from benchledger.expectations.gate import (
+    REQUEST_COLUMNS,
     SUITES,
     RuleResult,
     _show,
@@ -28,7 +32,12 @@ from benchledger.expectations.gate import (
     _summarise_rows,
     run_gate,
 )
+from benchledger.restart import RunLayout
 from benchledger.rules import rules_of_suite
+from benchledger.warehouse.db import connect, load_run_dir, query_frame
+from benchledger.warehouse.reconcile import reconcile_run, reconcile_window
+from benchledger.warehouse.validate import gate_requests
+from tests.synthetic import request_row, write_synthetic_run
 
 # --- the reference: every rule of run_gate, row by row ------------------------------------
 
@@ -267,3 +276,67 @@ def test_found_counts_equal_row_by_row_counts(values):
 def test_show_is_the_reference_show():
     for value in (None, np.nan, "x", 0.7, -0.0, 3, np.float64(1.5), True, pd.NA):
         assert _show(value) == show(value)
+
+
+# --- what validate_run reads from the warehouse ------------------------------------------
+
+RUN_ID = "manual__2026-11-30T00:00:00+00:00"
+SWEEP = """
+[sweep]
+name = "scale"
+[defaults]
+requests = 6
+warmup = 1
+restarts = 2
+[[arms]]
+name = "a"
+server = "simulator"
+model = "sim-model"
+[[workloads]]
+name = "code"
+[[workloads]]
+name = "prose"
+"""
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    windows = {}
+    for k in (0, 1):
+        for workload in ("code", "prose"):
+            window_id = RunLayout(tmp_path / "data", RUN_ID).window_id("a", k, workload, 1)
+            rows = [request_row(window_id, 0, warm=True, tokens=9, submit_s=0)]
+            rows += [request_row(window_id, i, status=status, tokens=20 + i,
+                                 submit_s=100 + i * 10)
+                     for i, status in enumerate(["completed"] * 9 + ["failed", "unresolved"])]
+            rows[3].update(output_tokens=None, token_source="missing")  # no usage
+            rows[1:] = rows[:0:-1]  # written out of request_id order
+            windows[("a", k, workload)] = (rows, {"drain_deadline_s": 1000})
+    con = connect(":memory:")
+    load_run_dir(con, write_synthetic_run(tmp_path, SWEEP, windows, run_id=RUN_ID).run_dir)
+    yield con
+    con.close()
+
+
+def test_gate_requests_are_the_measured_requests_in_their_order(warehouse):
+    got = gate_requests(warehouse, RUN_ID)
+    want = query_frame(warehouse, "measured_requests", run_id=RUN_ID)[list(REQUEST_COLUMNS)]
+    assert len(got) == 4 * 11
+    pd.testing.assert_frame_equal(got, want)
+
+
+def test_reconcile_run_sums_what_reconcile_window_sums(warehouse):
+    stored = reconcile_run(warehouse, RUN_ID)
+    windows = warehouse.execute("SELECT * FROM windows WHERE run_id = ?", [RUN_ID]).df()
+    requests = warehouse.execute(
+        "SELECT window_id, is_warmup, status, output_tokens, prompt_tokens "
+        "FROM request_records").df()
+    no_metrics = pd.DataFrame(columns=["window_id", "phase", "name", "labels", "value"])
+    one_by_one = pd.DataFrame(
+        [row for _, w in windows.iterrows()
+         for row in reconcile_window(w, requests[requests["window_id"] == w["window_id"]],
+                                     no_metrics)], columns=stored.columns)
+    pd.testing.assert_frame_equal(stored, one_by_one)
+    generation = stored[stored["counter"] == "vllm:generation_tokens_total"]
+    # 9 completed minus the one without usage: 20 + 21 + 23 + ... + 28; never the warm-up's
+    assert set(generation["client_value"]) == {float(sum(range(20, 29)) - 22)}
