@@ -149,13 +149,13 @@ def _run_one_suite(suite: str, frame: pd.DataFrame, subjects: list[Any],
     context = _ephemeral_context(docs_dir)
     docs = _DocsRun(context, f"gate_{suite}") if docs_dir is not None else None
     gx_results = _validate_suite(context, suite, frame, docs)
-    if docs is not None:
-        docs.build()
     results: list[RuleResult] = []
     rows_of = _rows_of(frame)
     for rule in rules_of_suite(suite):
         results.extend(_split_by_subject(rule, gx_results[rule.name], frame, subjects,
                                          rows_of))
+    if docs is not None:
+        docs.build()  # after the split: it trims the stored row lists
     return results
 
 
@@ -339,28 +339,50 @@ class _DocsRun:
         self.run_id = RunIdentifier(run_name=run_name,
                                     run_time=datetime.datetime.now(datetime.UTC))
         self.keys: list[Any] = []
+        self.pending: list[tuple[str, str, Any]] = []
 
     def store(self, suite: str, batch_id: str, outcome: Any) -> None:
+        """Queue one suite's result; it is written when build() runs, after the gate has
+        split it into per-subject rows (which need every unexpected row)."""
+        self.pending.append((suite, batch_id, outcome))
+
+    def build(self) -> None:
         from great_expectations.data_context.types.resource_identifiers import (
             ExpectationSuiteIdentifier,
             ValidationResultIdentifier,
         )
 
-        suite_key = ExpectationSuiteIdentifier(name=suite)
-        # The validation page shows the run's name and time from meta, as a
-        # ValidationDefinition run would record them.
-        outcome.meta["run_id"] = self.run_id
-        outcome.meta["validation_time"] = self.run_id.run_time
-        key = ValidationResultIdentifier(expectation_suite_identifier=suite_key,
-                                         run_id=self.run_id, batch_identifier=batch_id)
-        self.context.validation_results_store.store_validation_results(
-            suite_validation_result=outcome, suite_validation_result_identifier=key,
-            expectation_suite_identifier=suite_key)
-        self.keys += [key, suite_key]
-
-    def build(self) -> None:
+        for suite, batch_id, outcome in self.pending:
+            _trim_row_lists(outcome)
+            suite_key = ExpectationSuiteIdentifier(name=suite)
+            # The validation page shows the run's name and time from meta, as a
+            # ValidationDefinition run would record them.
+            outcome.meta["run_id"] = self.run_id
+            outcome.meta["validation_time"] = self.run_id.run_time
+            key = ValidationResultIdentifier(expectation_suite_identifier=suite_key,
+                                             run_id=self.run_id, batch_identifier=batch_id)
+            self.context.validation_results_store.store_validation_results(
+                suite_validation_result=outcome, suite_validation_result_identifier=key,
+                expectation_suite_identifier=suite_key)
+            self.keys += [key, suite_key]
+        self.pending.clear()
         # Only this call's pages are rendered; the index is rebuilt over every stored result.
         self.context.build_data_docs(site_names=[_DOCS_SITE], resource_identifiers=self.keys)
+
+
+# Unexpected rows a stored result keeps per expectation (GX's own "partial" size). The
+# complete lists served the per-subject split; at 10^6 requests they would make the Data
+# Docs store tens of MB and its rendering seconds, and every result row with its counts
+# is in the warehouse anyway (unexpected_count and percentages stay exact here).
+_DOCS_ROWS_KEPT = 20
+
+
+def _trim_row_lists(outcome: Any) -> None:
+    for result in outcome.results:
+        details = result.result or {}
+        for key in ("unexpected_index_list", "unexpected_list"):
+            if isinstance(details.get(key), list) and len(details[key]) > _DOCS_ROWS_KEPT:
+                details[key] = details[key][:_DOCS_ROWS_KEPT]
 
 
 def _build_suite(suite: str) -> Any:

@@ -379,3 +379,22 @@ def test_comparison_rules(overrides, failed, found):
     for result in results:
         if not result.success:
             assert result.found == found
+
+
+def test_data_docs_keep_a_partial_row_list_while_results_count_every_row(tmp_path):
+    """At 10^6 requests the complete unexpected-row lists would make the Data Docs store
+    tens of MB; the stored result keeps GX's partial 20, the rows in the warehouse count all."""
+    import json
+
+    restarts, windows, requests = make_run(n=60)
+    requests.loc[requests["window_id"] == "r0-w0", "temperature"] = 0.7
+    results = run_gate(restarts, windows, requests, docs_dir=tmp_path / "docs")
+    assert by_key(results)[("r0-w0", "temperature_is_zero")].found == "60 of 60 rows 0.7"
+    stored = [json.loads(p.read_text())
+              for p in (tmp_path / "docs" / ".gx" / "validations").rglob("*.json")]
+    temperature = [r for doc in stored for r in doc["results"]
+                   if r["expectation_config"]["meta"]["rule"] == "temperature_is_zero"]
+    assert len(temperature) == 1
+    details = temperature[0]["result"]
+    assert details["unexpected_count"] == 60
+    assert len(details["unexpected_index_list"]) == 20 and len(details["unexpected_list"]) == 20
