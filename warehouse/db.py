@@ -7,6 +7,7 @@ read-only. Every statement binds its values as parameters; SQL text lives in .sq
 
 from __future__ import annotations
 
+import contextlib
 import graphlib
 import hashlib
 import json
@@ -233,7 +234,8 @@ def _pick(manifest: dict, columns: tuple[str, ...]) -> dict:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with path.open("rb") as f:  # streamed: a window's file can be hundreds of MB
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _load_manifest(con, path: Path, kind: str, table: str, columns: tuple[str, ...],
@@ -257,23 +259,64 @@ def _load_manifest(con, path: Path, kind: str, table: str, columns: tuple[str, .
     return 1
 
 
+def _file_identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+# Characters DuckDB's read_parquet takes as a glob pattern in a path.
+_GLOB_CHARS = re.compile(r"[*?\[\]{}]")
+
+
 def _load_requests(con, parquet_path: Path, expected_sha: str) -> int:
+    """Insert one window's requests, every row tagged with the file's sha256, which must be
+    the manifest's. DuckDB reads the Parquet file itself (no Arrow copy in Python), unless
+    its path holds glob characters, which read_parquet would expand: then pyarrow reads it.
+
+    The file is hashed first and read afterwards; writers replace raw files (write, then
+    rename) and never write them in place, so a file whose inode, size or mtime changed in
+    between, or whose rows are not its footer's count, is refused, and the caller's
+    transaction rolls back what was inserted."""
+    identity = _file_identity(parquet_path)
     sha = _sha256(parquet_path)
     if sha != expected_sha:
         raise WarehouseError(f"{parquet_path}: sha256 {sha} does not match its window "
                              f"manifest ({expected_sha}); refusing to load")
     if _already_loaded(con, sha):
         return 0
-    table = pq.read_table(parquet_path)
-    con.register("incoming_requests", table)
+    expected_rows = pq.read_metadata(parquet_path).num_rows
+    with _requests_source(con, parquet_path) as (source, params):
+        file_columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0",
+                                                  params).description]
+        known = {c for c, in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_records' "
+            "AND database_name = current_database() AND schema_name = 'main'").fetchall()}
+        unknown = [c for c in file_columns if c not in known or c == "raw_file_sha256"]
+        if unknown:
+            raise WarehouseError(f"{parquet_path}: columns {unknown} are not columns of "
+                                 "request_records; refusing to load")
+        columns = ", ".join(f'"{c}"' for c in file_columns)
+        rows = first_row(con, f"INSERT INTO request_records ({columns}, raw_file_sha256) "
+                              f"SELECT {columns}, $sha FROM {source}",
+                         {**params, "sha": sha})[0]
+    if _file_identity(parquet_path) != identity or rows != expected_rows:
+        raise WarehouseError(f"{parquet_path}: changed while it was being loaded ({rows} "
+                             f"rows read, {expected_rows} in its footer); refusing to load")
+    _record_file(con, parquet_path, sha, "requests", rows)
+    return rows
+
+
+@contextlib.contextmanager
+def _requests_source(con, parquet_path: Path):
+    """(relation, parameters) to SELECT a requests file from."""
+    if not _GLOB_CHARS.search(str(parquet_path)):
+        yield "read_parquet($path)", {"path": str(parquet_path)}
+        return
+    con.register("incoming_requests", pq.read_table(parquet_path))
     try:
-        columns = ", ".join(table.column_names)
-        con.execute(f"INSERT INTO request_records ({columns}, raw_file_sha256) "
-                    f"SELECT {columns}, ? FROM incoming_requests", [sha])
+        yield "incoming_requests", {}
     finally:
         con.unregister("incoming_requests")
-    _record_file(con, parquet_path, sha, "requests", table.num_rows)
-    return table.num_rows
 
 
 def _load_window(con, path: Path, manifest: dict) -> int:
