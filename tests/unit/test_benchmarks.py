@@ -1,0 +1,181 @@
+"""The scale benchmarks still run, report every figure, and measure what the README says;
+and the load path they measure keeps its guarantees (sha256 checks, no half file)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from benchledger.restart import file_sha256, read_json, write_json
+from benchledger.warehouse.db import WarehouseError, connect, load_run_dir
+from benchmarks.synthetic_run import write_scale_run
+from benchmarks.warehouse_scale import AUDIT_SECTION, README, STAGES, TABLES, audit_queries
+from tests.conftest import REPO
+
+STAGE_FIELDS = {"seconds", "import_seconds", "process_seconds", "cpu_seconds",
+                "peak_rss_mib", "rss_after_imports_mib", "result"}
+TOP_FIELDS = {
+    "benchmark", "date", "commit", "subject", "uncommitted", "requests", "requests_asked",
+    "runs", "events", "windows_per_run", "warehouse", "kept", "machine", "generate_seconds",
+    "raw_runs_reused", "raw_mib_last_run", "stages", "plain_ctas", "load_seconds_all",
+    "plain_seconds_all", "load_vs_plain", "peak_rss_mib_max", "rows", "written",
+    "warehouse_mib", "prior_runs", "audit_entry_id", "audit_queries"}
+MACHINE_FIELDS = {"nproc", "affinity", "mem_total_gib", "cpu", "python", "duckdb", "pandas",
+                  "pyarrow", "great_expectations", "load_average"}
+
+
+def test_warehouse_scale_reports_every_stage_and_table(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "warehouse_scale.py"), "--requests", "400",
+         "--runs", "2", "--repeat", "2", "--dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, "exactly one JSON line"
+    report = json.loads(lines[0])
+
+    assert set(report) == TOP_FIELDS
+    assert set(report["machine"]) == MACHINE_FIELDS
+    assert (report["requests"], report["runs"], report["windows_per_run"]) == (400, 2, 20)
+    assert report["warehouse"] == str(tmp_path / "warehouse.duckdb") and report["kept"]
+    assert set(report["stages"]) == set(STAGES)
+    for name, stage in report["stages"].items():
+        assert set(stage) == STAGE_FIELDS, name
+        assert 0 < stage["seconds"] <= stage["process_seconds"] < 120, name
+        assert 20 < stage["peak_rss_mib"] < 4096, name
+        assert stage["rss_after_imports_mib"] <= stage["peak_rss_mib"], name
+    assert report["stages"]["load"]["result"]["requests"] == 400  # the last run only
+    assert report["stages"]["validate"]["result"]["results"] > 0
+    assert report["stages"]["derive"]["result"]["entries"] > 0
+
+    # every table counted; the raw ones hold exactly what the writers put on disk
+    rows, written = report["rows"], report["written"]
+    assert set(rows) == set(TABLES)
+    assert written == {"runs": 2, "restarts": 20, "windows": 40, "request_records": 800,
+                       "raw_files": 2 * (1 + 10 + 3 * 20)}
+    assert {k: rows[k] for k in written} == written
+    assert all(rows[t] > 0 for t in ("validations", "entries", "entry_lineage",
+                                     "comparisons"))
+    with duckdb.connect(report["warehouse"], read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM entries").fetchall()[0][0] == rows["entries"]
+
+    # the yardstick and the ratio, each measured --repeat times
+    assert len(report["load_seconds_all"]) == len(report["plain_seconds_all"]) == 2
+    assert report["stages"]["load"]["seconds"] == report["load_seconds_all"][-1]
+    assert report["load_vs_plain"] == pytest.approx(
+        min(report["load_seconds_all"]) / min(report["plain_seconds_all"]), abs=1e-3)
+    assert report["plain_ctas"]["seconds"] > 0
+    assert report["peak_rss_mib_max"] == max(s["peak_rss_mib"]
+                                             for s in report["stages"].values())
+
+    # the earlier run went through every writing stage first
+    prior = report["prior_runs"]
+    assert prior["runs"] == 1
+    assert set(prior["seconds"]) == {"load", "validate", "derive", "compare"}
+    assert all(len(v) == 1 and v[0] > 0 for v in prior["seconds"].values())
+
+    # every auditor query of the README, in order, timed on the warehouse
+    labels = [label for label, _ in audit_queries()]
+    assert [q["query"] for q in report["audit_queries"]] == labels
+    assert all(q["seconds"] >= 0 and q["rows"] >= 0 for q in report["audit_queries"])
+    behind_entry = report["audit_queries"][-1]
+    assert report["audit_entry_id"] != "no entry" and behind_entry["rows"] > 0
+
+
+def _sql_blocks_of_audit_section() -> list[str]:
+    text = README.read_text()
+    start = text.index(AUDIT_SECTION)
+    section = text[start:text.index("\n## ", start + 1)]
+    return re.findall(r"```sql\n(.*?)```", section, re.S)
+
+
+def test_audit_queries_are_exactly_the_readme_statements():
+    """The benchmark times what the README tells auditors to run: DuckDB's own split of
+    the section's SQL blocks gives the same statements, each with its comment as label."""
+    blocks = _sql_blocks_of_audit_section()
+    assert blocks, "README has no ```sql block under 'Auditing with SQL'"
+    statements = [s.query for block in blocks for s in duckdb.extract_statements(block)]
+
+    def bare(sql: str) -> str:
+        code = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
+        return " ".join(code.replace(";", " ").split())
+
+    queries = audit_queries()
+    assert len(queries) == len(statements) >= 9
+    assert [bare(sql) for _, sql in queries] == [bare(s) for s in statements]
+    assert all(label and not label.startswith("-") for label, _ in queries)
+
+
+def test_audit_queries_read_the_section_not_the_whole_readme(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n```sql\nSELECT 0;\n```\n## Auditing with SQL\n\n```sql\n"
+                      "-- one\n-- two lines\nSELECT 1\nFROM t;\n\n-- three\nSELECT 3;\n```\n"
+                      "## Layout\n```sql\nSELECT 4;\n```\n")
+    assert audit_queries(readme) == [("one two lines", "SELECT 1\nFROM t;"),
+                                     ("three", "SELECT 3;")]
+
+
+# --- the load path the benchmark measures ---------------------------------------------------
+
+
+def _window_manifest(layout):
+    return sorted(p for p in layout.run_dir.glob("*/r*/*-c*.json")
+                  if not p.name.endswith(".observed.json"))[0]
+
+
+def test_load_reads_a_path_with_glob_characters_literally(tmp_path):
+    """read_parquet would expand '[x]' as a pattern (and read a sibling folder 'x'): such a
+    path is read by pyarrow instead, and only its own rows are loaded."""
+    decoy = write_scale_run(tmp_path / "datax", 80, restarts=1, seed=1)
+    layout = write_scale_run(tmp_path / "data[x]", 80, restarts=1, seed=2)
+    assert decoy.run_dir.name == layout.run_dir.name
+    con = connect(":memory:")
+    assert load_run_dir(con, layout.run_dir)["requests"] == 80
+    loaded = con.execute("SELECT request_id, t_done_ns, raw_file_sha256 FROM request_records "
+                         "ORDER BY request_id").fetchall()
+    on_disk = []
+    for manifest in layout.run_dir.glob("*/r*/*-c*.json"):
+        if "observed" not in manifest.name:
+            data = read_json(manifest)
+            rows = pq.read_table(manifest.parent / data["requests_file"]).to_pylist()
+            on_disk += [(r["request_id"], r["t_done_ns"], data["requests_file_sha256"])
+                        for r in rows]
+    assert loaded == sorted(on_disk)
+    assert load_run_dir(con, layout.run_dir)["requests"] == 0  # loaded files add nothing
+
+
+def test_load_refuses_a_sha_mismatch_and_leaves_no_half_file(tmp_path):
+    layout = write_scale_run(tmp_path, 80, restarts=1)
+    manifest = _window_manifest(layout)
+    parquet = manifest.parent / read_json(manifest)["requests_file"]
+    table = pq.read_table(parquet)
+    pq.write_table(table.slice(0, 5), parquet)  # the file is not what its manifest says
+    con = connect(":memory:")
+    with pytest.raises(WarehouseError, match="does not match its window manifest"):
+        load_run_dir(con, layout.run_dir)
+    assert con.execute("SELECT count(*) FROM request_records WHERE window_id = ?",
+                       [read_json(manifest)["window_id"]]).fetchall() == [(0,)]
+    assert con.execute("SELECT count(*) FROM raw_files WHERE path = ?",
+                       [str(parquet)]).fetchall() == [(0,)]
+
+
+def test_load_refuses_a_column_request_records_does_not_have(tmp_path):
+    layout = write_scale_run(tmp_path, 80, restarts=1)
+    manifest = _window_manifest(layout)
+    data = read_json(manifest)
+    parquet = manifest.parent / data["requests_file"]
+    table = pq.read_table(parquet)
+    pq.write_table(table.append_column('x"); DROP TABLE runs; --',
+                                       pa.array([0] * table.num_rows)), parquet)
+    write_json(manifest, {**data, "requests_file_sha256": file_sha256(parquet)})
+    con = connect(":memory:")
+    with pytest.raises(WarehouseError, match="not columns of request_records"):
+        load_run_dir(con, layout.run_dir)
+    assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
