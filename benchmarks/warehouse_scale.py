@@ -233,7 +233,7 @@ def child_main(spec: dict) -> int:
 
 
 def run_child(spec: dict, log_dir: Path) -> dict:
-    """One stage in a fresh interpreter; its own peak RSS (wait4's ru_maxrss) and CPU."""
+    """One stage in a fresh interpreter; its own peak RSS and CPU (wait4's rusage)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{spec['stage']}.log"
     with log.open("ab") as err:
@@ -258,7 +258,9 @@ def run_child(spec: dict, log_dir: Path) -> dict:
         "import_seconds": round(report["import_seconds"], 3),
         "process_seconds": round(wall, 3),  # interpreter start and imports included
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # Linux: ru_maxrss in KiB
+        # The child's own high-water mark (VmHWM: its address space since exec). wait4's
+        # ru_maxrss is no good here: Linux counts the forked copy of this parent in it.
+        "peak_rss_mib": round(report["vm_hwm_mib"], 1),
         "rss_after_imports_mib": round(report["rss_start_mib"], 1),
         "result": report["result"],
     }
