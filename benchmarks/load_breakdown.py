@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                 seconds[name].append(round(float(out.stdout.strip().splitlines()[-1]), 3))
                 target.unlink()
     best = {name: min(values) for name, values in seconds.items()}
-    print(json.dumps({"benchmark": "load_breakdown", "run_dir": str(args.run_dir),
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()
+    print(json.dumps({"benchmark": "load_breakdown",
+                      "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                      "commit": commit, "nproc": os.cpu_count(), "run_dir": str(args.run_dir),
                       "files": len(list(args.run_dir.glob("*/r*/*.parquet"))),
                       "seconds": best, "all": seconds,
                       "vs_plain": {n: round(s / best["plain"], 3) for n, s in best.items()}}))
