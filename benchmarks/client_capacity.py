@@ -37,6 +37,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -338,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_core": args.server_core, "tokens_per_request": args.tokens,
         "summary": summary, "runs": [r for r in runs if r["mode"] != "warm-up"],
     }))
+    shutil.rmtree(work)  # server logs and received stamps; kept when a run failed
     return 0
 
 
