@@ -10,11 +10,10 @@ WITH plotted AS (
     WHERE run_id = $run_id AND statistic = 'mean' AND scope <> 'aggregate'
       AND metric IN ('decode_rate', 'ttft')
 ), sampled AS (
-    SELECT q.entry_id, q.request_id, rr.window_id
+    SELECT q.entry_id, q.request_id, q.window_id
     FROM plotted AS p
     JOIN entry_requests AS q USING (entry_id)
-    JOIN request_records AS rr USING (request_id)
-    QUALIFY row_number() OVER (PARTITION BY q.entry_id, rr.window_id
+    QUALIFY row_number() OVER (PARTITION BY q.entry_id, q.window_id
                                ORDER BY hash(q.request_id), q.request_id) <= $per_restart
 )
 SELECT e.entry_id, e.arm, e.workload, e.concurrency, e.metric, e.prompt_cache,
@@ -22,6 +21,8 @@ SELECT e.entry_id, e.arm, e.workload, e.concurrency, e.metric, e.prompt_cache,
        CASE e.metric WHEN 'decode_rate' THEN r.decode_tok_s ELSE r.ttft_s END AS value
 FROM sampled AS s
 JOIN plotted AS e USING (entry_id)
-JOIN requests AS r ON r.request_id = s.request_id
 JOIN windows AS w ON w.window_id = s.window_id
+-- Only this run's windows' requests: the view must not be expanded over every stored run.
+JOIN requests AS r ON r.request_id = s.request_id AND r.window_id = s.window_id
+WHERE w.run_id = $run_id
 ORDER BY e.entry_id, r.request_id

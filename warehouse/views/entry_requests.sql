@@ -1,11 +1,11 @@
--- One row per (entry, request it rests on). entry_lineage stores what an entry rests on per
+-- One row per (entry, request it rests on), with the request's window. entry_lineage stores what an entry rests on per
 -- window (and which requests of it count: request_metric); this view expands that to the
 -- requests on demand, so auditors still get "exactly these requests" while storage grows
 -- with windows, not with entries x requests. The WHEN list names every per-request metric
 -- column derivation summarises (warehouse/derive.py REQUEST_METRICS; a test holds them
 -- together). Lineage rows from before per-window lineage name their request directly.
 CREATE VIEW entry_requests AS
-SELECT l.entry_id, r.request_id
+SELECT l.entry_id, r.request_id, r.window_id
 FROM entry_lineage AS l
 JOIN requests AS r ON r.window_id = l.window_id
 WHERE NOT r.is_warmup AND r.status = 'completed'
@@ -20,6 +20,7 @@ WHERE NOT r.is_warmup AND r.status = 'completed'
           ELSE l.request_metric IS NULL
       END
 UNION ALL
-SELECT entry_id, request_id
-FROM entry_lineage
-WHERE request_id IS NOT NULL
+SELECT l.entry_id, l.request_id, rr.window_id
+FROM entry_lineage AS l
+JOIN request_records AS rr USING (request_id)
+WHERE l.request_id IS NOT NULL
