@@ -20,8 +20,9 @@ from tests.conftest import REPO
 FIXTURE = REPO / "tests" / "fixtures" / "derive_10k_before.json"
 
 
-def derived(tmp_path, requests: int, seed: int = 0):
-    layout = write_scale_run(tmp_path, requests, restarts=2, seed=seed)
+def derived(tmp_path, requests: int, seed: int = 0, restarts: int = 2):
+    """A synthetic run loaded, validated, derived and compared in a fresh :memory: warehouse."""
+    layout = write_scale_run(tmp_path, requests, restarts=restarts, seed=seed)
     con = connect(":memory:")
     load_run_dir(con, layout.run_dir)
     validate_run(con, layout.run_id)
@@ -71,18 +72,10 @@ def test_sql_lists_name_the_request_metrics():
 @pytest.fixture(scope="module")
 def regression(tmp_path_factory):
     before = json.loads(FIXTURE.read_text())
-    con, _ = derived_like_before(tmp_path_factory.mktemp("reg"), before["synthetic"])
+    synthetic = before["synthetic"]  # written with write_scale_run's default 5 restarts
+    con, _ = derived(tmp_path_factory.mktemp("reg"), synthetic["requests"],
+                     seed=synthetic["seed"], restarts=5)
     return before, con
-
-
-def derived_like_before(tmp_path, synthetic: dict):
-    layout = write_scale_run(tmp_path, synthetic["requests"], seed=synthetic["seed"])
-    con = connect(":memory:")
-    load_run_dir(con, layout.run_dir)
-    validate_run(con, layout.run_id)
-    derive_entries(con, layout.run_id)
-    derive_comparisons(con, layout.run_id)
-    return con, layout
 
 
 LABELS = ("arm", "workload", "metric", "statistic", "scope", "concurrency", "numerator")
