@@ -13,7 +13,7 @@ from benchledger import rules as R
 from benchledger.expectations.gate import REQUEST_COLUMNS, RuleResult, run_gate
 from benchledger.rules import RULESET_VERSION, QueryCheck, Rule
 from benchledger.sweep import parse_sweep
-from benchledger.warehouse.db import first_row, query_frame, query_sql
+from benchledger.warehouse.db import first_row, insert_frame, query_frame, query_sql
 from benchledger.warehouse.reconcile import reconcile_run
 
 
@@ -108,10 +108,5 @@ def store_results(con: duckdb.DuckDBPyConnection, run_id: str,
         "found": [r.found for r in results],
         "ruleset_version": RULESET_VERSION,
     })
-    if len(frame):
-        con.register("incoming_validations", frame)
-        try:
-            con.execute("INSERT INTO validations BY NAME SELECT * FROM incoming_validations")
-        finally:
-            con.unregister("incoming_validations")
+    insert_frame(con, "validations", frame)
     return list(frame["validation_id"])
