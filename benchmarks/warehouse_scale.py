@@ -110,7 +110,8 @@ def _vm_rss_mib() -> float:
 
 
 def _stage_load(spec: dict) -> dict:
-    from benchledger.warehouse.db import connect, load_run_dir
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.load import load_run_dir
 
     with connect(spec["warehouse"]) as con:
         return load_run_dir(con, Path(spec["run_dir"]))
@@ -201,13 +202,14 @@ def _stage_counts(spec: dict) -> dict:
 
 # What each stage imports before its clock starts (import time is reported on its own).
 STAGE_IMPORTS = {
-    "load": ("benchledger.warehouse.db",),
+    "load": ("benchledger.warehouse.load",),
     "validate": ("benchledger.warehouse.validate",),
     "derive": ("benchledger.warehouse.derive",),
     "compare": ("benchledger.warehouse.compare",),
     "export": ("benchledger.publishing.export",),
     "plain": ("duckdb",),
-    "prior": ("benchledger.warehouse.validate", "benchledger.warehouse.derive",
+    "prior": ("benchledger.warehouse.load", "benchledger.warehouse.validate",
+              "benchledger.warehouse.derive",
               "benchledger.warehouse.compare"),
     "audit": ("benchledger.warehouse.db",),
     "counts": ("benchledger.warehouse.db",),

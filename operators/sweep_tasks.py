@@ -114,7 +114,8 @@ def load(run_dir: str | None = None) -> dict:
     `run_dir` (plan's output) only ties this task to plan; the layout says where to read.
     """
     from benchledger.restart import RunLayout
-    from benchledger.warehouse.db import connect, load_run_dir
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.load import load_run_dir
 
     paths = run_paths()
     layout = RunLayout(paths.data_dir, paths.run_id)

@@ -1,15 +1,14 @@
-"""The DuckDB warehouse: connect, migrate, and load one run's raw files.
+"""The DuckDB warehouse: connect, migrate (tables and views), run queries, insert frames.
 
 DuckDB allows one writer process per file, so only the pipeline's load/validate/derive
 steps open it read-write (through a 1-slot Airflow pool); everyone else opens it
 read-only. Every statement binds its values as parameters; SQL text lives in .sql files.
+Loading a run's raw files is warehouse/load.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import graphlib
-import hashlib
 import json
 import re
 from datetime import UTC, datetime
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = Path(__file__).parent / "queries"
@@ -179,11 +178,13 @@ def query_frame(con: duckdb.DuckDBPyConnection, name: str, **params) -> pd.DataF
     return con.execute(query_sql(name), params).df()
 
 
-def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> int:
-    """Append a whole DataFrame to `table` in one statement, columns matched by name."""
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str,
+                 frame: pd.DataFrame | pa.Table) -> int:
+    """Append a whole DataFrame (or Arrow table) to `table` in one statement, columns
+    matched by name."""
     if not re.fullmatch(r"[a-z_]+", table):
         raise WarehouseError(f"refusing unsafe table name {table!r}")
-    if frame.empty:
+    if len(frame) == 0:
         return 0
     con.register("incoming_frame", frame)
     try:
@@ -191,223 +192,6 @@ def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame
     finally:
         con.unregister("incoming_frame")
     return len(frame)
-
-
-def _insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict) -> None:
-    # Table and column names come from this module, never from input; values are bound.
-    if not re.fullmatch(r"[a-z_]+", table) or not all(re.fullmatch(r"[a-z0-9_]+", c)
-                                                      for c in row):
-        raise WarehouseError(f"refusing unsafe identifier in insert into {table}")
-    columns = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
-    con.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
-
-
-def _already_loaded(con: duckdb.DuckDBPyConnection, sha256: str) -> bool:
-    return first_row(con, "SELECT count(*) FROM raw_files WHERE sha256 = ?", [sha256])[0] > 0
-
-
-def _record_file(con, path: Path, sha256: str, kind: str, rows: int) -> None:
-    _insert_row(con, "raw_files", {"sha256": sha256, "path": str(path), "kind": kind,
-                                   "rows": rows, "loaded_at": datetime.now(UTC)})
-
-
-RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml",
-               "harness_version", "started_at")
-RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
-                   "single_instance", "status", "error", "base_url", "pid", "command",
-                   "log_path", "effective_config", "effective_config_sha256",
-                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status")
-WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
-                  "concurrency", "submitted", "completed", "failed", "unresolved",
-                  "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
-                  "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
-                  "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
-                  "prompt_cache", "input_tokens_target", "seed", "denominator")
-
-
-def _pick(manifest: dict, columns: tuple[str, ...]) -> dict:
-    row = {c: manifest.get(c) for c in columns}
-    if "effective_config" in row and row["effective_config"] is not None:
-        row["effective_config"] = json.dumps(row["effective_config"], sort_keys=True)
-    return row
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:  # streamed: a window's file can be hundreds of MB
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _load_manifest(con, path: Path, kind: str, table: str, columns: tuple[str, ...],
-                   extra: dict | None = None) -> int:
-    sha = _sha256(path)
-    if _already_loaded(con, sha):
-        return 0
-    manifest = json.loads(path.read_text())
-    row = {**_pick(manifest, columns), **(extra or {})}
-    if table != "runs":
-        row["raw_file_sha256"] = sha
-    key = columns[0]
-    exists = first_row(con, f"SELECT count(*) FROM {table} WHERE {key} = ?", [row[key]])[0]
-    if exists:
-        # A second version of a raw record (e.g. a retried step): keep the first one
-        # loaded, record the file so the difference stays auditable.
-        _record_file(con, path, sha, f"{kind}-superseded", 0)
-        return 0
-    _insert_row(con, table, row)
-    _record_file(con, path, sha, kind, 1)
-    return 1
-
-
-def _file_identity(path: Path) -> tuple[int, int, int, int]:
-    st = path.stat()
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-# Characters DuckDB's read_parquet takes as a glob pattern in a path.
-_GLOB_CHARS = re.compile(r"[*?\[\]{}]")
-
-
-def _load_requests(con, parquet_path: Path, expected_sha: str) -> int:
-    """Insert one window's requests, every row tagged with the file's sha256, which must be
-    the manifest's. DuckDB reads the Parquet file itself (no Arrow copy in Python), unless
-    its path holds glob characters, which read_parquet would expand: then pyarrow reads it.
-
-    The file is hashed first and read afterwards; writers replace raw files (write, then
-    rename) and never write them in place, so a file whose inode, size or mtime changed in
-    between, or whose rows are not its footer's count, is refused, and the caller's
-    transaction rolls back what was inserted."""
-    identity = _file_identity(parquet_path)
-    sha = _sha256(parquet_path)
-    if sha != expected_sha:
-        raise WarehouseError(f"{parquet_path}: sha256 {sha} does not match its window "
-                             f"manifest ({expected_sha}); refusing to load")
-    if _already_loaded(con, sha):
-        return 0
-    expected_rows = pq.read_metadata(parquet_path).num_rows
-    with _requests_source(con, parquet_path) as (source, params):
-        file_columns = [d[0] for d in con.execute(f"SELECT * FROM {source} LIMIT 0",
-                                                  params).description]
-        known = {c for c, in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_records' "
-            "AND database_name = current_database() AND schema_name = 'main'").fetchall()}
-        unknown = [c for c in file_columns if c not in known or c == "raw_file_sha256"]
-        if unknown:
-            raise WarehouseError(f"{parquet_path}: columns {unknown} are not columns of "
-                                 "request_records; refusing to load")
-        columns = ", ".join(f'"{c}"' for c in file_columns)
-        rows = first_row(con, f"INSERT INTO request_records ({columns}, raw_file_sha256) "
-                              f"SELECT {columns}, $sha FROM {source}",
-                         {**params, "sha": sha})[0]
-    if _file_identity(parquet_path) != identity or rows != expected_rows:
-        raise WarehouseError(f"{parquet_path}: changed while it was being loaded ({rows} "
-                             f"rows read, {expected_rows} in its footer); refusing to load")
-    _record_file(con, parquet_path, sha, "requests", rows)
-    return rows
-
-
-@contextlib.contextmanager
-def _requests_source(con, parquet_path: Path):
-    """(relation, parameters) to SELECT a requests file from."""
-    if not _GLOB_CHARS.search(str(parquet_path)):
-        yield "read_parquet($path)", {"path": str(parquet_path)}
-        return
-    con.register("incoming_requests", pq.read_table(parquet_path))
-    try:
-        yield "incoming_requests", {}
-    finally:
-        con.unregister("incoming_requests")
-
-
-def _load_window(con, path: Path, manifest: dict) -> int:
-    """The window manifest, plus the thresholds and failures its observations recorded."""
-    observed_name = manifest.get("observed_file")
-    observed = (json.loads((path.parent / observed_name).read_text())
-                if observed_name else {})
-    thresholds = observed.get("thresholds", {})
-    errors = [f"{part}: {e}" for part in ("metrics", "log", "clocks")
-              for e in (observed.get(part) or {}).get("errors", [])]
-    extra = {
-        "reconcile_tolerance": thresholds.get("reconcile_tolerance"),
-        "min_clock_ratio": thresholds.get("min_clock_ratio"),
-        "require_clock_check": thresholds.get("require_clock_check"),
-        "clock_source": (observed.get("clocks") or {}).get("source"),
-        "observation_errors": "; ".join(errors)[:4000] or None,
-    }
-    return _load_manifest(con, path, "window", "windows", WINDOW_COLUMNS, extra)
-
-
-def _load_observations(con, path: Path, expected_sha: str, manifest: dict) -> int:
-    """server_metrics, server_log_lines and node_clocks rows of one window."""
-    from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
-
-    sha = _sha256(path)
-    if sha != expected_sha:
-        raise WarehouseError(f"{path}: sha256 {sha} does not match its window manifest")
-    if _already_loaded(con, sha):
-        return 0
-    observed = json.loads(path.read_text())
-    keys = (manifest["restart_id"], manifest["window_id"])
-    metrics = observed.get("metrics") or {}
-    rows = 0
-    for phase in ("before", "after"):
-        page = metrics.get(phase)
-        if not page:
-            continue
-        samples = [(*keys, phase, name, labels, value, page["scraped_at"], sha)
-                   for name, labels, value in metric_samples(page["text"])]
-        if samples:
-            con.executemany("INSERT INTO server_metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            samples)
-        rows += len(samples)
-    for line in log_rows((observed.get("log") or {}).get("lines", [])):
-        _insert_row(con, "server_log_lines", {"restart_id": keys[0], "window_id": keys[1],
-                                              **line, "raw_file_sha256": sha})
-        rows += 1
-    for sample in clock_rows(observed.get("clocks") or {}):
-        _insert_row(con, "node_clocks", {"restart_id": keys[0], "window_id": keys[1],
-                                         **sample, "raw_file_sha256": sha})
-        rows += 1
-    _record_file(con, path, sha, "observations", rows)
-    return rows
-
-
-def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int]:
-    """Load every raw file of one run; files already loaded (by sha256) add nothing.
-
-    Each file is loaded in its own transaction, so a crash mid-load leaves no half file.
-    """
-    counts = {"runs": 0, "restarts": 0, "windows": 0, "requests": 0, "observations": 0}
-    run_dir = Path(run_dir)
-    steps: list[tuple[str, Path]] = [("run", run_dir / "run.json")]
-    steps += [("restart", p) for p in sorted(run_dir.glob("*/r*/restart.json"))]
-    steps += [("window", p) for p in sorted(run_dir.glob("*/r*/*-c*.json"))
-              if not p.name.endswith(".observed.json")]
-    for kind, path in steps:
-        if not path.exists():
-            raise WarehouseError(f"{path}: missing raw file")
-        con.execute("BEGIN TRANSACTION")
-        try:
-            if kind == "run":
-                counts["runs"] += _load_manifest(con, path, kind, "runs", RUN_COLUMNS)
-            elif kind == "restart":
-                counts["restarts"] += _load_manifest(con, path, kind, "restarts",
-                                                     RESTART_COLUMNS)
-            else:
-                manifest = json.loads(path.read_text())
-                counts["requests"] += _load_requests(
-                    con, path.parent / manifest["requests_file"],
-                    manifest["requests_file_sha256"])
-                if manifest.get("observed_file"):
-                    counts["observations"] += _load_observations(
-                        con, path.parent / manifest["observed_file"],
-                        manifest["observed_file_sha256"], manifest)
-                counts["windows"] += _load_window(con, path, manifest)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-    return counts
 
 
 def mark_run_ended(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

@@ -190,7 +190,8 @@ def test_missing_usage_and_dead_server_block_their_arms(failing_run):
 
 def test_loading_the_same_raw_files_twice_adds_nothing(passing_run, workdir):
     from benchledger.restart import RunLayout
-    from benchledger.warehouse.db import connect, load_run_dir
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.load import load_run_dir
 
     con = connect(passing_run["warehouse"])
     try:

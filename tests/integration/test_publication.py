@@ -18,8 +18,9 @@ import pytest
 from benchledger.cli import main as cli_main
 from benchledger.publishing.export import export_run
 from benchledger.restart import RunLayout
-from benchledger.warehouse.db import connect, load_run_dir
+from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
+from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
 

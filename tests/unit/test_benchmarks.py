@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchledger.restart import file_sha256, read_json, write_json
-from benchledger.warehouse.db import WarehouseError, connect, load_run_dir
+from benchledger.warehouse.db import WarehouseError, connect
+from benchledger.warehouse.load import load_run_dir
 from benchmarks.synthetic_run import write_scale_run
 from benchmarks.warehouse_scale import AUDIT_SECTION, README, STAGES, TABLES, audit_queries
 from tests.conftest import REPO
@@ -178,4 +179,6 @@ def test_load_refuses_a_column_request_records_does_not_have(tmp_path):
     con = connect(":memory:")
     with pytest.raises(WarehouseError, match="not columns of request_records"):
         load_run_dir(con, layout.run_dir)
-    assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
+    # the table is still there (the column name was not run as SQL), and the refusal
+    # rolled the whole run back
+    assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]

@@ -9,8 +9,9 @@ import pytest
 from benchledger.restart import RunLayout
 from benchledger.stats import Difference
 from benchledger.warehouse.compare import decide, derive_comparisons
-from benchledger.warehouse.db import connect, load_run_dir
+from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
+from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
 from tests.synthetic import RUN_ID, request_row, write_synthetic_run
 

@@ -34,7 +34,8 @@ from benchledger.expectations.gate import (
 )
 from benchledger.restart import RunLayout
 from benchledger.rules import rules_of_suite
-from benchledger.warehouse.db import connect, load_run_dir, query_frame
+from benchledger.warehouse.db import connect, query_frame
+from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.reconcile import reconcile_run, reconcile_window
 from benchledger.warehouse.validate import gate_requests
 from tests.synthetic import request_row, write_synthetic_run

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from benchledger.restart import RunLayout
-from benchledger.warehouse.db import connect, load_run_dir, migrate
+from benchledger.warehouse.db import connect, migrate
 from benchledger.warehouse.derive import derive_entries
+from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
 

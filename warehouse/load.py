@@ -1,0 +1,349 @@
+"""Load one run's raw files into the warehouse: one transaction, a few bulk inserts.
+
+A load reads and hashes every manifest of the run folder and works out what is new (a
+file is loaded once, by its sha256) and what is a second version of something already
+loaded (a retried step: recorded in raw_files as <kind>-superseded, with no rows, so the
+difference stays auditable). Then it writes table by table: the requests of every new
+window in one INSERT that DuckDB reads from the Parquet files itself, and every other
+table in one insert of the rows gathered. Statements grow with tables, not with files or
+rows; the whole run commits or rolls back as one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchledger.warehouse.db import WarehouseError, first_row, insert_frame
+from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
+
+RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml",
+               "harness_version", "started_at")
+RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
+                   "single_instance", "status", "error", "base_url", "pid", "command",
+                   "log_path", "effective_config", "effective_config_sha256",
+                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status")
+WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
+                  "concurrency", "submitted", "completed", "failed", "unresolved",
+                  "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
+                  "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
+                  "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
+                  "prompt_cache", "input_tokens_target", "seed", "denominator")
+# kind of manifest -> (its table, its columns; the first is the table's key)
+MANIFEST_TABLES = {"run": ("runs", RUN_COLUMNS), "restart": ("restarts", RESTART_COLUMNS),
+                   "window": ("windows", WINDOW_COLUMNS)}
+
+# Characters DuckDB's read_parquet takes as a glob pattern in a path.
+_GLOB_CHARS = re.compile(r"[*?\[\]{}]")
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    kind: str  # run | restart | window
+    path: Path
+    sha256: str
+    data: dict
+
+    @property
+    def key(self) -> str:
+        return self.data.get(MANIFEST_TABLES[self.kind][1][0])
+
+
+@dataclass(frozen=True)
+class _NamedFile:
+    """A file a window manifest names, hashed and checked against the manifest."""
+
+    kind: str  # requests | observations
+    path: Path
+    sha256: str
+    rows: int = 0  # a requests file's footer count
+    columns: tuple[str, ...] = ()
+    identity: tuple[int, int, int, int] | None = None
+
+
+def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int]:
+    """Load every raw file of one run; files already loaded (by sha256) add nothing.
+
+    One transaction: a refusal or a crash mid-load leaves the warehouse as it was before
+    the call. (It is also what lets DuckDB write the requests in one pass: a commit per
+    window file cost about as much again as the insert itself.)
+    """
+    manifests = _read_manifests(Path(run_dir))
+    con.execute("BEGIN TRANSACTION")
+    try:
+        counts = _load(con, manifests)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return counts
+
+
+def _read_manifests(run_dir: Path) -> list[_Manifest]:
+    paths = [("run", run_dir / "run.json")]
+    paths += [("restart", p) for p in sorted(run_dir.glob("*/r*/restart.json"))]
+    paths += [("window", p) for p in sorted(run_dir.glob("*/r*/*-c*.json"))
+              if not p.name.endswith(".observed.json")]
+    for _, path in paths:
+        if not path.exists():
+            raise WarehouseError(f"{path}: missing raw file")
+    shas = _hash_all([path for _, path in paths])
+    return [_Manifest(kind, path, sha, _read_json(path))
+            for (kind, path), sha in zip(paths, shas, strict=True)]
+
+
+def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
+    loaded = _loaded(con, [m.sha256 for m in manifests])
+    new, superseded = _split_new(con, [m for m in manifests if m.sha256 not in loaded])
+    named = _named_files([m for m in new + superseded if m.kind == "window"])
+    loaded |= _loaded(con, [f.sha256 for files in named.values() for f in files])
+
+    rows: dict[str, list[dict]] = defaultdict(list)
+    for m in superseded:
+        rows["raw_files"] += [_file_row(m.path, m.sha256, f"{m.kind}-superseded", 0)]
+        rows["raw_files"] += [_file_row(f.path, f.sha256, f"{f.kind}-superseded", 0)
+                              for f in named.get(m.path, []) if f.sha256 not in loaded]
+    fresh: dict[str, list[tuple[_Manifest, _NamedFile]]] = {"requests": [], "observations": []}
+    for m in new:
+        for f in named.get(m.path, []):
+            if f.sha256 not in loaded:
+                fresh[f.kind].append((m, f))
+    counts = {"requests": _insert_requests(con, [f for _, f in fresh["requests"]])}
+    rows["raw_files"] += [_file_row(f.path, f.sha256, "requests", f.rows)
+                          for _, f in fresh["requests"]]
+    counts["observations"] = _gather_observations(rows, fresh["observations"])
+    for m in new:
+        table, columns = MANIFEST_TABLES[m.kind]
+        rows[table].append(_manifest_row(m, columns, named.get(m.path, [])))
+        rows["raw_files"].append(_file_row(m.path, m.sha256, m.kind, 1))
+    for table, table_rows in rows.items():
+        insert_rows(con, table, table_rows)
+    return {"runs": len(rows["runs"]), "restarts": len(rows["restarts"]),
+            "windows": len(rows["windows"]), **counts}
+
+
+def _split_new(con, pending: list[_Manifest]) -> tuple[list[_Manifest], list[_Manifest]]:
+    """(new, superseded): a manifest whose key is already in its table is a second version
+    of it. Two manifests of one folder with the same key are refused: which one to keep
+    would be a guess."""
+    new, superseded, seen = [], [], {}
+    for kind, (table, columns) in MANIFEST_TABLES.items():
+        of_kind = [m for m in pending if m.kind == kind]
+        for m in of_kind:
+            if not m.key:
+                raise WarehouseError(f"{m.path}: no {columns[0]} in the manifest")
+            if (kind, m.key) in seen:
+                raise WarehouseError(f"{m.path} and {seen[kind, m.key]} both describe "
+                                     f"{kind} {m.key}; refusing to load")
+            seen[kind, m.key] = m.path
+        existing = {key for key, in con.execute(
+            f"SELECT {columns[0]} FROM {table} WHERE {columns[0]} IN (SELECT unnest($keys))",
+            {"keys": [m.key for m in of_kind]}).fetchall()}
+        for m in of_kind:
+            (superseded if m.key in existing else new).append(m)
+    return new, superseded
+
+
+def _named_files(windows: list[_Manifest]) -> dict[Path, list[_NamedFile]]:
+    """The requests file (footer read, identity kept) and observations file of each window,
+    by the window manifest's path; each refused unless its sha256 is the one the manifest
+    names."""
+    wanted = []  # (window manifest, kind, path, sha256 it names)
+    for window in windows:
+        data, folder = window.data, window.path.parent
+        wanted.append((window, "requests", folder / data["requests_file"],
+                       data["requests_file_sha256"]))
+        if data.get("observed_file"):
+            wanted.append((window, "observations", folder / data["observed_file"],
+                           data["observed_file_sha256"]))
+    for window, _, path, _ in wanted:
+        if not path.is_file():
+            raise WarehouseError(f"{path}: missing raw file (named by {window.path})")
+    identities = [_file_identity(path) for _, _, path, _ in wanted]
+    shas = _hash_all([path for _, _, path, _ in wanted])
+    named: dict[Path, list[_NamedFile]] = defaultdict(list)
+    for (window, kind, path, expected), sha, identity in zip(wanted, shas, identities,
+                                                             strict=True):
+        if sha != expected:
+            raise WarehouseError(f"{path}: sha256 {sha} does not match its window manifest "
+                                 f"({expected}); refusing to load")
+        if kind == "requests":
+            footer = pq.read_metadata(path)
+            named[window.path].append(_NamedFile(
+                kind, path, sha, footer.num_rows, tuple(footer.schema.to_arrow_schema().names),
+                identity))
+        else:
+            named[window.path].append(_NamedFile(kind, path, sha))
+    return named
+
+
+def _manifest_row(m: _Manifest, columns: tuple[str, ...], named: list[_NamedFile]) -> dict:
+    row = {c: m.data.get(c) for c in columns}
+    if row.get("effective_config") is not None:
+        row["effective_config"] = json.dumps(row["effective_config"], sort_keys=True)
+    if m.kind != "run":
+        row["raw_file_sha256"] = m.sha256
+    if m.kind == "window":  # the thresholds and failures its observations recorded
+        observed = next((_read_json(f.path) for f in named if f.kind == "observations"), {})
+        thresholds = observed.get("thresholds", {})
+        errors = [f"{part}: {e}" for part in ("metrics", "log", "clocks")
+                  for e in (observed.get(part) or {}).get("errors", [])]
+        row |= {
+            "reconcile_tolerance": thresholds.get("reconcile_tolerance"),
+            "min_clock_ratio": thresholds.get("min_clock_ratio"),
+            "require_clock_check": thresholds.get("require_clock_check"),
+            "clock_source": (observed.get("clocks") or {}).get("source"),
+            "observation_errors": "; ".join(errors)[:4000] or None,
+        }
+    return row
+
+
+def _gather_observations(rows: dict[str, list[dict]],
+                         fresh: list[tuple[_Manifest, _NamedFile]]) -> int:
+    """server_metrics, server_log_lines and node_clocks rows of each new observations
+    file, added to `rows`; their number."""
+    total = 0
+    for window, f in fresh:
+        observed = _read_json(f.path)
+        tag = {"restart_id": window.data["restart_id"], "window_id": window.key,
+               "raw_file_sha256": f.sha256}
+        metrics = observed.get("metrics") or {}
+        found = {
+            "server_metrics": [
+                {**tag, "phase": phase, "name": name, "labels": labels, "value": value,
+                 "scraped_at": metrics[phase]["scraped_at"]}
+                for phase in ("before", "after") if metrics.get(phase)
+                for name, labels, value in metric_samples(metrics[phase]["text"])],
+            "server_log_lines": [{**tag, **line} for line in
+                                 log_rows((observed.get("log") or {}).get("lines", []))],
+            "node_clocks": [{**tag, **sample}
+                            for sample in clock_rows(observed.get("clocks") or {})],
+        }
+        for table, table_rows in found.items():
+            rows[table] += table_rows
+        count = sum(map(len, found.values()))
+        rows["raw_files"].append(_file_row(f.path, f.sha256, "observations", count))
+        total += count
+    return total
+
+
+def _insert_requests(con, files: list[_NamedFile]) -> int:
+    """Insert the rows of every requests file, each tagged with its file's sha256.
+
+    One INSERT reads all files with the same columns: DuckDB scans them in parallel, where
+    one INSERT per file (a file is one row group) would run on one core at a time. Paths
+    holding glob characters, which read_parquet would expand, are read by pyarrow instead.
+
+    Files are hashed before they are read; writers replace raw files (write, then rename)
+    and never write them in place, so a file whose inode, size or mtime changed in between,
+    or rows that are not the footers' count, are refused, and the caller's transaction
+    rolls back what was inserted."""
+    known = {c for c, in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'request_records' "
+        "AND database_name = current_database() AND schema_name = 'main'").fetchall()}
+    layouts: dict[tuple[str, ...], list[_NamedFile]] = defaultdict(list)
+    for f in files:
+        unknown = [c for c in f.columns if c not in known or c == "raw_file_sha256"]
+        if unknown:
+            raise WarehouseError(f"{f.path}: columns {unknown} are not columns of "
+                                 "request_records; refusing to load")
+        layouts[f.columns].append(f)
+    rows = 0
+    for columns, group in layouts.items():
+        literal = [f for f in group if not _GLOB_CHARS.search(str(f.path))]
+        if literal:
+            rows += _insert_parquet_files(con, columns, literal)
+        for f in group:
+            if f not in literal:
+                rows += _insert_with_pyarrow(con, columns, f)
+    changed = [str(f.path) for f in files if _file_identity(f.path) != f.identity]
+    expected = sum(f.rows for f in files)
+    if changed or rows != expected:
+        raise WarehouseError(f"requests files changed while they were being loaded ({rows} "
+                             f"rows read, {expected} in their footers; changed: "
+                             f"{', '.join(changed) or 'none'}); refusing to load")
+    return rows
+
+
+def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile]) -> int:
+    # Column names were checked against request_records' own; every value is bound.
+    names = ", ".join(f'"{c}"' for c in columns)
+    read = ", ".join(f'r."{c}"' for c in columns)
+    con.register("incoming_files", pa.table({
+        "filename": [str(f.path) for f in files], "sha256": [f.sha256 for f in files]}))
+    try:
+        return first_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
+                              f"SELECT {read}, f.sha256 "
+                              "FROM read_parquet($paths, filename = true) AS r "
+                              "JOIN incoming_files AS f ON r.filename = f.filename",
+                         {"paths": [str(f.path) for f in files]})[0]
+    finally:
+        con.unregister("incoming_files")
+
+
+def _insert_with_pyarrow(con, columns: tuple[str, ...], f: _NamedFile) -> int:
+    names = ", ".join(f'"{c}"' for c in columns)
+    con.register("incoming_requests", pq.read_table(f.path))
+    try:
+        return first_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
+                              f"SELECT {names}, $sha FROM incoming_requests",
+                         {"sha": f.sha256})[0]
+    finally:
+        con.unregister("incoming_requests")
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> int:
+    """Append rows (dicts keyed by column; a key a row lacks is a null) to `table` in one
+    statement. Through Arrow, whose None is a null in every type (pandas would turn a
+    missing integer into NaN); column by column, since Arrow's from_pylist would take the
+    columns of the first row only."""
+    columns = dict.fromkeys(key for row in rows for key in row)
+    return insert_frame(con, table, pa.table({c: [row.get(c) for row in rows]
+                                              for c in columns})) if rows else 0
+
+
+def _loaded(con, shas: list[str]) -> set[str]:
+    return {sha for sha, in con.execute(
+        "SELECT sha256 FROM raw_files WHERE sha256 IN (SELECT unnest($shas))",
+        {"shas": shas}).fetchall()}
+
+
+def _file_row(path: Path, sha256: str, kind: str, rows: int) -> dict:
+    return {"sha256": sha256, "path": str(path), "kind": kind, "rows": rows,
+            "loaded_at": datetime.now(UTC)}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WarehouseError(f"{path}: not a JSON raw file ({exc}); refusing to load") from exc
+
+
+def _hash_all(paths: list[Path]) -> list[str]:
+    """sha256 of each file, several at a time (hashlib releases the GIL on large reads)."""
+    if len(paths) < 2:
+        return [_sha256(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(_sha256, paths))
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:  # streamed: a window's file can be hundreds of MB
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _file_identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
