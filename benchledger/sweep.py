@@ -138,6 +138,10 @@ class Arm(_PerArmKeys):
     health_path: str = "/health"
     metrics_path: str = "/metrics"
     node: str = "local"
+    # The NAME of an environment variable holding the server's API key (sent as
+    # `Authorization: Bearer <value>`). Read when the run starts; the value itself is
+    # never written to raw files, the warehouse or exports (only the name is).
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     simulator: SimulatorOptions | None = None
 
     @model_validator(mode="after")

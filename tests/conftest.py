@@ -15,8 +15,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Property-based tests: the same examples on every run (a CI failure reproduces locally),
+# no per-example deadline (a busy 2-core CI machine is not a failure).
+settings.register_profile("benchledger", derandomize=True, deadline=None, max_examples=150,
+                          database=None)
+settings.load_profile("benchledger")
 
 
 def _sse(payload) -> bytes:
