@@ -29,6 +29,18 @@ class Target:
     base_url: str
     model: str
     endpoint: str = "chat"  # "chat" -> /v1/chat/completions, "completions" -> /v1/completions
+    # Sent as `Authorization: Bearer <api_key>`; kept out of repr, rows, errors and logs.
+    api_key: str | None = field(default=None, repr=False)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def redact(text: str | None, secret: str | None) -> str | None:
+    """`text` with every occurrence of `secret` replaced (a server may echo the key back)."""
+    if text is None or not secret:
+        return text
+    return text.replace(secret, "<redacted>")
 
 
 @dataclass(frozen=True)
@@ -305,7 +317,8 @@ async def measure_window_async(target: Target, spec: WindowSpec,
     measured = _records(spec, False, spec.requests)
     timeout = httpx.Timeout(spec.request_timeout_s, connect=30.0)
     limits = httpx.Limits(max_connections=spec.concurrency + 4)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+    async with httpx.AsyncClient(timeout=timeout, limits=limits,
+                                 headers=target.headers()) as http:
         # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
         await _drive(http, target, warmup, spec.concurrency, spec.request_timeout_s)
         offsets = (poisson_offsets(len(measured), spec.rate_rps, spec.seed)
@@ -318,6 +331,8 @@ async def measure_window_async(target: Target, spec: WindowSpec,
         if on_stop:
             await asyncio.to_thread(on_stop)
     rows = [r.row() for r in warmup + measured]
+    for row in rows:
+        row["error"] = redact(row["error"], target.api_key)
     return WindowResult(rows=rows, accounting=_accounting(spec, measured, warmup, anchor, deadline))
 
 

@@ -45,6 +45,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     - "http-500": answers 500 with an error body
     - "stall": sends one event, then stays silent for 30 s
     - "cut": sends one event and closes without [DONE] or finish_reason
+    - "echo-auth": answers 401 echoing the request's Authorization header (a careless server)
+
+    Every request's body and headers are kept (server.bodies, server.headers).
     """
 
     protocol_version = "HTTP/1.0"
@@ -55,7 +58,13 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.bodies.append(body)
+        self.server.headers.append(dict(self.headers))
         model = body["model"]
+        if model == "echo-auth":
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(f"bad key: {self.headers.get('Authorization')}".encode())
+            return
         if model == "http-500":
             self.send_response(500)
             self.send_header("Content-Type", "application/json")
@@ -90,6 +99,7 @@ def scripted_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedHandler)
     server.daemon_threads = True
     server.bodies = []
+    server.headers = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}"

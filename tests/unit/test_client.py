@@ -148,3 +148,25 @@ def test_warm_prompts_are_sent_as_they_are(scripted_server):
     result = measure_window(Target(base, "plain"), spec(requests=1, warmup=0))
     assert result.rows[0]["prompt_prefix"] is None
     assert server.bodies[-1]["messages"][0]["content"] == load_prompt_set("code")[0].text
+
+
+def test_api_key_is_sent_as_bearer_and_never_recorded(scripted_server):
+    server, base = scripted_server
+    key = "sk-test-5f1e9a"
+    target = Target(base, "plain", api_key=key)
+    assert key not in repr(target)
+    result = measure_window(target, spec(requests=2, warmup=1))
+    assert [h.get("Authorization") for h in server.headers] == [f"Bearer {key}"] * 3
+    # a server that echoes the key into its error body does not get it into a row
+    echoed = measure_window(Target(base, "echo-auth", api_key=key), spec(requests=1, warmup=0))
+    row = measured(echoed)[0]
+    assert row["status"] == "failed" and row["http_status"] == 401
+    assert "bad key: Bearer <redacted>" in row["error"]
+    for res in (result, echoed):
+        assert key not in repr(res.rows) and key not in repr(res.accounting)
+
+
+def test_no_api_key_sends_no_authorization(scripted_server):
+    server, base = scripted_server
+    measure_window(Target(base, "plain"), spec(requests=1, warmup=0))
+    assert "Authorization" not in server.headers[-1]
