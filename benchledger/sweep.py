@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
+from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 # The n rule's floor (T4: 15 speculative, 5 otherwise) and the default thresholds come from
@@ -27,6 +28,27 @@ from benchledger.simulator import options as simulator_options
 
 # Names end up in Airflow task ids and file paths, so keep them to a safe alphabet.
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+# Free text that reaches a process's argv, an HTTP request or a manifest: printable, no
+# control characters (a NUL would only fail later, deep in a launch or a write).
+Text = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
+URLPath = Annotated[str, Field(max_length=1024, pattern=r"^/[^\s\x00-\x1f\x7f]*$")]
+# An http(s) URL; `{port}` (command arms) or `{base_url}` (clock_url) may stand in.
+URL = Annotated[str, Field(max_length=2048,
+                           pattern=r"^(https?://|\{base_url\})[^\s\x00-\x1f\x7f]*$")]
+
+# Upper bounds, so a typo (requests = 10**9) is refused before anything runs, not found by
+# the machine running out of memory hours later. Each says what it protects.
+MAX_REQUESTS = 1_000_000  # a window's rows stay in memory until its Parquet file is written
+MAX_WARMUP = 10_000
+MAX_RESTARTS = 100  # each restart is a chain of Airflow tasks per arm
+MAX_CONCURRENCY = 10_000  # streams held open by one measuring process
+MAX_TOKENS = 1_000_000  # stored as 32-bit integers
+MAX_WAIT_S = 86_400.0  # every wait has a bound; a day is the longest any may be
+Seconds = Annotated[float, Field(gt=0, le=MAX_WAIT_S)]
+# Airflow's schedule presets; anything else must be a cron expression.
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
+                    "@quarterly", "@yearly")
+MAX_SWEEP_BYTES = 1 << 20
 
 
 BUILTIN_PROMPT_SETS = ("code", "prose")
@@ -37,13 +59,23 @@ class SweepError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: TOML has inf and nan, and no bound or rate may be either.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SweepSection(_Strict):
     name: Name
     schedule: str | None = None
-    description: str = ""
+    description: str = Field("", max_length=10_000)
+
+    @model_validator(mode="after")
+    def _schedule_is_airflows(self) -> SweepSection:
+        schedule = self.airflow_schedule
+        if schedule is not None and schedule not in SCHEDULE_PRESETS \
+                and not croniter.is_valid(schedule):
+            raise ValueError(f"schedule {schedule!r} is neither a cron expression nor one "
+                             f"of {', '.join(SCHEDULE_PRESETS)} (or \"none\")")
+        return self
 
     @property
     def airflow_schedule(self) -> str | None:
@@ -51,33 +83,34 @@ class SweepSection(_Strict):
 
 
 class Defaults(_Strict):
-    requests: int = Field(15, ge=1)
+    requests: int = Field(15, ge=1, le=MAX_REQUESTS)
     # The n the gate demands per workload per restart; may raise the protocol's floor
     # (15 speculative, 5 otherwise), never lower it.
-    min_requests: int | None = Field(None, ge=1)
-    warmup: int = Field(2, ge=0)
-    restarts: int = Field(2, ge=1)
-    max_tokens: int = Field(128, ge=1)
-    temperature: float = Field(0.0, ge=0.0)
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1],
-                                                           min_length=1)
-    drain_timeout_s: float = Field(300.0, gt=0)
-    request_timeout_s: float = Field(600.0, gt=0)
-    ready_timeout_s: float = Field(120.0, gt=0)
+    min_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS)
+    warmup: int = Field(2, ge=0, le=MAX_WARMUP)
+    restarts: int = Field(2, ge=1, le=MAX_RESTARTS)
+    max_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(0.0, ge=0.0, le=100.0)
+    concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
+        default_factory=lambda: [1], min_length=1, max_length=100)
+    drain_timeout_s: Seconds = 300.0
+    request_timeout_s: Seconds = 600.0
+    ready_timeout_s: Seconds = 120.0
     endpoint: Literal["chat", "completions"] = "chat"
     # closed: keep `concurrency` requests outstanding. poisson: open-loop arrivals at
     # rate_rps (seeded), at most `concurrency` outstanding (like vLLM bench's max-concurrency).
     arrival: Literal["closed", "poisson"] = "closed"
-    rate_rps: float | None = Field(None, gt=0)
+    rate_rps: float | None = Field(None, gt=0, le=1e6)
     prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
-    seed: int = 0  # arrival times and cold-prompt prefixes derive from it
+    # arrival times and cold-prompt prefixes derive from it; stored as a 64-bit integer
+    seed: int = Field(0, ge=-(2**63), lt=2**63)
     # Server counters must agree with delivered usage within this fraction (T3).
     reconcile_tolerance: float = Field(DEFAULT_RECONCILE_TOLERANCE, ge=0, le=1)
     # GPU clocks under load (T10): read with nvidia-smi on the measuring node, or from an
     # HTTP endpoint ({base_url} is the arm's server); "none" leaves the node unchecked.
     clock_source: Literal["nvidia-smi", "http", "none"] = "nvidia-smi"
-    clock_url: str | None = None
-    clock_interval_s: float = Field(0.5, gt=0)
+    clock_url: URL | None = None
+    clock_interval_s: float = Field(0.5, gt=0, le=3600)
     min_clock_ratio: float = Field(DEFAULT_MIN_CLOCK_RATIO, gt=0, le=1)
     require_clock_check: bool = True  # false: an unchecked node may publish (recorded)
 
@@ -129,15 +162,15 @@ class Arm(_PerArmKeys):
 
     name: Name
     server: Literal["simulator", "command", "external"]
-    model: str
+    model: Text
     # Whether the server runs speculative decoding; for simulator arms it follows
     # [arms.simulator].speculative unless set here.
     speculative: bool | None = None
-    command: str | None = None  # server = "command": may use {port}
-    base_url: str | None = None  # server = "external" (required) or "command" (default loopback)
-    health_path: str = "/health"
-    metrics_path: str = "/metrics"
-    node: str = "local"
+    command: Text | None = None  # server = "command": may use {port}
+    base_url: URL | None = None  # server = "external" (required) or "command" (default loopback)
+    health_path: URLPath = "/health"
+    metrics_path: URLPath = "/metrics"
+    node: Text = "local"
     # The NAME of an environment variable holding the server's API key (sent as
     # `Authorization: Bearer <value>`). Read when the run starts; the value itself is
     # never written to raw files, the warehouse or exports (only the name is).
@@ -171,8 +204,9 @@ class Workload(_Strict):
     prompt_cache: Literal["warm", "cold"] | None = None  # defaults to [defaults]
     # Long inputs: filler text in front of each built-in prompt, about this many tokens
     # (the server's usage says how many it really were).
-    input_tokens: int | None = Field(None, ge=1)
-    max_tokens: int | None = Field(None, ge=1)  # the output target; overrides the arm's
+    input_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    # the output target; overrides the arm's
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _prompt_set_known(self) -> Workload:
@@ -200,7 +234,7 @@ class Comparison(_Strict):
     b: Name
     metric: Literal[COMPARABLE_METRICS]  # type: ignore[valid-type]
     numerator: Literal["output_tokens", "input_plus_output_tokens"] | None = None
-    concurrency: int | None = Field(None, ge=1)  # default: the lowest the arms share
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)  # default: the lowest shared
     # An arm run twice under two names (A/A): a difference no larger than theirs is noise.
     control: list[Name] | None = Field(None, min_length=2, max_length=2)
 
@@ -382,9 +416,17 @@ def parse_sweep(text: str, source: str = "<sweep>") -> Sweep:
 def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_SWEEP_BYTES + 1)
     except OSError as exc:
         raise SweepError(f"{path}: cannot read sweep file: {exc.strerror}") from exc
+    if len(data) > MAX_SWEEP_BYTES:
+        raise SweepError(f"{path}: larger than {MAX_SWEEP_BYTES} bytes; not a sweep file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SweepError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start}); TOML files are UTF-8") from None
     return parse_sweep(text, source=str(path))
 
 
