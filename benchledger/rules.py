@@ -184,6 +184,19 @@ TTFT_NOT_ABOVE_E2E = Rule(
               column_A="completed_e2e_s", column_B="completed_ttft_s", or_equal=True,
               ignore_row_if="either_value_is_missing"))
 
+# A server's usage is taken as reported (the client never corrects it), so a count that
+# cannot be true (10**9 tokens for max_tokens = 8, a negative count, no prompt count) is
+# recorded as it came and stopped here, before any rate is computed from it.
+USAGE_PLAUSIBLE = Rule(
+    name="usage_plausible", traps=("T1", "T13"), applies_to="request", effect=BLOCK_ENTRIES,
+    summary="every completed measured request with token_source 'usage' reports counts that "
+            "can be true: 0 <= output_tokens <= max_tokens, prompt_tokens present and >= 0, "
+            "cached_tokens (when reported) between 0 and prompt_tokens",
+    threshold="0 <= output_tokens <= max_tokens; 0 <= cached_tokens <= prompt_tokens",
+    threshold_source="each request's own max_tokens (the sweep's output target)",
+    check=_gx("measured_requests", "ExpectColumnValuesToBeInSet",
+              column="completed_usage_check", value_set=["plausible"]))
+
 # --- entries ------------------------------------------------------------------------------
 # Each *_check column holds the labelled value where the rule applies and NULL elsewhere
 # (GX skips NULLs), see benchledger.expectations.gate._prepare_entries.
@@ -265,7 +278,7 @@ CATALOGUE: tuple[Rule, ...] = (
     RESTART_HEALTHY, CLOCK_UNDER_LOAD,
     WINDOWS_PRESENT, ACCOUNTING_BALANCES, N_AT_LEAST_MIN,
     GENERATION_TOKENS_RECONCILE, PROMPT_TOKENS_RECONCILE, FINISHED_REQUESTS_RECONCILE,
-    TOKEN_SOURCE_IS_USAGE, TEMPERATURE_IS_ZERO, TTFT_NOT_ABOVE_E2E,
+    TOKEN_SOURCE_IS_USAGE, TEMPERATURE_IS_ZERO, TTFT_NOT_ABOVE_E2E, USAGE_PLAUSIBLE,
     ENTRY_HAS_VALIDATED_VALUE, INCOMPLETE_RATE_LABELLED, LATENCY_POPULATION_LABELLED,
     RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, SERVER_LOG_KEPT_APART,
     AB_ARMS_DIFFER, AB_RESTARTS_REPLICATED, AB_BEYOND_CONTROL,

@@ -29,6 +29,7 @@ under docs_dir/.gx/, so later calls with the same docs_dir add to the same index
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ _REQUIRED_COLUMNS = {
     "restarts": ("restart_id", "status"),
     "windows": ("window_id", "submitted", "completed", "failed", "unresolved", "min_requests"),
     "requests": ("request_id", "window_id", "status", "token_source", "temperature",
-                 "ttft_s", "e2e_s"),
+                 "ttft_s", "e2e_s", "max_tokens", "prompt_tokens", "output_tokens",
+                 "cached_tokens"),
     "entries": ("entry_id", "metric", "unit", "numerator", "population", "drain_status",
                 "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
     "comparisons": ("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
@@ -225,7 +227,59 @@ def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     out["completed_ttft_s"] = out["ttft_s"].where(completed)
     out["completed_e2e_s"] = out["e2e_s"].where(completed)
     out[_IS_COMPLETED] = completed.to_numpy(dtype=bool, na_value=False)  # for the found texts
+    # Usage is judged only where it is the token source: a request without usage is
+    # token_source_is_usage's business, and a count it never had is not implausible.
+    with_usage = out[_IS_COMPLETED] & _equals(out["token_source"], "usage")
+    out["completed_usage_check"] = _usage_verdicts(out, with_usage)
     return out
+
+
+def _equals(column: pd.Series, value: str) -> np.ndarray:
+    """column == value as a plain mask (NULL is not equal), for any string dtype."""
+    return column.eq(value).to_numpy(dtype=bool, na_value=False)
+
+
+# Why a usage report cannot be true, in the order they are checked; a row's verdict is the
+# first that applies, or _PLAUSIBLE. Words, not "<"/">": Data Docs writes the unexpected
+# values into its HTML unescaped.
+_PLAUSIBLE = "plausible"
+_USAGE_COUNTS = ("output_tokens", "max_tokens", "prompt_tokens", "cached_tokens")
+
+
+def _usage_verdicts(out: pd.DataFrame, checked: np.ndarray) -> pd.Series:
+    """Per row: _PLAUSIBLE, the first reason its usage cannot be true, or None where the
+    rule does not apply (GX skips it). Whole columns at once: a run has 10^6 requests."""
+    output, limit, prompt, cached = (_as_float(out[c]) for c in _USAGE_COUNTS)
+    reported = ~np.isnan(cached)  # cached_tokens is optional in the OpenAI usage object
+    faults = (
+        ("output_tokens NULL", np.isnan(output)),
+        ("output_tokens not an integer", _fractional(output)),
+        ("output_tokens below 0", output < 0),
+        ("max_tokens NULL", np.isnan(limit)),
+        ("output_tokens above max_tokens", output > limit),
+        ("prompt_tokens NULL", np.isnan(prompt)),
+        ("prompt_tokens not an integer", _fractional(prompt)),
+        ("prompt_tokens below 0", prompt < 0),
+        ("cached_tokens not an integer", reported & _fractional(cached)),
+        ("cached_tokens below 0", cached < 0),
+        ("cached_tokens above prompt_tokens", cached > prompt),
+    )
+    # Integer codes, then one lookup: the texts are shared objects, never 10^6 new strings.
+    texts = np.array([_PLAUSIBLE, *(text for text, _ in faults), None], dtype=object)
+    codes = np.select([mask for _, mask in faults], np.arange(1, len(faults) + 1), default=0)
+    codes[~checked] = len(texts) - 1
+    return pd.Series(texts[codes], index=out.index, dtype=object)
+
+
+def _as_float(column: pd.Series) -> np.ndarray:
+    """A count column as float64 (NULL -> NaN). Exact below 2**53; above, every verdict
+    still holds, since max_tokens is a 32-bit integer."""
+    return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _fractional(values: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values != np.floor(values))
 
 
 def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
@@ -639,6 +693,40 @@ def _observe_ttft(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
     return "ttft_s <= e2e_s on completed requests", found
 
 
+_COUNT_NAME = re.compile(r"\b(?:output|max|prompt|cached)_tokens\b(?! NULL)")
+
+
+def _observe_usage(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    """How many usage reports were judged, why the bad ones cannot be true (per reason),
+    and the first few offending requests with their values."""
+    verdicts = frame[kw["column"]]
+    checked = int(verdicts.iloc[rows].notna().to_numpy().sum())
+    found = f"{len(bad)} of {checked} completed rows with usage implausible"
+    if len(bad):
+        reasons = verdicts.iloc[bad].value_counts(sort=False)
+        found += ": " + ", ".join(f"{reason} ({n})" for reason, n in reasons.items())
+        listed = ", ".join(
+            f"{frame.at[row, 'request_id']} ({_usage_detail(frame, row, kw['column'])})"
+            for row in bad[:_MAX_LISTED])
+        found += f"; {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
+    return ("0 <= output_tokens <= max_tokens, prompt_tokens >= 0 and "
+            "0 <= cached_tokens <= prompt_tokens on completed requests with usage", found)
+
+
+def _usage_detail(frame: pd.DataFrame, row: int, column: str) -> str:
+    """A row's verdict with its values: 'output_tokens 1000000000 above max_tokens 8'."""
+    return _COUNT_NAME.sub(lambda m: f"{m[0]} {_show_count(frame.at[row, m[0]])}",
+                           frame.at[row, column])
+
+
+def _show_count(value: Any) -> str:
+    # Integer counts come as float64 when the column has NULLs: 21.0 reads as 21.
+    if isinstance(value, float | np.floating) and float(value).is_integer() \
+            and abs(value) < 2**53:
+        return str(int(value))
+    return _show(value)
+
+
 def _observe_check(label: str) -> Observer:
     """For the entry rules: the labelled value where the rule applies."""
 
@@ -724,6 +812,7 @@ _OBSERVE: dict[str, Observer] = {
     R.TOKEN_SOURCE_IS_USAGE.name: _observe_token_source,
     R.TEMPERATURE_IS_ZERO.name: _observe_temperature,
     R.TTFT_NOT_ABOVE_E2E.name: _observe_ttft,
+    R.USAGE_PLAUSIBLE.name: _observe_usage,
     R.AB_ARMS_DIFFER.name: _observe_configs,
     R.AB_RESTARTS_REPLICATED.name: _observe_restarts,
     R.AB_BEYOND_CONTROL.name: _observe_control,

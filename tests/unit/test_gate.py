@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,7 +23,8 @@ SUITE_RULES = {
     "restarts": ["restart_healthy", "clock_under_load"],
     "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
                 "prompt_tokens_reconcile", "finished_requests_reconcile"],
-    "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e"],
+    "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e",
+                          "usage_plausible"],
 }
 ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "latency_population_labelled", "rate_numerator_labelled",
@@ -68,6 +70,10 @@ def make_run(
                     "temperature": 0.0,
                     "ttft_s": 0.05 + i / 1000,
                     "e2e_s": 2.0 + i / 100,
+                    "max_tokens": 128,
+                    "prompt_tokens": 50 + i,
+                    "output_tokens": 100 + i,
+                    "cached_tokens": i,
                 }
                 for i in range(n)
             ]
@@ -398,3 +404,90 @@ def test_data_docs_keep_a_partial_row_list_while_results_count_every_row(tmp_pat
     details = temperature[0]["result"]
     assert details["unexpected_count"] == 60
     assert len(details["unexpected_index_list"]) == 20 and len(details["unexpected_list"]) == 20
+
+
+# --- usage_plausible: counts a server reported that cannot be true ------------------------
+
+
+@pytest.mark.parametrize(("counts", "found"), [
+    # the server without /metrics: 10**9 tokens for max_tokens = 8
+    (dict(max_tokens=8, output_tokens=10**9),
+     "1 of 15 completed rows with usage implausible: output_tokens above max_tokens (1); "
+     "r0-w1-q4 (output_tokens 1000000000 above max_tokens 8)"),
+    (dict(output_tokens=-7), "output_tokens below 0 (1); r0-w1-q4 (output_tokens -7 below 0)"),
+    (dict(output_tokens=129), "r0-w1-q4 (output_tokens 129 above max_tokens 128)"),
+    (dict(prompt_tokens=None), "prompt_tokens NULL (1); r0-w1-q4 (prompt_tokens NULL)"),
+    (dict(prompt_tokens=-3), "r0-w1-q4 (prompt_tokens -3 below 0)"),
+    (dict(cached_tokens=-1), "r0-w1-q4 (cached_tokens -1 below 0)"),
+    (dict(prompt_tokens=40, cached_tokens=41),
+     "r0-w1-q4 (cached_tokens 41 above prompt_tokens 40)"),
+    (dict(output_tokens=None), "r0-w1-q4 (output_tokens NULL)"),
+    (dict(output_tokens=2.5), "r0-w1-q4 (output_tokens 2.5 not an integer)"),
+    (dict(max_tokens=None), "r0-w1-q4 (max_tokens NULL)"),
+])
+def test_impossible_usage_fails_usage_plausible_naming_request_and_values(counts, found):
+    restarts, windows, requests = make_run()
+    row = requests.index[requests["request_id"] == "r0-w1-q4"]
+    for column, value in counts.items():
+        requests[column] = requests[column].astype(object)
+        requests.loc[row, column] = value
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r0-w1", "usage_plausible")}
+    result = by_key(results)[("r0-w1", "usage_plausible")]
+    assert result.found.startswith("1 of 15 completed rows with usage implausible: ")
+    assert result.found.endswith(found)
+    assert result.expected == ("0 <= output_tokens <= max_tokens, prompt_tokens >= 0 and "
+                               "0 <= cached_tokens <= prompt_tokens on completed requests "
+                               "with usage")
+
+
+@pytest.mark.parametrize("counts", [
+    dict(output_tokens=0),  # an empty answer is possible
+    dict(output_tokens=128),  # exactly the target
+    dict(cached_tokens=None),  # cached_tokens is optional in usage
+    dict(prompt_tokens=0, cached_tokens=0),
+    dict(prompt_tokens=64, cached_tokens=64),  # the whole prompt from the prefix cache
+])
+def test_possible_usage_passes_usage_plausible(counts):
+    restarts, windows, requests = make_run()
+    for column, value in counts.items():
+        requests[column] = requests[column].astype(object)
+        requests.loc[requests["request_id"] == "r0-w1-q4", column] = value
+    results = run_gate(restarts, windows, requests)
+    assert not failures(results)
+    assert by_key(results)[("r0-w1", "usage_plausible")].found == (
+        "0 of 15 completed rows with usage implausible")
+
+
+def test_usage_plausible_judges_only_completed_requests_with_usage():
+    restarts, windows, requests = make_run()
+    w0 = requests.index[requests["window_id"] == "r0-w0"]
+    # Failed and unresolved requests have no meaningful usage; a request without usage
+    # is token_source_is_usage's failure, not this rule's (its counts are NULL by design).
+    requests.loc[w0[:2], "status"] = ["failed", "unresolved"]
+    requests.loc[w0[:2], "output_tokens"] = [10**9, -5]
+    requests.loc[w0[2], "token_source"] = "missing"
+    requests["prompt_tokens"] = requests["prompt_tokens"].astype(object)
+    requests.loc[w0[2], ["prompt_tokens", "output_tokens"]] = [None, None]
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r0-w0", "token_source_is_usage")}
+    assert by_key(results)[("r0-w0", "usage_plausible")].found == (
+        "0 of 12 completed rows with usage implausible")
+
+
+def test_usage_plausible_counts_every_reason_and_lists_the_first_requests():
+    restarts, windows, requests = make_run()
+    rows = requests.index[requests["window_id"] == "r1-w0"]
+    requests["prompt_tokens"] = requests["prompt_tokens"].astype(float)  # NULLs: as Arrow does
+    requests.loc[rows[:4], "output_tokens"] = 10**9
+    requests.loc[rows[4], "prompt_tokens"] = np.nan
+    # string dtypes with NULLs, as DuckDB's Arrow hands them over
+    requests["token_source"] = requests["token_source"].astype("string")
+    requests.loc[rows[5], "token_source"] = pd.NA
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r1-w0", "usage_plausible"), ("r1-w0", "token_source_is_usage")}
+    assert by_key(results)[("r1-w0", "usage_plausible")].found == (
+        "5 of 14 completed rows with usage implausible: output_tokens above max_tokens (4), "
+        "prompt_tokens NULL (1); r1-w0-q0 (output_tokens 1000000000 above max_tokens 128), "
+        "r1-w0-q1 (output_tokens 1000000000 above max_tokens 128), "
+        "r1-w0-q2 (output_tokens 1000000000 above max_tokens 128), ...")
