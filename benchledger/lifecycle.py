@@ -4,6 +4,18 @@ A server is started in its own session (process group) so that stopping it takes
 whole tree (vLLM forks engine workers) and so that it outlives the task that started it:
 launch, measurement and stop are separate Airflow tasks. Stop sends SIGTERM to the group,
 then SIGKILL after a grace period.
+
+How a `command` is run: the arm's text is split into arguments like a POSIX shell would
+split them (shlex: quotes group, backslashes escape) and the program is started directly,
+never through a shell, so `$(...)`, `;`, `|`, `*` and `$VAR` reach the program as plain
+text. The only substitution is the literal text `{port}` (in the command and in
+`base_url`), replaced by the restart's free loopback port; every other brace is passed on
+as written. A shell is used only when the command names one on purpose (`sh -c '...'`).
+
+Readiness waits while the answer means "not yet" (connection refused, 5xx, a timeout) and
+fails at once on a definite refusal (401/403, or 404 on every readiness path), naming the
+URL, the answer and how long it waited. A server with an API key (arms.api_key_env) gets
+it on every request benchledger sends; its value is never recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from pathlib import Path
 
 import httpx
 
+from benchledger.observe import bounded_get, error_text
 from benchledger.simulator.options import launch_flags
 from benchledger.sweep import Arm
 
@@ -31,6 +44,19 @@ from benchledger.sweep import Arm
 VOLATILE_KEYS = {"created", "id_permission", "permission", "root_created"}
 # Environment variables that change what a server does; recorded with the command line.
 ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLEDGER_SIM_")
+# A recorded environment variable whose name contains one of these holds a secret (HF_TOKEN,
+# VLLM_API_KEY, ...): the effective config keeps its name and REDACTED instead of its value.
+SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+REDACTED = "<redacted>"
+# The only text replaced in an arm's command and base_url.
+PORT_TOKEN = "{port}"
+# Readiness: one probe's bound, the pause between probes, and the path tried when the
+# health path answers 404 (servers without /health, e.g. llama-cpp-python's, serve it).
+PROBE_TIMEOUT_S = 5.0
+PROBE_INTERVAL_S = 0.2
+FALLBACK_READY_PATH = "/v1/models"
+# After each window: one probe, this long at most, decides whether the server still lives.
+ALIVE_PROBE_TIMEOUT_S = 10.0
 
 
 # Servers started by this process. Holding the Popen objects keeps Python from reaping a
@@ -39,7 +65,50 @@ _STARTED: dict[int, subprocess.Popen] = {}
 
 
 class ServerNotReady(RuntimeError):
-    """The server did not become healthy (timeout or exit); the message says which."""
+    """The server did not become healthy (timeout, exit or a definite refusal); the
+    message says which, with the URL, the last answer and how long it waited."""
+
+
+class ApiKeyMissing(ServerNotReady):
+    """arms.api_key_env names a variable that is not set (or empty) where the task runs."""
+
+
+def resolve_api_key(arm: Arm) -> str | None:
+    """The arm's API key, read from the environment variable arms.api_key_env names (at
+    run time, in the task that needs it: the value never travels in XCom or raw files)."""
+    if not arm.api_key_env:
+        return None
+    value = os.environ.get(arm.api_key_env)
+    if not value:
+        state = "is empty" if value == "" else "is not set"
+        raise ApiKeyMissing(
+            f"arm {arm.name!r}: arms.api_key_env names the environment variable "
+            f"{arm.api_key_env}, which {state} in the environment of this task; set it to "
+            "the server's API key before the run")
+    return value
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def redact(value, secret: str | None):
+    """`value` (str, or dicts/lists of them) with every occurrence of `secret` replaced:
+    a server may echo its key back in an error, a log line or its model list."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return value.replace(secret, REDACTED)
+    if isinstance(value, dict):
+        return {k: redact(v, secret) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v, secret) for v in value]
+    return value
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(part in upper for part in SECRET_NAME_PARTS)
 
 
 @dataclass
@@ -68,23 +137,53 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:
-    """`benchledger simulator` flags for an arm; {port} and {seed} are per instance. The
+def simulator_argv(arm: Arm, restart_index: int, port: str, seed: str) -> list[str]:
+    """`benchledger simulator` for an arm with the given port and seed, by position (no
+    text substitution: a model name containing "{port}" stays a model name). The
     [arms.simulator] values become flags as the simulator's settings declare
     (benchledger.simulator.options.launch_flags)."""
     argv = [sys.executable, "-m", "benchledger.simulator", "--host", "127.0.0.1",
-            "--port", "{port}", "--seed", "{seed}", "--model", arm.model]
+            "--port", port, "--seed", seed, "--model", arm.model]
     if arm.simulator is None:
         return argv
     return argv + launch_flags(arm.simulator.model_dump(), restart_index)
+
+
+def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:
+    """The simulator's command as recorded: {port} and {seed} are per instance."""
+    return simulator_argv(arm, restart_index, "{port}", "{seed}")
+
+
+def split_command(arm: Arm) -> list[str]:
+    """The arm's command as arguments (shlex, POSIX rules); never run through a shell."""
+    try:
+        argv = shlex.split(arm.command or "")
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ValueError(f"arm {arm.name!r}: command {arm.command!r} cannot be split into "
+                         f"arguments: {exc}") from None
+    if not argv:
+        raise ValueError(f"arm {arm.name!r}: command {arm.command!r} names no program")
+    return argv
 
 
 def command_template(arm: Arm, restart_index: int = 0) -> list[str]:
     if arm.server == "simulator":
         return simulator_command_template(arm, restart_index)
     if arm.server == "command":
-        return shlex.split(arm.command or "")
+        return split_command(arm)
     raise ValueError(f"arm {arm.name!r}: server = {arm.server!r} is not started by benchledger")
+
+
+def with_port(text: str, port: int) -> str:
+    """`text` with each literal {port} replaced; nothing else is interpreted."""
+    return text.replace(PORT_TOKEN, str(port))
+
+
+def instance_argv(arm: Arm, restart_index: int, port: int, seed: int) -> list[str]:
+    """What one restart's process is started with."""
+    if arm.server == "simulator":
+        return simulator_argv(arm, restart_index, str(port), str(seed))
+    return [with_port(part, port) for part in command_template(arm, restart_index)]
 
 
 def instance_seed(sweep_name: str, arm: str, restart_index: int) -> int:
@@ -100,13 +199,17 @@ def launch(arm: Arm, log_path: Path, seed: int, restart_index: int = 0) -> Serve
                             command_template=None, log_path=None)
     port = free_port()
     template = command_template(arm, restart_index)
-    argv = [part.format(port=port, seed=seed) for part in template]
+    argv = instance_argv(arm, restart_index, port, seed)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:  # no such program, not executable, ...
+            raise OSError(exc.errno, f"arm {arm.name!r}: cannot start {argv[0]!r}: "
+                                     f"{exc.strerror}") from None
     _STARTED[process.pid] = process
-    base_url = (arm.base_url or "http://127.0.0.1:{port}").format(port=port)
+    base_url = with_port(arm.base_url or "http://127.0.0.1:{port}", port)
     return ServerHandle(base_url=base_url, pid=process.pid, port=port, command=argv,
                         command_template=template, log_path=str(log_path))
 
@@ -134,24 +237,113 @@ def process_state(pid: int) -> str:
     return "gone" if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") else "running"
 
 
-def wait_ready(handle: ServerHandle, health_path: str, timeout_s: float) -> float:
-    """Poll the health endpoint until 200; raise ServerNotReady on timeout or exit."""
-    url = handle.base_url.rstrip("/") + health_path
+def _url(base_url: str, path: str) -> str:
+    return base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One readiness probe: `ready`, `not_yet` (keep waiting) or `refused` (definite)."""
+
+    state: str
+    detail: str  # the URL(s) asked and what each answered
+    # It ran out of time only because the overall deadline came: says little of the server.
+    cut_short: bool = False
+
+
+def _ask(url: str, headers: dict[str, str], deadline: float) -> tuple[int | None, str, bool]:
+    """GET `url` within the deadline: (status or None, "url: what happened", whether it
+    timed out on a bound shorter than PROBE_TIMEOUT_S)."""
+    timeout = max(0.05, min(PROBE_TIMEOUT_S, deadline - time.monotonic()))
+    try:
+        status = bounded_get(url, timeout, headers, max_bytes=65_536).status_code
+    except Exception as exc:  # connection refused, timeouts, a broken answer: "not yet"
+        cut = isinstance(exc, httpx.TimeoutException) and timeout < PROBE_TIMEOUT_S
+        return None, f"{url}: {error_text(exc)}", cut
+    return status, f"{url}: HTTP {status}", False
+
+
+def _auth_refused(detail: str, api_key_env: str | None, key_sent: bool) -> Probe:
+    if key_sent:
+        cause = (f"the server refused authentication with the API key from the environment "
+                 f"variable {api_key_env} (arms.api_key_env)")
+    else:
+        cause = ("the server refused authentication and no API key was sent; set "
+                 "arms.api_key_env to the name of the environment variable holding its key")
+    return Probe("refused", f"{detail}: {cause}")
+
+
+def probe_readiness(base_url: str, health_path: str, deadline: float,
+                    api_key: str | None = None, api_key_env: str | None = None) -> Probe:
+    """Ask the health path; when it answers 404, ask /v1/models instead (servers without a
+    health endpoint). Only an answer on every path settles "refused"."""
+    headers = auth_headers(api_key)
+    health_url = _url(base_url, health_path)
+    status, detail, cut = _ask(health_url, headers, deadline)
+    if status == 200:
+        return Probe("ready", detail)
+    if status in (401, 403):
+        return _auth_refused(detail, api_key_env, bool(api_key))
+    if status != 404:
+        return Probe("not_yet", detail, cut)
+    models_url = _url(base_url, FALLBACK_READY_PATH)
+    if models_url != health_url:
+        status, more, cut = _ask(models_url, headers, deadline)
+        detail = f"{detail}; {more}"
+        if status == 200:
+            return Probe("ready", detail)
+        if status in (401, 403):
+            return _auth_refused(detail, api_key_env, bool(api_key))
+        if status != 404:
+            return Probe("not_yet", detail, cut)
+    return Probe("refused", f"{detail}: no readiness path answers (set arms.health_path to "
+                            "the server's health endpoint)")
+
+
+def wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
+               api_key: str | None = None, api_key_env: str | None = None) -> float:
+    """Probe until ready (returns the seconds waited); raise ServerNotReady when the
+    process ends, on a definite refusal (at once) or after `timeout_s` (every probe is
+    bounded by what is left of it)."""
+    url = _url(handle.base_url, health_path)
     started = time.monotonic()
-    last_error = "no answer yet"
-    while time.monotonic() - started < timeout_s:
+    deadline = started + timeout_s
+    last = "no answer yet"
+    while True:
         if handle.pid is not None and (state := process_state(handle.pid)) != "running":
-            raise ServerNotReady(f"server process {handle.pid} ended before it was healthy "
-                                 f"({state}); see {handle.log_path}")
-        try:
-            response = httpx.get(url, timeout=2.0)
-            if response.status_code == 200:
-                return time.monotonic() - started
-            last_error = f"HTTP {response.status_code}"
-        except httpx.HTTPError as exc:
-            last_error = type(exc).__name__
-        time.sleep(0.2)
-    raise ServerNotReady(f"{url} not healthy after {timeout_s:g} s (last: {last_error})")
+            raise ServerNotReady(
+                f"server process {handle.pid} ended before it was healthy ({state}) after "
+                f"{time.monotonic() - started:.1f} s (last: {redact(last, api_key)}); "
+                f"see {handle.log_path}")
+        if time.monotonic() >= deadline:
+            break
+        probe = probe_readiness(handle.base_url, health_path, deadline, api_key, api_key_env)
+        if probe.state == "ready":
+            return time.monotonic() - started
+        if probe.state == "refused":
+            raise ServerNotReady(
+                f"{redact(probe.detail, api_key)} (after {time.monotonic() - started:.1f} s; "
+                f"a definite answer, not waited on for ready_timeout_s = {timeout_s:g} s)")
+        if not (probe.cut_short and last != "no answer yet"):
+            last = probe.detail  # (a probe cut by the deadline would hide a real cause)
+        time.sleep(max(0.0, min(PROBE_INTERVAL_S, deadline - time.monotonic())))
+    raise ServerNotReady(f"{url} not healthy after {timeout_s:g} s "
+                         f"(last: {redact(last, api_key)})")
+
+
+def server_gone(handle: ServerHandle, health_path: str, api_key: str | None = None,
+                api_key_env: str | None = None,
+                timeout_s: float = ALIVE_PROBE_TIMEOUT_S) -> str | None:
+    """Whether the server died: None while it lives, else the evidence. A process we
+    started that ended is dead; so is any server that no longer answers its readiness path
+    (one probe, bounded by `timeout_s`)."""
+    if handle.pid is not None and (state := process_state(handle.pid)) != "running":
+        return f"server process {handle.pid} ended ({state}); see {handle.log_path}"
+    probe = probe_readiness(handle.base_url, health_path, time.monotonic() + timeout_s,
+                            api_key, api_key_env)
+    if probe.state == "ready":
+        return None
+    return f"the server no longer answers its readiness path ({redact(probe.detail, api_key)})"
 
 
 def _strip_volatile(value):
@@ -162,32 +354,43 @@ def _strip_volatile(value):
     return value
 
 
-def _get_json(client: httpx.Client, url: str) -> dict | None:
+def _get_json(url: str, headers: dict[str, str]) -> dict | None:
     try:
-        response = client.get(url, timeout=5.0)
-        return response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
+        answer = bounded_get(url, PROBE_TIMEOUT_S, headers)
+        return answer.json() if answer.status_code == 200 else None
+    except Exception:  # not every server has /version; an odd answer is no answer
         return None
 
 
-def describe(handle: ServerHandle, arm: Arm) -> dict:
+def recorded_environment(arm: Arm) -> dict[str, str]:
+    """The server-relevant environment (ENV_PREFIXES), secrets redacted: the variable
+    arms.api_key_env names and any whose name looks secret (TOKEN, KEY, ...)."""
+    env = {}
+    for name, value in sorted(os.environ.items()):
+        if not name.startswith(ENV_PREFIXES):
+            continue
+        env[name] = REDACTED if name == arm.api_key_env or is_secret_name(name) else value
+    return env
+
+
+def describe(handle: ServerHandle, arm: Arm, api_key: str | None = None) -> dict:
     """The effective config: what the server says about itself plus how it was started.
 
     Per-instance values (port, seed, timestamps) are left out, so two restarts of one
     config hash the same and two arms that silently ran one setting are caught (T11).
+    Secrets are redacted (recorded_environment; the key itself wherever a server echoes it).
     """
-    with httpx.Client() as client:
-        models = _get_json(client, handle.base_url.rstrip("/") + "/v1/models")
-        version = _get_json(client, handle.base_url.rstrip("/") + "/version")
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
-    return {
+    headers = auth_headers(api_key)
+    models = _get_json(_url(handle.base_url, "/v1/models"), headers)
+    version = _get_json(_url(handle.base_url, "/version"), headers)
+    return redact({
         "server": arm.server,
         "model": arm.model,
         "command": handle.command_template,
-        "environment": env,
+        "environment": recorded_environment(arm),
         "models": _strip_volatile(models),
         "version": version,
-    }
+    }, api_key)
 
 
 def config_sha256(config: dict) -> str:

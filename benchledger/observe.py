@@ -10,21 +10,32 @@ Three observers bracket the measured window (warm-up stays outside):
 - ClockSampler: the node's GPU SM clocks sampled during the window, from `nvidia-smi`
   or an HTTP endpoint; a node whose clock could not be read is recorded as such.
 
-Observers never raise into the measurement: what failed is recorded in their result.
+Observers never raise into the measurement: what failed is recorded in their result, and
+every wait is bounded (bounded_get for HTTP, a timeout on nvidia-smi, a join timeout).
 """
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
+import json
 import subprocess
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 LOG_SLICE_LIMIT = 4_000_000  # bytes of server log kept per window
+METRICS_LIMIT = 16_000_000  # bytes of one /metrics answer kept (vLLM's is ~100 kB)
+METRICS_TIMEOUT_S = 10.0
+CLOCK_HTTP_TIMEOUT_S = 5.0
+NVIDIA_SMI_TIMEOUT_S = 10.0
+MAX_RECORDED_ERRORS = 20  # per observer and window: a broken clock must not grow the file
 NVIDIA_SMI_QUERY = ("index,clocks.sm,clocks.max.sm,pstate,clocks_throttle_reasons.active,"
                     "utilization.gpu")
 
@@ -33,22 +44,110 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+class AnswerTooSlow(httpx.TimeoutException):
+    """The whole answer did not arrive within the bound (a server trickling bytes)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A GET's status and body (the body cut at the caller's limit)."""
+
+    status_code: int
+    body: bytes
+    truncated: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+async def _get(url: str, headers: dict[str, str] | None, timeout_s: float,
+               max_bytes: int) -> Answer:
+    async with (httpx.AsyncClient(timeout=timeout_s) as client,
+                client.stream("GET", url, headers=headers) as response):
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) >= max_bytes:
+                return Answer(response.status_code, bytes(body[:max_bytes]), truncated=True)
+        return Answer(response.status_code, bytes(body))
+
+
+def bounded_get(url: str, timeout_s: float, headers: dict[str, str] | None = None,
+                max_bytes: int = 1_000_000) -> Answer:
+    """GET `url` with the WHOLE answer (connect, headers, body) bounded by `timeout_s`.
+
+    httpx's timeouts bound each network operation, not their sum: a server that sends a
+    byte every few seconds never trips them. Raises httpx.HTTPError (AnswerTooSlow past
+    the bound). Call it from synchronous code (it runs its own event loop)."""
+    try:
+        return asyncio.run(asyncio.wait_for(_get(url, headers, timeout_s, max_bytes),
+                                            timeout_s))
+    except TimeoutError:
+        raise AnswerTooSlow(f"no complete answer from {url} within {timeout_s:g} s") from None
+
+
+def error_text(exc: BaseException) -> str:
+    """`Type: message` of an exception, one line (httpx's ConnectError has no type in it)."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def same_origin(url: str | None, base_url: str) -> bool:
+    """Whether `url` is served by the server at `base_url` (same scheme, host and port):
+    only then may the server's API key go with a request to it."""
+    if not url:
+        return False
+    a, b = urlsplit(url), urlsplit(base_url)
+    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+
+
+def _record_error(result: dict, message: str) -> None:
+    if len(result["errors"]) < MAX_RECORDED_ERRORS:
+        result["errors"].append(message)
+
+
+def _metrics_problem(answer: Answer) -> str | None:
+    """Why a /metrics answer cannot be kept as counters, or None."""
+    if answer.status_code != 200:
+        return f"HTTP {answer.status_code}"
+    if answer.truncated:
+        return f"answer larger than {METRICS_LIMIT} bytes, not kept"
+    try:
+        for family in text_string_to_metric_families(answer.text):
+            for sample in family.samples:
+                float(sample.value)
+    except Exception as exc:
+        return f"not Prometheus text ({error_text(exc)[:300]})"
+    return None
+
+
 class MetricsScrape:
     """Prometheus text before and after the window."""
 
-    def __init__(self, url: str | None):
+    def __init__(self, url: str | None, headers: dict[str, str] | None = None,
+                 timeout_s: float = METRICS_TIMEOUT_S):
         self.url = url
+        self.headers = headers  # the server's API key, if it has one: never recorded
+        self.timeout_s = timeout_s
         self.result: dict = {"url": url, "before": None, "after": None, "errors": []}
 
     def _fetch(self, phase: str) -> None:
         if not self.url:
             return
         try:
-            response = httpx.get(self.url, timeout=10.0)
-            response.raise_for_status()
-            self.result[phase] = {"scraped_at": _now(), "text": response.text}
-        except httpx.HTTPError as exc:
-            self.result["errors"].append(f"{phase}: {type(exc).__name__}: {exc}")
+            answer = bounded_get(self.url, self.timeout_s, self.headers, METRICS_LIMIT)
+        except Exception as exc:  # recorded: a failed scrape leaves the counters unchecked
+            _record_error(self.result, f"{phase}: {self.url}: {error_text(exc)}")
+            return
+        problem = _metrics_problem(answer)
+        if problem:  # kept out: the warehouse could not parse it, and must not try
+            _record_error(self.result, f"{phase}: {self.url}: {problem}")
+            return
+        self.result[phase] = {"scraped_at": _now(), "text": answer.text}
 
     def start(self) -> None:
         self._fetch("before")
@@ -66,8 +165,14 @@ class LogSlice:
         self.result: dict = {"path": path, "lines": [], "errors": []}
 
     def start(self) -> None:
-        if self.path and self.path.exists():
+        if not self.path:
+            return
+        try:
             self.start_offset = self.path.stat().st_size
+        except FileNotFoundError:
+            self.start_offset = 0  # nothing logged yet: the slice starts at the beginning
+        except OSError as exc:
+            _record_error(self.result, f"cannot stat {self.path}: {error_text(exc)}")
 
     def stop(self) -> None:
         if not self.path:
@@ -77,7 +182,7 @@ class LogSlice:
                 log.seek(self.start_offset)
                 data = log.read(LOG_SLICE_LIMIT)
         except OSError as exc:
-            self.result["errors"].append(f"cannot read {self.path}: {exc.strerror}")
+            _record_error(self.result, f"cannot read {self.path}: {error_text(exc)}")
             return
         text = data.decode("utf-8", errors="replace")
         self.result.update(from_offset=self.start_offset,
@@ -98,25 +203,54 @@ def parse_nvidia_smi(text: str) -> list[dict]:
     return gpus
 
 
-def read_clocks(source: str, url: str | None) -> list[dict]:
-    """One reading of every GPU of this node; raises on any failure."""
+def read_clocks(source: str, url: str | None,
+                headers: dict[str, str] | None = None) -> list[dict]:
+    """One reading of every GPU of this node; raises on any failure (each wait bounded)."""
     if source == "nvidia-smi":
         out = subprocess.run(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
                               "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10, check=True)
+                             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
+                             check=True)
         return parse_nvidia_smi(out.stdout)
     if source == "http":
-        response = httpx.get(url or "", timeout=5.0)
-        response.raise_for_status()
-        return list(response.json()["gpus"])
+        answer = bounded_get(url or "", CLOCK_HTTP_TIMEOUT_S, headers)
+        if answer.status_code != 200:
+            raise ValueError(f"{url}: HTTP {answer.status_code}")
+        body = answer.json()
+        gpus = body.get("gpus") if isinstance(body, dict) else None
+        if not isinstance(gpus, list):
+            raise ValueError(f"{url}: no list under 'gpus'")
+        return [_gpu_reading(gpu, url) for gpu in gpus]
     raise ValueError(f"unknown clock source {source!r}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _gpu_reading(gpu, url: str | None) -> dict:
+    """One GPU of an HTTP clock answer, checked: the loader must not meet odd values."""
+    if not isinstance(gpu, dict):
+        raise ValueError(f"{url}: a GPU reading is not an object: {str(gpu)[:100]!r}")
+    for key in ("index", "sm_clock_mhz", "max_sm_clock_mhz"):
+        if not _number(gpu.get(key)):
+            raise ValueError(f"{url}: GPU reading {key} is not a number: "
+                             f"{str(gpu.get(key))[:100]!r}")
+    utilization = gpu.get("utilization_gpu")
+    return {"index": int(gpu["index"]), "sm_clock_mhz": float(gpu["sm_clock_mhz"]),
+            "max_sm_clock_mhz": float(gpu["max_sm_clock_mhz"]),
+            "pstate": str(gpu.get("pstate", ""))[:16],
+            "throttle_reasons": str(gpu.get("throttle_reasons", ""))[:200],
+            "utilization_gpu": float(utilization) if _number(utilization) else None}
 
 
 class ClockSampler:
     """Samples the node's GPU clocks every `interval_s` while the window runs."""
 
-    def __init__(self, source: str, url: str | None, node: str, interval_s: float = 0.5):
+    def __init__(self, source: str, url: str | None, node: str, interval_s: float = 0.5,
+                 headers: dict[str, str] | None = None):
         self.source, self.url, self.node, self.interval_s = source, url, node, interval_s
+        self.headers = headers  # only for a clock URL on the server itself (same_origin)
         self.result: dict = {"source": source, "url": url, "node": node, "samples": [],
                              "errors": []}
         self._stop = threading.Event()
@@ -124,10 +258,9 @@ class ClockSampler:
 
     def _sample_once(self) -> None:
         try:
-            gpus = read_clocks(self.source, self.url)
+            gpus = read_clocks(self.source, self.url, self.headers)
         except Exception as exc:  # recorded: an unreadable clock is "unchecked", not a crash
-            if len(self.result["errors"]) < 20:
-                self.result["errors"].append(f"{type(exc).__name__}: {exc}")
+            _record_error(self.result, error_text(exc))
             return
         sampled_at = _now()
         for gpu in gpus:
@@ -148,19 +281,34 @@ class ClockSampler:
         if self._thread is None:
             return
         self._stop.set()
-        self._thread.join(timeout=15)
+        # One reading is bounded (nvidia-smi's timeout, bounded_get), so this join is too.
+        self._thread.join(timeout=max(NVIDIA_SMI_TIMEOUT_S, CLOCK_HTTP_TIMEOUT_S) + 5)
+        if self._thread.is_alive():
+            _record_error(self.result, "the sampler thread did not stop in time")
+            return
         self._sample_once()  # the window's last moment, while it may still be loaded
 
 
+def _guarded(observer, step: str) -> None:
+    """Run one observer's start or stop; whatever it raises is recorded, not raised."""
+    try:
+        getattr(observer, step)()
+    except Exception as exc:
+        result = getattr(observer, "result", None)
+        if isinstance(result, dict) and isinstance(result.get("errors"), list):
+            _record_error(result, f"{step}: {error_text(exc)}")
+
+
 def observe_all(observers: list) -> tuple:
-    """Start/stop callables that run every observer (for measure_window's hooks)."""
+    """Start/stop callables that run every observer (for measure_window's hooks); an
+    observer that fails is recorded in its result and never stops the window."""
 
     def start() -> None:
         for observer in observers:
-            observer.start()
+            _guarded(observer, "start")
 
     def stop() -> None:
         for observer in observers:
-            observer.stop()
+            _guarded(observer, "stop")
 
     return start, stop

@@ -10,11 +10,16 @@ healthy or one that crashed mid-window is recorded, never lost:
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.parquet   one row per request
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.json      the window's accounting
 
-A retried task rewrites its own files and never adds a second one.
+A retried task rewrites its own files and never adds a second one. A window's three files
+are written as .tmp files and renamed into place only when all three are complete, so a
+full disk or an unwritable folder leaves the window either whole or absent, never half
+written; the failure is named (path, errno) in the raised error and in restart.json.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -28,10 +33,10 @@ import pyarrow.parquet as pq
 
 from benchledger import __version__, lifecycle
 from benchledger.client import Target, WindowResult, WindowSpec, measure_window
-from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_all
+from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_all, same_origin
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
-from benchledger.sweep import Sweep, load_sweep, sweep_sha256
+from benchledger.sweep import Arm, Sweep, load_sweep, sweep_sha256
 
 
 def utc_now() -> str:
@@ -46,12 +51,42 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+class RawWriteError(RuntimeError):
+    """A raw file could not be written (full disk, unwritable folder); names path and errno."""
+
+
+class ServerCrashed(RuntimeError):
+    """The server died during a window: the restart is recorded as crashed."""
+
+
+def os_error_text(exc: OSError, path: Path) -> str:
+    """`path: ENOSPC (No space left on device)`: the file and the OS's own words."""
+    name = errno.errorcode.get(exc.errno) if isinstance(exc.errno, int) else None
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{path}: {name} ({reason})" if name else f"{path}: {reason}"
+
+
+def _remove_quietly(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def _write_json_file(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+
+
 def write_json(path: Path, data: dict) -> None:
-    """Write atomically: a reader (the loader) never sees half a manifest."""
+    """Write atomically: a reader (the loader) never sees half a manifest, and a failed
+    write leaves no .tmp file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        _write_json_file(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
 
 
 def read_json(path: Path) -> dict:
@@ -122,8 +157,21 @@ def _update_restart(layout: RunLayout, arm: str, k: int, /, **changes) -> dict:
     path = layout.restart_manifest(arm, k)
     manifest = read_json(path) if path.exists() else {}
     manifest.update(changes)
-    write_json(path, manifest)
+    try:
+        write_json(path, manifest)
+    except OSError as exc:
+        raise RawWriteError(f"{layout.restart_id(arm, k)}: the restart manifest could not "
+                            f"be written: {os_error_text(exc, path)}") from exc
     return manifest
+
+
+def _api_key(layout: RunLayout, arm: Arm, k: int) -> str | None:
+    """The arm's API key for this step; a missing one fails the restart, recorded."""
+    try:
+        return lifecycle.resolve_api_key(arm)
+    except lifecycle.ApiKeyMissing as exc:
+        _update_restart(layout, arm.name, k, status="failed", error=str(exc))
+        raise
 
 
 def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> dict:
@@ -135,6 +183,7 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> di
         restart_index=k, node=socket.gethostname(), server_kind=arm.server,
         single_instance=arm.server == "external", started_at=utc_now(), status="launching",
     )
+    _api_key(layout, arm, k)  # checked before a server is started for nothing
     try:
         seed = lifecycle.instance_seed(sweep.sweep.name, arm_name, k)
         handle = lifecycle.launch(arm, layout.slot_dir(arm_name, k) / "server.log", seed, k)
@@ -151,12 +200,14 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, handle
     """Wait until healthy, then record version and effective config."""
     plan = sweep.arm(arm_name)
     server = lifecycle.ServerHandle.from_dict(handle)
+    api_key = _api_key(layout, plan.arm, k)
     try:
-        waited = lifecycle.wait_ready(server, plan.arm.health_path, plan.ready_timeout_s)
+        waited = lifecycle.wait_ready(server, plan.arm.health_path, plan.ready_timeout_s,
+                                      api_key, plan.arm.api_key_env)
     except lifecycle.ServerNotReady as exc:
         _update_restart(layout, arm_name, k, status="failed", error=str(exc))
         raise
-    config = lifecycle.describe(server, plan.arm)
+    config = lifecycle.describe(server, plan.arm, api_key)
     return _update_restart(
         layout, arm_name, k, status="external" if plan.arm.server == "external" else "ok",
         ready_at=utc_now(), ready_after_s=waited, effective_config=config,
@@ -167,11 +218,17 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, handle
 
 def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
                              handle: dict, workload_name: str) -> list[dict]:
-    """Run the workload's windows (one per concurrency) and write their raw files."""
+    """Run the workload's windows (one per concurrency) and write their raw files.
+
+    After each window the server is checked (lifecycle.server_gone): one that died during
+    it makes the restart `crashed` (its raw files are still written) and nothing else runs.
+    """
     plan = sweep.arm(arm_name)
     workload = sweep.workload(workload_name)
     server = lifecycle.ServerHandle.from_dict(handle)
-    target = Target(base_url=server.base_url, model=plan.arm.model, endpoint=plan.endpoint)
+    api_key = _api_key(layout, plan.arm, k)
+    target = Target(base_url=server.base_url, model=plan.arm.model, endpoint=plan.endpoint,
+                    api_key=api_key)
     summaries = []
     for concurrency in plan.concurrency:
         window_id = layout.window_id(arm_name, k, workload_name, concurrency)
@@ -184,69 +241,157 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             prompt_cache=workload.prompt_cache or plan.prompt_cache,
             input_tokens=workload.input_tokens, seed=plan.seed,
         )
-        observers = _observers(plan, server)
-        result = measure_window(target, spec, *observe_all(list(observers.values())))
-        observations = {name: observer.result for name, observer in observers.items()}
-        observations["thresholds"] = {
-            "reconcile_tolerance": plan.reconcile_tolerance,
-            "min_clock_ratio": plan.min_clock_ratio,
-            "require_clock_check": plan.require_clock_check,
-        }
-        manifest = write_window(layout, arm_name, k, workload_name, workload.prompts,
-                                plan.min_requests, result, observations)
+        result, observations, gone = _run_window(layout, arm_name, k, plan, server, target,
+                                                 spec)
+        manifest = _write_window_recorded(layout, arm_name, k, workload_name,
+                                          workload.prompts, plan.min_requests, result,
+                                          observations, gone, api_key)
+        if gone:
+            error = f"the server died during window {window_id}: {gone}"
+            _update_restart(layout, arm_name, k, status="crashed", error=error,
+                            crashed_in_window=window_id)
+            raise ServerCrashed(f"{arm_name} r{k}: {error}")
         summaries.append({k_: manifest[k_] for k_ in
                           ("window_id", "submitted", "completed", "failed", "unresolved",
                            "drain_status", "elapsed_s")})
-    if server.pid is not None and (state := lifecycle.process_state(server.pid)) != "running":
-        _update_restart(layout, arm_name, k, status="crashed",
-                        error=f"server process ended during measurement ({state})")
-        raise RuntimeError(f"{arm_name} r{k}: server ended during measurement ({state})")
     return summaries
 
 
-def _observers(plan, server: lifecycle.ServerHandle) -> dict:
+def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: Target,
+                spec: WindowSpec) -> tuple[WindowResult, dict, str | None]:
+    """One window with its observers, then the check whether the server survived it:
+    (result, observations, evidence of death or None). A window that raises instead of
+    returning rows fails the restart, recorded."""
+    observers = _observers(plan, server, target.api_key)
+    try:
+        result = measure_window(target, spec, *observe_all(list(observers.values())))
+    except Exception as exc:
+        error = lifecycle.redact(f"window {spec.window_id}: the measurement raised "
+                                 f"{type(exc).__name__}: {exc} (no raw files for it)",
+                                 target.api_key)
+        _update_restart(layout, arm_name, k, status="failed", error=error)
+        raise
+    gone = lifecycle.server_gone(server, plan.arm.health_path, target.api_key,
+                                 plan.arm.api_key_env)
+    observations = {name: observer.result for name, observer in observers.items()}
+    observations["thresholds"] = {
+        "reconcile_tolerance": plan.reconcile_tolerance,
+        "min_clock_ratio": plan.min_clock_ratio,
+        "require_clock_check": plan.require_clock_check,
+    }
+    observations["server_after_window"] = {"checked_at": utc_now(), "alive": gone is None,
+                                           "evidence": gone}
+    return result, observations, gone
+
+
+def _write_window_recorded(layout: RunLayout, arm: str, k: int, workload: str,
+                           prompt_set: str, min_requests: int, result: WindowResult,
+                           observations: dict, gone: str | None,
+                           api_key: str | None) -> dict:
+    """write_window; when it fails, restart.json says so (and whether the server had died)
+    before the error is raised."""
+    try:
+        return write_window(layout, arm, k, workload, prompt_set, min_requests, result,
+                            observations, secret=api_key)
+    except RawWriteError as exc:
+        window_id = result.accounting["window_id"]
+        changes = {"status": "crashed" if gone else "failed",
+                   "error": str(exc) + (f"; and the server died during it: {gone}"
+                                        if gone else ""),
+                   "unwritten_windows": [window_id]}
+        try:
+            _update_restart(layout, arm, k, **changes)
+        except RawWriteError as also:
+            raise RawWriteError(f"{exc}; recording it failed too: {also}") from exc
+        raise
+
+
+def _observers(plan, server: lifecycle.ServerHandle, api_key: str | None) -> dict:
     base = server.base_url.rstrip("/")
-    clock_url = plan.clock_url.format(base_url=base) if plan.clock_url else None
+    clock_url = plan.clock_url.replace("{base_url}", base) if plan.clock_url else None
+    headers = lifecycle.auth_headers(api_key)
+    # The key goes to the server itself only, never to a clock endpoint elsewhere.
+    clock_headers = headers if same_origin(clock_url, base) else None
     return {
-        "metrics": MetricsScrape(base + plan.arm.metrics_path),
+        "metrics": MetricsScrape(base + plan.arm.metrics_path, headers),
         "log": LogSlice(server.log_path),
         "clocks": ClockSampler(plan.clock_source, clock_url, socket.gethostname(),
-                               plan.clock_interval_s),
+                               plan.clock_interval_s, clock_headers),
     }
+
+
+def _redact_rows(rows: list[dict], secret: str | None) -> list[dict]:
+    """The requests' text columns without the key (the client redacts errors already;
+    this holds for every column a server's answer reaches)."""
+    if not secret:
+        return rows
+    return [{key: value.replace(secret, lifecycle.REDACTED)
+             if isinstance(value, str) and secret in value else value
+             for key, value in row.items()} for row in rows]
 
 
 def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
                  min_requests: int, result: WindowResult,
-                 observations: dict | None = None) -> dict:
+                 observations: dict | None = None, secret: str | None = None) -> dict:
     """Write one window's raw files: the requests (Parquet), what the server and node
-    said during it (JSON) and its accounting (the manifest, JSON, written last)."""
+    said during it (JSON) and its accounting (the manifest, JSON, written last).
+
+    All three are written as .tmp files first and renamed into place only when all are
+    complete; any OSError removes the .tmp files and raises RawWriteError naming the file
+    and the errno. `secret` (the server's API key) is redacted from everything written.
+    """
     accounting = result.accounting
     parquet_path, manifest_path = layout.window_files(arm, k, workload,
                                                       accounting["concurrency"])
     observed_path = manifest_path.with_suffix(".observed.json")
-    # Named after its window, so two windows' files never share a sha256.
-    write_json(observed_path, {"window_id": accounting["window_id"], **(observations or {})})
-    parquet_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = parquet_path.with_suffix(".parquet.tmp")
-    pq.write_table(requests_table(result.rows), tmp)
-    os.replace(tmp, parquet_path)
-    manifest = {
-        **accounting,
-        "restart_id": layout.restart_id(arm, k),
-        "run_id": layout.run_id,
-        "arm": arm,
-        "workload": workload,
-        "prompt_set": prompt_set,
-        "min_requests": min_requests,
-        "window_start": ns_to_iso(accounting["window_start_wall_ns"]),
-        "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
-        "requests_file": parquet_path.name,
-        "requests_file_sha256": file_sha256(parquet_path),
-        "observed_file": observed_path.name,
-        "observed_file_sha256": file_sha256(observed_path),
-    }
-    write_json(manifest_path, manifest)
+    staged = {final: final.with_name(final.name + ".tmp")
+              for final in (observed_path, parquet_path, manifest_path)}  # manifest last
+    writing = parquet_path.parent
+    try:
+        parquet_path.parent.mkdir(parents=True, exist_ok=True)
+        # Named after its window, so two windows' files never share a sha256.
+        writing = staged[observed_path]
+        _write_json_file(writing, lifecycle.redact(
+            {"window_id": accounting["window_id"], **(observations or {})}, secret))
+        writing = staged[parquet_path]
+        pq.write_table(requests_table(_redact_rows(result.rows, secret)), writing)
+        manifest = {
+            **accounting,
+            "restart_id": layout.restart_id(arm, k),
+            "run_id": layout.run_id,
+            "arm": arm,
+            "workload": workload,
+            "prompt_set": prompt_set,
+            "min_requests": min_requests,
+            "window_start": ns_to_iso(accounting["window_start_wall_ns"]),
+            "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
+            "requests_file": parquet_path.name,
+            "requests_file_sha256": file_sha256(staged[parquet_path]),
+            "observed_file": observed_path.name,
+            "observed_file_sha256": file_sha256(staged[observed_path]),
+        }
+        writing = staged[manifest_path]
+        _write_json_file(writing, manifest)
+        _move_into_place(staged)
+    except OSError as exc:
+        _remove_quietly(*staged.values())
+        raise RawWriteError(f"window {accounting['window_id']}: its raw files could not be "
+                            f"written: {os_error_text(exc, writing)}") from exc
     return manifest
+
+
+def _move_into_place(staged: dict[Path, Path]) -> None:
+    """Rename the staged files, manifest last. Should a rename fail midway, the window's
+    manifest is removed: an older manifest must not point at files this write replaced."""
+    moved = False
+    try:
+        for final, tmp in staged.items():
+            os.replace(tmp, final)
+            moved = True
+    except OSError:
+        if moved:
+            _remove_quietly(list(staged)[-1])
+        raise
 
 
 def stop_restart(layout: RunLayout, arm_name: str, k: int, handle: dict | None) -> dict:
