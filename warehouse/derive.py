@@ -37,6 +37,7 @@ from benchledger.rules import EXCLUDE_RESTART, names_with_effect
 from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, parse_sweep
 from benchledger.warehouse.db import first_row, insert_frame, query_frame
+from benchledger.warehouse.reconcile import COUNTERS
 from benchledger.warehouse.validate import coverage_subject, store_results
 
 PERCENTILES = (50, 90, 99)
@@ -84,17 +85,24 @@ CHUNK_WARNING = "chunk counting would under-report output tokens by this factor 
 # Per-window values. `w` is one window (a row of `windows`) with its totals over completed
 # measured requests (queries/derive_window_sums.sql) and its counter deltas (`counters`).
 
+def _per_elapsed(tokens, w: pd.Series) -> float | None:
+    """tokens / elapsed_s; None where a count is missing (the window sums leave a total
+    NULL when any request lacks it) or the window has no span."""
+    return None if pd.isna(tokens) or not w["elapsed_s"] else tokens / w["elapsed_s"]
+
+
 def _output_throughput(w: pd.Series) -> float | None:
-    return w["output_tokens"] / w["elapsed_s"] if w["elapsed_s"] else None
+    return _per_elapsed(w["output_tokens"], w)
 
 
 def _total_throughput(w: pd.Series) -> float | None:
-    return w["total_tokens"] / w["elapsed_s"] if w["elapsed_s"] else None
+    return _per_elapsed(w["total_tokens"], w)
 
 
 def _aggregate_decode(w: pd.Series) -> float | None:
     """Tokens after each request's first, over the span in which the window decoded."""
-    if pd.isna(w["decode_start_ns"]) or pd.isna(w["decode_end_ns"]):
+    if pd.isna(w["decode_start_ns"]) or pd.isna(w["decode_end_ns"]) \
+            or pd.isna(w["decode_tokens"]):
         return None
     span_s = (w["decode_end_ns"] - w["decode_start_ns"]) / 1e9
     return w["decode_tokens"] / span_s if span_s > 0 else None
@@ -211,6 +219,7 @@ class RunFacts:
     validations: pd.DataFrame
     counters: pd.DataFrame  # window_id, name, delta
     log_lines: pd.DataFrame  # window_id, generation_tok_s, prompt_tok_s, accepted_tok_s
+    counter_checks: pd.DataFrame  # window_id, matched, lower_bound, mismatched, no_counter
 
     @classmethod
     def query(cls, con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
@@ -228,7 +237,38 @@ class RunFacts:
         clocks = frame("gate_restarts")[["restart_id", "clock_ratio"]]
         restarts = restarts.merge(clocks, on="restart_id", how="left")
         return cls(row[0], restarts, frame("run_windows"), frame("latest_validations"),
-                   frame("counter_deltas_for_run"), frame("log_lines_for_run"))
+                   frame("counter_deltas_for_run"), frame("log_lines_for_run"),
+                   frame("counter_checks_for_run"))
+
+
+# entries.counter_check: how the server's own counters checked the token counts of the
+# windows behind an entry (T3). Never blocking by itself (a server without /metrics can
+# still be measured), but a number nobody cross-checked says so where it is read.
+RECONCILED = "reconciled"  # every counter of every window matched the client's count
+LOWER_BOUND = "lower bound"  # all checked, some only as a lower bound (failed/unresolved)
+PARTIAL = "partial"  # some counters or windows had no counter to check against
+NO_COUNTER = "no counter"  # no counter checked any of its windows
+MISMATCH = "mismatch"  # a counter disagreed (its rule blocks the entry)
+
+
+def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
+    """The counter_check label of an entry resting on these windows (None: no window).
+    checks: counter_checks_for_run.sql's rows; a window without rows was never reconciled,
+    which counts as no counter for each of COUNTERS."""
+    if not len(window_ids):
+        return None
+    mine = checks[checks["window_id"].isin(window_ids)]
+    never = len(set(window_ids) - set(mine["window_id"])) * len(COUNTERS)
+    matched, lower, mismatched = (int(mine[c].sum()) for c in
+                                  ("matched", "lower_bound", "mismatched"))
+    unchecked = int(mine["no_counter"].sum()) + never
+    if mismatched:
+        return MISMATCH
+    if not matched + lower:
+        return NO_COUNTER
+    if unchecked:
+        return PARTIAL
+    return LOWER_BOUND if lower else RECONCILED
 
 
 @dataclass
@@ -246,6 +286,7 @@ class Cell:
     restarts: pd.DataFrame
     excluded: pd.DataFrame  # failed EXCLUDING_RULES: restarts left out
     log_lines: pd.DataFrame  # the server log lines of the passing windows
+    counter_checks: pd.DataFrame  # the run's counter_checks_for_run.sql rows
 
     @property
     def scope(self) -> str:
@@ -284,6 +325,7 @@ class Cell:
             "mean_cached_tokens": _pooled_mean(w, "cached_tokens"),
             "evidence": "rerun", "harness_version": __version__,
             "clock_check": self.clock_check(),
+            "counter_check": counter_check(w["window_id"], self.counter_checks),
             "excluded": "; ".join(f"{r.subject}: {r.expectation}: {r.observed}"
                                   for r in self.excluded.itertuples()) or None,
         }
@@ -343,7 +385,8 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
                 out = bad["expectation"].isin(EXCLUDING_RULES)
                 logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
                 cells.append(Cell(len(cells), run_id, plan, workload.name, concurrency,
-                                  passing, bad[~out], rules, restarts, bad[out], logs))
+                                  passing, bad[~out], rules, restarts, bad[out], logs,
+                                  facts.counter_checks))
     return cells
 
 

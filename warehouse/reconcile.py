@@ -67,6 +67,9 @@ def _reconcile(window: pd.Series, client: dict[str, float],
                metrics: pd.DataFrame) -> list[dict]:
     clean = window["failed"] == 0 and window["unresolved"] == 0
     tolerance = window.get("reconcile_tolerance")
+    # A window row from pandas holds NaN for NULL, and error <= NaN is false: without a
+    # tolerance there is nothing to mismatch (the rule skips such windows too).
+    tolerance = None if tolerance is None or pd.isna(tolerance) else float(tolerance)
     # The scrape itself failing is recorded by the observer as a "metrics: ..." error.
     scraped = "metrics:" not in str(window.get("observation_errors") or "")
     rows = []

@@ -1,10 +1,14 @@
 -- Totals over each window's completed measured requests, for the window-level entries and
 -- the labels every entry carries (`derive_windows` registered by the caller). A window
--- without completed requests gets zeros (and NULL decode span).
+-- without completed requests gets zeros (and NULL decode span). A total over requests of
+-- which some lack the count is NULL, never the sum of the others or 0: a missing count
+-- stays missing (no rate), it is not guessed (T16).
 SELECT d.window_id,
        count(r.request_id) AS n_done,
-       coalesce(sum(r.output_tokens), 0) AS output_tokens,
-       coalesce(sum(r.prompt_tokens + r.output_tokens), 0) AS total_tokens,
+       CASE WHEN count(r.output_tokens) = count(r.request_id)
+            THEN coalesce(sum(r.output_tokens), 0) END AS output_tokens,
+       CASE WHEN count(r.prompt_tokens + r.output_tokens) = count(r.request_id)
+            THEN coalesce(sum(r.prompt_tokens + r.output_tokens), 0) END AS total_tokens,
        sum(r.prompt_tokens) AS prompt_tokens_sum, count(r.prompt_tokens) AS prompt_tokens_n,
        sum(r.output_tokens) AS output_tokens_sum, count(r.output_tokens) AS output_tokens_n,
        sum(r.cached_tokens) AS cached_tokens_sum, count(r.cached_tokens) AS cached_tokens_n,
@@ -12,9 +16,11 @@ SELECT d.window_id,
        -- the earliest first token to the latest last token of the window's timed requests.
        min(r.t_first_ns) FILTER (WHERE r.t_last_ns IS NOT NULL) AS decode_start_ns,
        max(r.t_last_ns) FILTER (WHERE r.t_first_ns IS NOT NULL) AS decode_end_ns,
-       coalesce(sum(r.output_tokens - 1)
-                FILTER (WHERE r.t_first_ns IS NOT NULL AND r.t_last_ns IS NOT NULL), 0)
-           AS decode_tokens
+       CASE WHEN count(*) FILTER (WHERE r.t_first_ns IS NOT NULL AND r.t_last_ns IS NOT NULL
+                                    AND r.output_tokens IS NULL) = 0
+            THEN coalesce(sum(r.output_tokens - 1)
+                          FILTER (WHERE r.t_first_ns IS NOT NULL AND r.t_last_ns IS NOT NULL),
+                          0) END AS decode_tokens
 FROM derive_windows AS d
 LEFT JOIN request_records AS r
        ON r.window_id = d.window_id AND NOT r.is_warmup AND r.status = 'completed'
