@@ -3,8 +3,21 @@
 It streams OpenAI-compatible completions (vLLM, SGLang, llama.cpp's server, the built-in
 simulator: one code path for all) and records one raw row per request. It never counts
 chunks as tokens (docs/protocol.md, trap T1): output tokens come from the usage the server
-reports for that request, chunks are counted separately, and a request without usage is
-recorded with token_source = 'missing' instead of being guessed.
+reports for that request, chunks are counted separately, and a request without usable usage
+is recorded with token_source = 'missing' instead of being guessed.
+
+Nothing a server sends can lose a window. The stream is split into events by a small SSE
+reader, and each event is read by `parse_event`, a pure function that never raises: an
+event of an unexpected shape (not UTF-8, not JSON, not an object, `choices` that are not
+objects, ...) fails only its own request, with an error naming the event and what was wrong.
+Usage is read by `read_usage` when the row is built: integer counts are recorded exactly as
+reported (a gate rule, not the client, judges negative or absurd counts); a count that is not
+an integer in int64 range is NULL and the row's error names the field and its raw value.
+
+Every wait is bounded: a request has a total deadline (`request_timeout_s`, not httpx's
+per-read timeout), and both the warm-up and the measured part of a window wait at most
+`drain_timeout_s` after their last submission; requests still running then are cancelled and
+recorded as `unresolved` rows.
 """
 
 from __future__ import annotations
@@ -13,13 +26,24 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
+from typing import NamedTuple
 
 import httpx
-from httpx_sse import aconnect_sse
 
 from benchledger.prompts import Prompt, cold_prefix, shape_prompt
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# An event (or an unterminated line) larger than this fails its request: a server that never
+# ends a line must not grow the measuring process without bound.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+ERROR_BODY_BYTES = 4096  # how much of a non-200 answer's body an error row keeps
+CONNECT_TIMEOUT_S = 30.0
+# After cancelling the requests still running at a drain deadline, how long to wait for
+# them to unwind (closing their connections) before going on regardless.
+CANCEL_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +87,241 @@ class WindowSpec:
     seed: int = 0
 
 
+# --- reading what the server sent (pure functions, property-tested) -------------------------
+
+
+def show(value: object, limit: int = 200) -> str:
+    """A JSON value as the server spelled it (true, "7", 1.5), cut to `limit` characters;
+    never raises (a value too deep to print is named by its type)."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def safe_text(text: str) -> str:
+    """`text` as valid UTF-8: a lone surrogate (JSON allows "\\ud800") cannot be written to
+    Parquet, so it is escaped instead of failing the window's file."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+class Event(NamedTuple):
+    """What one SSE event said, read without trusting its shape."""
+
+    done: bool = False  # the [DONE] sentinel
+    content: int = 0  # choices carrying output text: chunks, never tokens (trap T1)
+    finish_reason: str | None = None
+    usage: object = None  # the usage value as sent (read_usage judges it); None: none sent
+    problem: str | None = None  # why this event fails its request (server error, bad shape)
+
+
+DONE = Event(done=True)
+
+
+def _choice_text(choice: dict, index: int, chat: bool) -> tuple[object, str | None]:
+    """The output text a choice carries, or the problem with its shape."""
+    if not chat:
+        return choice.get("text"), None
+    delta = choice.get("delta")
+    if delta is None:
+        return None, None
+    if not isinstance(delta, dict):
+        return None, f"choices[{index}].delta is not an object: {show(delta)}"
+    return delta.get("content"), None
+
+
+def _read_choices(choices: object, chat: bool) -> tuple[int, str | None, str | None]:
+    """(content-bearing choices, finish_reason, problem) of an event's `choices`."""
+    if choices is None:
+        return 0, None, None
+    if not isinstance(choices, list):
+        return 0, None, f"choices is not a list: {show(choices)}"
+    content, finish = 0, None
+    field_name = "delta.content" if chat else "text"
+    for index, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            return 0, None, f"choices[{index}] is not an object: {show(choice)}"
+        text, problem = _choice_text(choice, index, chat)
+        if problem:
+            return 0, None, problem
+        if text is not None and not isinstance(text, str):
+            return 0, None, f"choices[{index}].{field_name} is not a string: {show(text)}"
+        if text:
+            content += 1
+        reason = choice.get("finish_reason")
+        if reason is not None and not isinstance(reason, str):
+            return 0, None, f"choices[{index}].finish_reason is not a string: {show(reason)}"
+        if reason:
+            finish = safe_text(reason)
+    return content, finish, None
+
+
+def parse_event(data: bytes, chat: bool = True) -> Event:
+    """Read one SSE event's data. Total: any bytes give an Event, never an exception; an
+    event that cannot be trusted has `problem` set, which fails (only) its request."""
+    if data.strip() == b"[DONE]":
+        return DONE
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Event(problem=f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})")
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return Event(problem=f"not JSON ({type(exc).__name__}: {str(exc)[:200]}): "
+                             f"{show(text, 120)}")
+    if not isinstance(payload, dict):
+        return Event(problem=f"not a JSON object: {show(payload)}")
+    if payload.get("error"):
+        return Event(problem=f"error event: {show(payload['error'], 500)}")
+    content, finish, problem = _read_choices(payload.get("choices"), chat)
+    if problem:
+        return Event(problem=problem)
+    usage = payload.get("usage")
+    if usage == {}:  # an empty usage object reports nothing; it must not hide an earlier one
+        usage = None
+    return Event(content=content, finish_reason=finish, usage=usage)
+
+
+class Usage(NamedTuple):
+    prompt_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+    token_source: str  # usage | missing (docs/protocol.md)
+    notes: tuple[str, ...]  # what could not be used, naming the field and the raw value
+
+
+def _count(container: dict, key: str, where: str, notes: list[str]) -> int | None:
+    """A token count as reported, or None (with a note) when it is not an int64 integer.
+    Negative or absurd integers are recorded as they are: a gate rule blocks them."""
+    if key not in container:
+        return None
+    value = container[key]
+    if type(value) is not int:  # bool is an int subclass, and `true` is not a count
+        notes.append(f"{where}.{key} is not an integer: {show(value)}")
+        return None
+    if not INT64_MIN <= value <= INT64_MAX:
+        notes.append(f"{where}.{key} does not fit in int64: {show(value)}")
+        return None
+    return value
+
+
+def read_usage(usage: object) -> Usage:
+    """The row's token counts from the usage a request's stream reported (None: none)."""
+    if usage is None:
+        return Usage(None, None, None, "missing", ())
+    if not isinstance(usage, dict):
+        return Usage(None, None, None, "missing", (f"usage is not an object: {show(usage)}",))
+    notes: list[str] = []
+    output = _count(usage, "completion_tokens", "usage", notes)
+    if "completion_tokens" not in usage:
+        notes.append("usage has no completion_tokens")
+    prompt = _count(usage, "prompt_tokens", "usage", notes)
+    if "prompt_tokens" not in usage:
+        notes.append("usage has no prompt_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = None
+    if isinstance(details, dict):
+        cached = _count(details, "cached_tokens", "usage.prompt_tokens_details", notes)
+    elif details is not None:
+        notes.append(f"usage.prompt_tokens_details is not an object: {show(details)}")
+    return Usage(prompt, output, cached, "usage" if output is not None else "missing",
+                 tuple(notes))
+
+
+class SSEReader:
+    """Splits a byte stream into the data of its server-sent events (the WHATWG format:
+    lines end in LF, CRLF or CR; `data:` lines accumulate until a blank line; `event`, `id`,
+    `retry` and `:` comment lines are allowed). What fails the request sets `fault` and stops
+    the reading: an `event: error` event, a line that is not an SSE field (plain text,
+    llama.cpp's `error: {...}`), or an event larger than MAX_EVENT_BYTES."""
+
+    __slots__ = ("_tail", "_after_cr", "_data", "_pending", "_event_type", "events", "fault")
+
+    def __init__(self) -> None:
+        self._tail = b""  # an unfinished line
+        self._after_cr = False  # the last chunk ended in CR: an LF opening the next is its pair
+        self._data: list[bytes] = []
+        self._pending = 0  # bytes in _data
+        self._event_type = b""
+        self.events = 0  # events dispatched so far
+        self.fault: str | None = None
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of every event that `chunk` completes, in order (up to a fault)."""
+        if self._after_cr:
+            self._after_cr = False
+            if chunk.startswith(b"\n"):
+                chunk = chunk[1:]
+        buffer = self._tail + chunk if self._tail else chunk
+        if b"\r" in buffer:
+            self._after_cr = buffer.endswith(b"\r")
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buffer.split(b"\n")
+        self._tail = lines.pop()
+        out: list[bytes] = []
+        for line in lines:
+            if line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                self._data.append(value)
+                self._pending += len(value)
+                if self._pending > MAX_EVENT_BYTES:
+                    self.fault = f"an event longer than {MAX_EVENT_BYTES} bytes"
+                    return out
+            elif not line:
+                if self._data:
+                    if self._event_type == b"error":
+                        self.fault = f"error event: {self._show_data()}"
+                        return out
+                    out.append(self._dispatch())
+            elif not self._field(line):
+                return out
+        if len(self._tail) > MAX_EVENT_BYTES:
+            self.fault = f"a line longer than {MAX_EVENT_BYTES} bytes"
+        return out
+
+    def _dispatch(self) -> bytes:
+        data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+        self._data, self._pending, self._event_type = [], 0, b""
+        self.events += 1
+        return data
+
+    def _show_data(self) -> str:
+        return show(b"\n".join(self._data)[:500].decode("utf-8", "backslashreplace"), 500)
+
+    def _field(self, line: bytes) -> bool:
+        """A line other than data or blank: True if the format allows it."""
+        if line.startswith(b":"):
+            return True  # a comment (keep-alive)
+        name, _, value = line.partition(b":")
+        if name == b"event":
+            self._event_type = value.strip()
+            return True
+        if name in (b"id", b"retry"):
+            return True
+        if name == b"data":  # "data" without a colon: an empty data line
+            self._data.append(b"")
+            return True
+        shown = show(line[:200].decode("utf-8", "backslashreplace"))
+        self.fault = f"a line that is not an SSE field after event {self.events}: {shown}"
+        return False
+
+    def leftover(self) -> str | None:
+        """What the stream left unfinished when it ended (for the error row)."""
+        if not self._data and not self._tail:
+            return None
+        head = b"\n".join([*self._data, self._tail])[:120]
+        return f"an unfinished event at the end: {show(head.decode('utf-8', 'backslashreplace'))}"
+
+
+# --- one request ----------------------------------------------------------------------------
+
+
 @dataclass
 class RequestRecord:
     """A request as it happens; becomes one raw row whatever its outcome."""
@@ -78,7 +337,7 @@ class RequestRecord:
     status: str = "unresolved"  # until the stream ends, the outcome is unknown
     http_status: int | None = None
     error: str | None = None
-    usage: dict | None = None
+    usage: object = None  # the last usage value the stream reported, unjudged
     chunks: int = 0
     finish_reason: str | None = None
     t_submit_ns: int = 0
@@ -87,13 +346,11 @@ class RequestRecord:
 
     def fail(self, message: str) -> None:
         self.status = "failed"
-        self.error = message[:2000]
+        self.error = safe_text(message[:2000])
 
     def row(self) -> dict:
-        usage = self.usage or {}
-        output_tokens = usage.get("completion_tokens")
-        has_usage = isinstance(output_tokens, int)
-        details = usage.get("prompt_tokens_details") or {}
+        usage = read_usage(self.usage)
+        error = "; ".join(filter(None, (self.error, *usage.notes))) or None
         events = self.content_event_ns
         return {
             "request_id": self.request_id,
@@ -102,16 +359,16 @@ class RequestRecord:
             "is_warmup": self.is_warmup,
             "status": self.status,
             "http_status": self.http_status,
-            "error": self.error,
+            "error": safe_text(error[:2000]) if error else None,
             "prompt_id": self.prompt.id,
             "prompt_sha256": self.prompt.sha256,
             "prompt_prefix": self.prompt_prefix,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
-            "prompt_tokens": usage.get("prompt_tokens") if has_usage else None,
-            "output_tokens": output_tokens if has_usage else None,
-            "cached_tokens": details.get("cached_tokens") if has_usage else None,
-            "token_source": "usage" if has_usage else "missing",
+            "prompt_tokens": usage.prompt_tokens,
+            "output_tokens": usage.output_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "token_source": usage.token_source,
             "chunks": self.chunks,
             "finish_reason": self.finish_reason,
             "t_submit_ns": self.t_submit_ns,
@@ -144,86 +401,105 @@ def request_body(target: Target, record: RequestRecord) -> tuple[str, dict]:
     return "/v1/completions", body
 
 
-def _content_of(choice: dict, endpoint: str) -> str | None:
-    if endpoint == "chat":
-        return (choice.get("delta") or {}).get("content")
-    return choice.get("text")
+async def _body_head(response: httpx.Response) -> str:
+    """The start of an answer's body (an error page may be large, or never end)."""
+    head = b""
+    async for part in response.aiter_bytes():
+        head += part
+        if len(head) >= ERROR_BODY_BYTES:
+            break
+    return head[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
 
 
-async def _stream_one(http: httpx.AsyncClient, target: Target, record: RequestRecord) -> None:
-    """Send one request and fill `record` as events arrive (it may be cancelled midway)."""
+async def _read_stream(response: httpx.Response, record: RequestRecord, chat: bool) -> None:
+    """Fill `record` from a 200 answer's event stream, then set its outcome."""
+    content_type = response.headers.get("content-type", "")
+    if not content_type.startswith("text/event-stream"):
+        record.fail(f"HTTP 200 but Content-Type {content_type!r}, not text/event-stream: "
+                    f"{(await _body_head(response))[:500]}")
+        return
+    reader = SSEReader()
+    stamps = record.content_event_ns
+    async for chunk in response.aiter_bytes():
+        now = time.perf_counter_ns()  # every event in this chunk arrived now
+        seen = reader.events
+        for number, data in enumerate(reader.feed(chunk), seen + 1):
+            event = parse_event(data, chat)
+            if event.done:
+                record.status = "completed"
+                return
+            if event.problem:
+                record.fail(f"event {number}: {event.problem}")
+                return
+            if event.content == 1:
+                record.chunks += 1
+                stamps.append(now)
+            elif event.content:
+                record.chunks += event.content
+                stamps.extend([now] * event.content)
+            if event.usage is not None:
+                record.usage = event.usage
+            if event.finish_reason:
+                record.finish_reason = event.finish_reason
+        if reader.fault:
+            record.fail(f"malformed stream: {reader.fault}")
+            return
+    if record.finish_reason:
+        record.status = "completed"
+        return
+    unfinished = reader.leftover()
+    record.fail("stream ended without [DONE] or a finish_reason"
+                + (f" ({unfinished})" if unfinished else ""))
+
+
+async def _stream_one(http: httpx.AsyncClient, target: Target, record: RequestRecord,
+                      request_timeout_s: float) -> None:
+    """Send one request and fill `record` as events arrive. Any outcome is recorded on the
+    record; only cancellation (a drain deadline) leaves it, still `unresolved`."""
     path, body = request_body(target, record)
-    saw_done = False
+    url = target.base_url.rstrip("/") + path
     record.t_submit_ns = time.perf_counter_ns()
     try:
-        async with aconnect_sse(http, "POST", target.base_url.rstrip("/") + path,
-                                json=body) as source:
-            response = source.response
+        async with asyncio.timeout(request_timeout_s), \
+                http.stream("POST", url, json=body) as response:
             record.http_status = response.status_code
             if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
-                record.fail(f"HTTP {response.status_code}: {text.strip()[:500]}")
-                return
-            async for event in source.aiter_sse():
-                now = time.perf_counter_ns()
-                if event.data.strip() == "[DONE]":
-                    saw_done = True
-                    break
-                payload = json.loads(event.data)
-                if payload.get("error"):
-                    record.fail(f"error event: {json.dumps(payload['error'])[:500]}")
-                    return
-                if payload.get("usage"):
-                    record.usage = payload["usage"]
-                for choice in payload.get("choices") or []:
-                    if _content_of(choice, target.endpoint):
-                        record.chunks += 1
-                        record.content_event_ns.append(now)
-                    if choice.get("finish_reason"):
-                        record.finish_reason = choice["finish_reason"]
-    except (httpx.HTTPError, json.JSONDecodeError, ValueError) as exc:
+                record.fail(f"HTTP {response.status_code}: {(await _body_head(response))[:500]}")
+            else:
+                await _read_stream(response, record, target.endpoint == "chat")
+    except TimeoutError:
+        record.fail(f"no complete answer within request_timeout_s ({request_timeout_s:g} s)")
+    except httpx.HTTPError as exc:
         record.fail(f"{type(exc).__name__}: {exc}")
-        return
+    except Exception as exc:  # noqa: BLE001 (whatever one request hits must not end the window)
+        record.fail(f"unexpected {type(exc).__name__} while streaming: {exc}")
     finally:
         record.t_done_ns = time.perf_counter_ns()
-    if saw_done or record.finish_reason:
-        record.status = "completed"
-    else:
-        record.fail("stream ended without [DONE] or a finish_reason")
+
+
+# --- a window -------------------------------------------------------------------------------
+
+
+def poisson_arrivals(rate_rps: float, seed: int) -> Iterator[float]:
+    """Seeded open-loop arrival times (seconds from the first): exponential gaps, lazily
+    (a window of 10^9 requests must not build its schedule before sending anything)."""
+    rng = random.Random(seed)
+    t = 0.0
+    yield t
+    while True:
+        t += rng.expovariate(rate_rps)
+        yield t
 
 
 def poisson_offsets(count: int, rate_rps: float, seed: int) -> list[float]:
-    """Seeded open-loop arrival times (seconds from the first): exponential gaps."""
-    rng = random.Random(seed)
-    offsets, t = [], 0.0
-    for i in range(count):
-        if i:
-            t += rng.expovariate(rate_rps)
-        offsets.append(t)
-    return offsets
+    """The first `count` arrival times of poisson_arrivals."""
+    return list(islice(poisson_arrivals(rate_rps, seed), count))
 
 
-async def _drive(http: httpx.AsyncClient, target: Target, records: list[RequestRecord],
-                 concurrency: int, drain_timeout_s: float,
-                 offsets: list[float] | None = None) -> int | None:
-    """Submit every record, then drain; returns the drain deadline if it was hit.
-
-    Closed loop (offsets None): a new request as soon as fewer than `concurrency` are
-    outstanding. Open loop: each request at its scheduled offset, still capped at
-    `concurrency` outstanding (a late submission shows in the achieved rate). After the
-    last submission the window waits at most `drain_timeout_s`; requests still running
-    then are cancelled and stay `unresolved` rows (docs/protocol.md, trap T14).
-    """
-    in_flight: dict[asyncio.Task, RequestRecord] = {}
-    start = time.perf_counter()
-    for i, record in enumerate(records):
-        while len(in_flight) >= concurrency:
-            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                in_flight.pop(task)
-        if offsets is not None and (delay := start + offsets[i] - time.perf_counter()) > 0:
-            await asyncio.sleep(delay)
-        in_flight[asyncio.create_task(_stream_one(http, target, record))] = record
+async def _drain(in_flight: dict[asyncio.Task, RequestRecord], drain_timeout_s: float,
+                 what: str) -> int | None:
+    """Wait at most `drain_timeout_s` for the running requests; cancel the rest, which stay
+    `unresolved` rows (docs/protocol.md, trap T14). Returns the deadline if it was hit."""
     deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
     if not in_flight:
         return None
@@ -232,32 +508,60 @@ async def _drive(http: httpx.AsyncClient, target: Target, records: list[RequestR
         return None
     for task in pending:
         task.cancel()
-        in_flight[task].error = f"still running at the drain deadline ({drain_timeout_s:g} s)"
-    await asyncio.gather(*pending, return_exceptions=True)
+    # Bounded too: a request that does not unwind in time is left to the loop's shutdown.
+    await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
     for task in pending:
         # Cancellation must not turn it into a failure: its outcome is unknown.
-        in_flight[task].status = "unresolved"
-        in_flight[task].t_done_ns = None
+        record = in_flight[task]
+        record.status = "unresolved"
+        record.error = f"{what} still running at the drain deadline ({drain_timeout_s:g} s)"
+        record.t_done_ns = None
     return deadline_ns
 
 
-def _records(spec: WindowSpec, is_warmup: bool, count: int) -> list[RequestRecord]:
-    kind = "w" if is_warmup else "m"
-    records = []
-    for i in range(count):
-        request_id = f"{spec.window_id}/{kind}{i:04d}"
-        prefix = cold_prefix(spec.seed, request_id) if spec.prompt_cache == "cold" else None
-        records.append(RequestRecord(
-            request_id=request_id,
-            window_id=spec.window_id,
-            seq=i,
-            is_warmup=is_warmup,
-            prompt=shape_prompt(spec.prompts[i % len(spec.prompts)], prefix, spec.input_tokens),
-            max_tokens=spec.max_tokens,
-            temperature=spec.temperature,
-            prompt_prefix=prefix,
-        ))
-    return records
+async def _drive(http: httpx.AsyncClient, target: Target, spec: WindowSpec, is_warmup: bool,
+                 records: list[RequestRecord], offsets: Iterator[float] | None = None
+                 ) -> int | None:
+    """Submit the part's requests (creating each record as it is submitted, into
+    `records`), then drain; returns the drain deadline if it was hit.
+
+    Closed loop (offsets None): a new request as soon as fewer than `concurrency` are
+    outstanding. Open loop: each request at its scheduled offset, still capped at
+    `concurrency` outstanding (a late submission shows in the achieved rate). After the
+    last submission the part waits at most `drain_timeout_s`, warm-up included.
+    """
+    total = spec.warmup if is_warmup else spec.requests
+    in_flight: dict[asyncio.Task, RequestRecord] = {}
+    start = time.perf_counter()
+    schedule = offsets if offsets is not None else iter(())
+    for i in range(total):
+        while len(in_flight) >= spec.concurrency:
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                in_flight.pop(task)
+        if offsets is not None and (delay := start + next(schedule) - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        record = _record(spec, is_warmup, i)
+        records.append(record)
+        task = asyncio.create_task(_stream_one(http, target, record, spec.request_timeout_s))
+        in_flight[task] = record
+    return await _drain(in_flight, spec.drain_timeout_s,
+                        "warm-up request" if is_warmup else "request")
+
+
+def _record(spec: WindowSpec, is_warmup: bool, i: int) -> RequestRecord:
+    request_id = f"{spec.window_id}/{'w' if is_warmup else 'm'}{i:04d}"
+    prefix = cold_prefix(spec.seed, request_id) if spec.prompt_cache == "cold" else None
+    return RequestRecord(
+        request_id=request_id,
+        window_id=spec.window_id,
+        seq=i,
+        is_warmup=is_warmup,
+        prompt=shape_prompt(spec.prompts[i % len(spec.prompts)], prefix, spec.input_tokens),
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
+        prompt_prefix=prefix,
+    )
 
 
 def _achieved_rate(measured: list[RequestRecord]) -> float | None:
@@ -284,9 +588,11 @@ def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[Re
         "submitted": len(measured),
         **counts,
         "warmup_submitted": len(warmup),
-        "warmup_completed": sum(r.status == "completed" for r in warmup),
+        **{f"warmup_{s}": sum(r.status == s for r in warmup)
+           for s in ("completed", "failed", "unresolved")},
         "drain_status": "complete" if counts["unresolved"] == 0 else "incomplete",
         "drain_timeout_s": spec.drain_timeout_s,
+        "request_timeout_s": spec.request_timeout_s,
         "anchor_wall_ns": wall_ns,
         "anchor_perf_ns": perf_ns,
         "window_start_ns": start_ns,
@@ -313,21 +619,22 @@ async def measure_window_async(target: Target, spec: WindowSpec,
                                on_stop: Callable[[], None] | None = None) -> WindowResult:
     """Warm-up, then the measured window; on_start/on_stop bracket only the measured part
     (counter scrapes, log slices and clock sampling must not include warm-up)."""
-    warmup = _records(spec, True, spec.warmup)
-    measured = _records(spec, False, spec.requests)
-    timeout = httpx.Timeout(spec.request_timeout_s, connect=30.0)
+    warmup: list[RequestRecord] = []
+    measured: list[RequestRecord] = []
+    # httpx's read timeout is per read; the total deadline is asyncio.timeout in _stream_one.
+    timeout = httpx.Timeout(spec.request_timeout_s,
+                            connect=min(CONNECT_TIMEOUT_S, spec.request_timeout_s))
     limits = httpx.Limits(max_connections=spec.concurrency + 4)
     async with httpx.AsyncClient(timeout=timeout, limits=limits,
                                  headers=target.headers()) as http:
         # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
-        await _drive(http, target, warmup, spec.concurrency, spec.request_timeout_s)
-        offsets = (poisson_offsets(len(measured), spec.rate_rps, spec.seed)
+        await _drive(http, target, spec, True, warmup)
+        offsets = (poisson_arrivals(spec.rate_rps, spec.seed)
                    if spec.arrival == "poisson" else None)
         if on_start:
             await asyncio.to_thread(on_start)
         anchor = (time.time_ns(), time.perf_counter_ns())
-        deadline = await _drive(http, target, measured, spec.concurrency,
-                                spec.drain_timeout_s, offsets)
+        deadline = await _drive(http, target, spec, False, measured, offsets)
         if on_stop:
             await asyncio.to_thread(on_stop)
     rows = [r.row() for r in warmup + measured]

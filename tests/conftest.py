@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -46,6 +49,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     - "stall": sends one event, then stays silent for 30 s
     - "cut": sends one event and closes without [DONE] or finish_reason
     - "echo-auth": answers 401 echoing the request's Authorization header (a careless server)
+    - a name registered in server.scripts: a raw, byte-exact answer (see Script)
 
     Every request's body and headers are kept (server.bodies, server.headers).
     """
@@ -60,6 +64,11 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self.server.bodies.append(body)
         self.server.headers.append(dict(self.headers))
         model = body["model"]
+        if model in self.server.scripts:
+            with self.server.lock:
+                n = self.server.served[model] = self.server.served.get(model, -1) + 1
+            self._play(self.server.scripts[model](n, body))
+            return
         if model == "echo-auth":
             self.send_response(401)
             self.end_headers()
@@ -93,6 +102,63 @@ class ScriptedHandler(BaseHTTPRequestHandler):
                 "total_tokens": 7 + len(" ".join(pieces).split())}}))
         self.wfile.write(_sse("[DONE]"))
 
+    def _play(self, script: Script) -> None:
+        self.send_response(script.status)
+        self.send_header("Content-Type", script.content_type)
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            for step in script.steps:
+                if step == RESET:
+                    # SO_LINGER 0: close() sends a TCP RST, a connection reset mid-stream
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
+                if isinstance(step, bytes):
+                    self.wfile.write(step)
+                    self.wfile.flush()
+                else:
+                    time.sleep(step)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on this request (a drain deadline, a timeout)
+
+
+RESET = "reset"  # a Script step: reset the connection
+
+
+@dataclasses.dataclass
+class Script:
+    """A raw answer: the status line's code, then each step in turn (bytes are written and
+    flushed as they are, a number is a pause in seconds, RESET resets the connection)."""
+
+    steps: list = dataclasses.field(default_factory=list)
+    status: int = 200
+    content_type: str = "text/event-stream"
+
+
+def sse_event(payload) -> bytes:
+    """One SSE event carrying `payload` (JSON-encoded unless it is already str/bytes)."""
+    if isinstance(payload, bytes):
+        return b"data: " + payload + b"\n\n"
+    return _sse(payload)
+
+
+def chat_chunk(text: str, finish: str | None = None) -> bytes:
+    return _sse(_chunk(text, finish))
+
+
+def usage_event(**usage) -> bytes:
+    return _sse({"choices": [], "usage": usage})
+
+
+def good_stream(tokens: int = 5) -> list:
+    """A well-formed answer: `tokens` one-token content events, usage, [DONE]."""
+    pieces = [chat_chunk(f" t{i}", "length" if i == tokens - 1 else None)
+              for i in range(tokens)]
+    return [*pieces, usage_event(prompt_tokens=7, completion_tokens=tokens,
+                                 total_tokens=7 + tokens), _sse("[DONE]")]
+
 
 @pytest.fixture
 def scripted_server():
@@ -100,6 +166,10 @@ def scripted_server():
     server.daemon_threads = True
     server.bodies = []
     server.headers = []
+    # model name -> callable(n, body) -> Script, n counting that model's requests from 0
+    server.scripts = {}
+    server.served = {}
+    server.lock = threading.Lock()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server, f"http://127.0.0.1:{server.server_address[1]}"
