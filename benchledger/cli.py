@@ -7,8 +7,16 @@ process never imports Airflow and a user's own Airflow settings are left alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
 import signal
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from benchledger.sweep import SweepError, load_sweep
@@ -25,7 +33,23 @@ publish_dag = build_publish_dag({sweep_path!r})
 
 
 class CliError(Exception):
-    """A user-facing error: printed as one clear message, exit status 2."""
+    """A user-facing error: printed as one clear message, exit status 2 (or exit_code)."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class SweepOutcome:
+    """What `benchledger run` did, for its last lines and its exit status."""
+
+    run_id: str | None
+    state: str
+    failures: list[dict] = field(default_factory=list)
+    published: dict | None = None  # entry counts of a publication that happened
+    export_dir: Path | None = None
+    not_published: str | None = None  # why nothing was published, when publishing was asked
 
 
 def _write_dag_file(sweep_path: Path, dags_folder: Path) -> Path:
@@ -42,56 +66,224 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
-              publish: bool = False) -> tuple[str, str]:
-    """Run one sweep through its Airflow DAG; returns (run_id, final DAG run state)."""
-    from benchledger.runner import run_in_subprocess
+@contextlib.contextmanager
+def sweep_lock(data_dir: Path, sweep_name: str) -> Iterator[int]:
+    """Hold the sweep's lock (flock on <data dir>/locks/<sweep>.lock) for a whole run, so
+    two runs of one sweep never measure at once; a second run is refused at once, naming
+    the holder. Yields the file descriptor: the runner inherits it, so the lock lasts
+    as long as either process lives."""
+    folder = data_dir / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', sweep_name)}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CliError(f"sweep {sweep_name!r} is already running on {data_dir} "
+                           f"({_lock_holder(path)}); two runs of one sweep never measure at "
+                           f"once: wait for it to finish (lock file: {path})") from None
+        holder = {"pid": os.getpid(), "command": " ".join(sys.argv),
+                  "since": datetime.now(UTC).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _lock_holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text())
+        return f"PID {holder['pid']}: {holder['command']}, since {holder['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that did not say who it is"
+
+
+def load_unloaded_runs(data_dir: Path, warehouse: Path, sweep_name: str) -> list[str]:
+    """Load the raw files of earlier runs of this sweep that never reached the warehouse
+    (a run killed before its load task). Loading is idempotent by sha256; the runs are
+    not validated or derived, so nothing of them is published. One line per run."""
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.load import load_run_dir
+
+    found, lines = [], []
+    for manifest in sorted(Path(data_dir).glob("raw/*/run.json")):
+        try:
+            run = json.loads(manifest.read_text())
+        except (OSError, ValueError) as exc:
+            lines.append(f"{manifest}: unreadable run manifest, its run was not loaded ({exc})")
+            continue
+        if run.get("sweep_name") == sweep_name and run.get("run_id"):
+            found.append((run["run_id"], manifest.parent))
+    if not found:
+        return lines
+    loaded = set()
+    if warehouse.exists():
+        with connect(warehouse, read_only=True) as con:
+            loaded = {run_id for run_id, in con.execute("SELECT run_id FROM runs").fetchall()}
+    pending = [(run_id, run_dir) for run_id, run_dir in found if run_id not in loaded]
+    if not pending:
+        return lines
+    with connect(warehouse) as con:
+        for run_id, run_dir in pending:
+            try:
+                counts = load_run_dir(con, run_dir)
+            except Exception as exc:  # reported, and the new run still goes ahead
+                lines.append(f"run {run_id} was never loaded and could not be now: "
+                             f"{type(exc).__name__}: {exc}")
+                continue
+            what = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()) if n)
+            lines.append(f"loaded the raw files of run {run_id}, which was interrupted before "
+                         f"its load ({what or 'nothing new'}); it is not validated or "
+                         "derived, so nothing of it is published")
+    return lines
+
+
+def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
+                  publish: bool = False) -> SweepOutcome:
+    """Run one sweep through its Airflow DAG (then, with publish, its publish DAG), under
+    the sweep's lock. Prints progress; the caller prints the outcome."""
+    from benchledger.runner import RunnerDied, run_in_subprocess
 
     sweep = load_sweep(sweep_path)  # fails here, before Airflow starts, on a bad file
+    name = sweep.sweep.name
     warehouse = warehouse.resolve()
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
-    airflow_home = data_dir / "airflow"
-    dag_file = _write_dag_file(sweep_path, airflow_home / "dags")
-    log_file = data_dir / "logs" / f"{sweep.sweep.name}.log"
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    print(f"running sweep {sweep.sweep.name!r} ({sweep_path}) through Airflow; "
-          f"task logs: {log_file}", flush=True)
-    conf = {"warehouse": str(warehouse), "data_dir": str(data_dir)}
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed run cleans up too
-    try:
-        result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf, log_file)
-    except KeyboardInterrupt:
-        # The run's teardown tasks did not get to run: stop what they would have stopped.
-        from benchledger.restart import stop_leftover_servers
+    with sweep_lock(data_dir, name) as lock_fd:
+        for line in load_unloaded_runs(data_dir, warehouse, name):
+            print(line, flush=True)
+        airflow_home = data_dir / "airflow"
+        dag_file = _write_dag_file(sweep_path, airflow_home / "dags")
+        log_file = data_dir / "logs" / f"{name}.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        print(f"running sweep {name!r} ({sweep_path}) through Airflow; "
+              f"task logs: {log_file}", flush=True)
+        conf = {"warehouse": str(warehouse), "data_dir": str(data_dir)}
+        started = datetime.now(UTC)
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed run cleans up too
+        try:
+            result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf, log_file,
+                                       keep_fds=(lock_fd,))
+        except KeyboardInterrupt:
+            # The run's teardown tasks did not get to run: stop what they would have stopped.
+            _stop_leftovers(data_dir, name, started, "interrupted")
+            raise
+        except RunnerDied as died:
+            _stop_leftovers(data_dir, name, started, "runner died")
+            for line in load_unloaded_runs(data_dir, warehouse, name):
+                print(line, flush=True)
+            _print_failures(died.failures, log_file)
+            raise CliError(f"{died}; nothing was published", exit_code=1) from died
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        outcome = SweepOutcome(result.run_id, result.state, result.failures)
+        _print_failures(result.failures, log_file)
+        if publish and result.run_id:
+            _publish(outcome, sweep, dag_file, airflow_home, conf, log_file, warehouse,
+                     data_dir)
+    return outcome
 
-        for line in stop_leftover_servers(data_dir):
-            print(f"interrupted: {line}", file=sys.stderr)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if publish and result.run_id and warehouse.exists():
-        # Without a scheduler the asset event triggers nothing: run the publish DAG here.
-        published = run_in_subprocess(dag_file, sweep.publish_dag_id, airflow_home,
-                                      {**conf, "publish_run_id": result.run_id}, log_file)
-        if published.state != "success":
-            raise CliError(f"publishing run {result.run_id} failed; see {log_file}")
-        from benchledger.restart import RunLayout
 
-        print(f"published (validated entries, report.html, MANIFEST.sha256): "
-              f"{RunLayout(data_dir, result.run_id).export_dir}", flush=True)
-    return result.run_id, result.state
+def run_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
+              publish: bool = False) -> tuple[str, str]:
+    """Run one sweep through its Airflow DAG; returns (run_id, final DAG run state).
+    Raises CliError when publishing was asked for and did not happen."""
+    outcome = execute_sweep(sweep_path, warehouse, data_dir, publish)
+    if publish and outcome.not_published:
+        raise CliError(f"run {outcome.run_id} not published: {outcome.not_published}")
+    return outcome.run_id, outcome.state
 
 
-def _print_run(warehouse: Path, run_id: str | None) -> None:
-    import duckdb
+def _stop_leftovers(data_dir: Path, sweep_name: str, started: datetime, why: str) -> None:
+    """Stop the servers of this run (runs of this sweep that started since `started`)
+    whose teardown never ran, and say so."""
+    from benchledger.runner import stop_leftover_servers
 
+    lines = stop_leftover_servers(data_dir, sweep_name=sweep_name, started_after=started)
+    for line in lines:
+        print(f"{why}: stopped a leftover server: {line}", file=sys.stderr, flush=True)
+    if not lines:
+        print(f"{why}: no server of this run was left running", file=sys.stderr, flush=True)
+
+
+def _print_failures(failures: list[dict], log_file: Path) -> None:
+    """The first failed task's error in full (the cause), the later ones a line each."""
+    if not failures:
+        return
+    first, *later = failures
+    error = str(first.get("error") or "").strip().splitlines() or ["(no message)"]
+    print(f"first failure: {first.get('task_id')}: {error[0]}", file=sys.stderr)
+    for line in error[1:20]:
+        print(f"  {line}", file=sys.stderr)
+    for failure in later:
+        text = (str(failure.get("error") or "").strip().splitlines() or [""])[0]
+        print(f"then failed: {failure.get('task_id')}: {text}", file=sys.stderr)
+    print(f"(task logs: {log_file})", file=sys.stderr, flush=True)
+
+
+def _publish(outcome: SweepOutcome, sweep, dag_file: Path, airflow_home: Path, conf: dict,
+             log_file: Path, warehouse: Path, data_dir: Path) -> None:
+    """Run the publish DAG for the run, if the run has anything to publish; records in
+    `outcome` what was published, or why nothing was."""
+    from benchledger.restart import RunLayout
+    from benchledger.runner import run_in_subprocess
+
+    counts = _entry_counts(warehouse, outcome.run_id)
+    if counts is None:
+        outcome.not_published = (f"run {outcome.run_id} is not in the warehouse (its load "
+                                 "did not finish)")
+        return
+    if counts["entries"] == 0:
+        outcome.not_published = (f"run {outcome.run_id} has no derived entries (its "
+                                 "validate or derive did not finish)")
+        return
+    # Without a scheduler the asset event triggers nothing: run the publish DAG here.
+    published = run_in_subprocess(dag_file, sweep.publish_dag_id, airflow_home,
+                                  {**conf, "publish_run_id": outcome.run_id}, log_file)
+    if published.state != "success":
+        _print_failures(published.failures, log_file)
+        cause = published.failures[0]["error"] if published.failures else f"see {log_file}"
+        outcome.not_published = f"the publish DAG failed: {cause}"
+        return
+    outcome.published = counts
+    outcome.export_dir = RunLayout(data_dir, outcome.run_id).export_dir
+
+
+def _entry_counts(warehouse: Path, run_id: str) -> dict | None:
+    from benchledger.publishing.read import run_entry_counts
+    from benchledger.warehouse.db import connect
+
+    if not warehouse.exists():
+        return None
+    with connect(warehouse, read_only=True) as con:
+        return run_entry_counts(con, run_id)
+
+
+def publication_line(outcome: SweepOutcome) -> str:
+    """The truth about publishing, in one line: never "published" over nothing."""
+    if outcome.not_published:
+        return f"not published: {outcome.not_published}"
+    if outcome.published is None:
+        return "not published"
+    counts = outcome.published
+    if counts["published"] == 0:
+        return (f"nothing published: all {counts['entries']} entries of run "
+                f"{outcome.run_id} are blocked (the report says why: "
+                f"{outcome.export_dir / 'report.html'})")
+    return (f"published {counts['published']} validated entries of run {outcome.run_id} "
+            f"({counts['blocked']} blocked; entries, report.html, MANIFEST.sha256): "
+            f"{outcome.export_dir}")
+
+
+def _print_run(warehouse: Path, run_id: str) -> None:
     from benchledger.publishing.read import (
         blocked_entries,
         blocks,
         comparisons,
         delivered_vs_server,
-        latest_run_id,
         published_entries,
+        run_entry_counts,
         variance,
     )
     from benchledger.publishing.report import (
@@ -104,12 +296,11 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
     )
     from benchledger.warehouse.db import connect
 
-    try:
-        con = connect(warehouse, read_only=True)
-    except duckdb.Error as exc:
-        raise CliError(f"cannot open {warehouse} read-only: {exc}") from exc
-    with con:
-        run_id = run_id or latest_run_id(con)
+    with connect(warehouse, read_only=True) as con:
+        if run_entry_counts(con, run_id) is None:
+            # Never another run's numbers in its place.
+            print(f"\nrun {run_id} is not in the warehouse {warehouse}: nothing to show")
+            return
         published = published_entries(con, run_id)
         print(f"\nPublished entries of run {run_id} (validated only; headline means):")
         print(format_entries(headline(published)))
@@ -133,13 +324,26 @@ def _print_run(warehouse: Path, run_id: str | None) -> None:
     print(f"\nwarehouse: {warehouse}")
 
 
+def _finish_run(outcome: SweepOutcome, warehouse: Path) -> int:
+    """The run's tables, then its last lines: what was published (or why nothing was) and
+    the DAG run's state, first failure included. 0 only when both went well."""
+    if outcome.run_id and warehouse.exists():
+        _print_run(warehouse, outcome.run_id)
+    print(publication_line(outcome))
+    first = (outcome.failures[0] if outcome.failures else None)
+    cause = ""
+    if first:
+        text = (str(first.get("error") or "").strip().splitlines() or [""])[0]
+        cause = f" (first failure: {first.get('task_id')}: {text})"
+    print(f"DAG run {outcome.run_id}: {outcome.state}{cause}", flush=True)
+    return 0 if outcome.state == "success" and not outcome.not_published else 1
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    run_id, state = run_sweep(Path(args.sweep), Path(args.warehouse),
-                              Path(args.data_dir) if args.data_dir else None, publish=True)
-    if Path(args.warehouse).exists():
-        _print_run(Path(args.warehouse).resolve(), run_id)
-    print(f"DAG run {run_id}: {state}")
-    return 0 if state == "success" else 1
+    warehouse = Path(args.warehouse).resolve()
+    outcome = execute_sweep(Path(args.sweep), warehouse,
+                            Path(args.data_dir) if args.data_dir else None, publish=True)
+    return _finish_run(outcome, warehouse)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -147,25 +351,75 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise CliError(f"demo sweep not found at {DEMO_SWEEP} (run from a source checkout)")
     home = Path(args.dir).resolve()
     warehouse = home / "warehouse.duckdb"
-    run_id, state = run_sweep(DEMO_SWEEP, warehouse, home, publish=True)
-    _print_run(warehouse, run_id)
-    print(f"DAG run {run_id}: {state}")
-    return 0 if state == "success" else 1
+    outcome = execute_sweep(DEMO_SWEEP, warehouse, home, publish=True)
+    return _finish_run(outcome, warehouse)
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from benchledger.publishing.export import export_run
-    from benchledger.publishing.read import latest_run_id
+    from benchledger.publishing.read import latest_run_id, run_entry_counts
     from benchledger.warehouse.db import connect
 
     with connect(Path(args.warehouse), read_only=True) as con:
         run_id = args.run or latest_run_id(con)
-        out = export_run(con, run_id, Path(args.out))
-        count = len(con.execute("SELECT 1 FROM published_entries WHERE run_id = ?",
-                                [run_id]).fetchall())
-    print(f"{count} published entries of run {run_id}")
+        out = export_run(con, run_id, Path(args.out))  # refuses unknown or empty runs
+        counts = run_entry_counts(con, run_id)
     print(f"written to {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
+    if counts["published"] == 0:
+        print(f"nothing published: all {counts['entries']} entries of run {run_id} are "
+              f"blocked (report.html says why)")
+        return 1
+    print(f"published {counts['published']} validated entries of run {run_id} "
+          f"({counts['blocked']} blocked)")
     return 0
+
+
+# The statements the auditor's door runs: reads (SELECT covers DESCRIBE, SHOW, SUMMARIZE,
+# FROM-first queries and VALUES). Anything else is refused before it reaches DuckDB, with
+# the reason below; DuckDB's own lockdown (warehouse.db.READ_ONLY_CONFIG) stands behind
+# this list for whatever a read could still try (read_csv of a file, a SET inside EXPLAIN).
+READ_STATEMENTS = {"SELECT", "EXPLAIN"}
+REFUSED_STATEMENTS = {
+    "COPY": "COPY reads and writes files",
+    "COPY_DATABASE": "COPY FROM DATABASE writes to a database",
+    "EXPORT": "EXPORT DATABASE writes files",
+    "LOAD": "INSTALL and LOAD add extensions",
+    "EXTENSION": "extension statements change what the connection can do",
+    "ATTACH": "ATTACH opens another database file",
+    "DETACH": "DETACH changes the open databases",
+    "SET": "SET, RESET and USE change the connection's settings",
+    "VARIABLE_SET": "SET VARIABLE changes the connection's state",
+    "PRAGMA": "PRAGMA changes settings (DESCRIBE, SHOW and duckdb_settings() read them)",
+    "CALL": "CALL runs a procedure (write SELECT * FROM the_function() to read one)",
+    "TRANSACTION": "transaction statements are for writers",
+    "MULTI": "this statement expands into several statements",
+    **{kind: f"{kind.replace('_', ' ')} writes, and benchledger sql opens the warehouse "
+             "read-only" for kind in ("INSERT", "UPDATE", "DELETE", "CREATE", "DROP",
+                                      "ALTER", "MERGE_INTO", "CREATE_FUNC", "VACUUM",
+                                      "ANALYZE")},
+}
+
+
+def auditor_statement(text: str) -> str:
+    """The one read statement of `text`, or CliError naming what was refused."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(text)
+    except duckdb.Error as exc:
+        raise CliError(f"query failed: {_one_line(exc)}") from exc
+    if len(statements) != 1:
+        raise CliError(f"refused: {len(statements)} statements; the auditor's door runs "
+                       "exactly one statement per call")
+    kind = statements[0].type.name
+    if kind not in READ_STATEMENTS:
+        reason = REFUSED_STATEMENTS.get(kind, f"{kind} statements are not reads")
+        raise CliError(f"refused: {reason}; the auditor's door only reads the warehouse")
+    return statements[0].query
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -173,19 +427,22 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     from benchledger.warehouse.db import connect
 
+    query = auditor_statement(args.query)
     with connect(Path(args.warehouse), read_only=True) as con:
         try:
-            relation = con.sql(args.query)
-            if relation is not None:
-                frame = relation.df()
-                print(frame.to_string(index=False, max_colwidth=args.max_width)
-                      if len(frame) else f"{' | '.join(frame.columns)}\n(0 rows)")
+            frame = con.sql(query).df()
+        except duckdb.PermissionException as exc:
+            # DuckDB's lockdown refused a file, a network address or an extension.
+            raise CliError(f"refused: {_one_line(exc)}; the auditor's door only reads the "
+                           "warehouse") from exc
         except duckdb.Error as exc:
             # DuckDB refuses any write on a read-only connection with InvalidInputException.
             if isinstance(exc, duckdb.InvalidInputException) and "read-only" in str(exc):
-                raise CliError("benchledger sql is read-only: the warehouse was opened with "
-                               f"read_only=True and refused the statement ({exc})") from exc
-            raise CliError(f"query failed: {exc}") from exc
+                raise CliError("refused: benchledger sql is read-only: the warehouse was "
+                               f"opened with read_only=True ({_one_line(exc)})") from exc
+            raise CliError(f"query failed: {_one_line(exc)}") from exc
+    print(frame.to_string(index=False, max_colwidth=args.max_width)
+          if len(frame) else f"{' | '.join(frame.columns)}\n(0 rows)")
     return 0
 
 
@@ -246,20 +503,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line; everything after `simulator` is the simulator's own (its --help
+    and flags such as --port). argparse's REMAINDER refuses an option right after a
+    sub-command ("unrecognized arguments: --port"), so those arguments are split off
+    before argparse sees them."""
+    parser = build_parser()
+    command = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
+    if command is None or argv[command] != "simulator":
+        return parser.parse_args(argv)
+    args = parser.parse_args(argv[:command + 1])
+    args.simulator_args = argv[command + 1:]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["simulator"]:
-        # Everything after `simulator` is the simulator's own command line (its --help too);
-        # argparse's REMAINDER would refuse options right after the sub-command.
-        return cmd_simulator(argparse.Namespace(simulator_args=argv[1:]))
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, SweepError) as exc:
+    except CliError as exc:
+        print(f"benchledger {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SweepError as exc:
         print(f"benchledger {args.command}: {exc}", file=sys.stderr)
         return 2
     except (LookupError, OSError, RuntimeError) as exc:
-        print(f"benchledger {args.command}: {exc}", file=sys.stderr)
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"benchledger {args.command}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"benchledger {args.command}: interrupted", file=sys.stderr)

@@ -7,19 +7,28 @@ process whose environment comes from :func:`airflow_env`.  Callers use
 Exit codes: 0 = DagRun success, 1 = DagRun failed, 2 = could not run it at all.
 Airflow's verbose output (task logs included) goes to the log file; stdout gets only the
 ``task_id: state`` summary and stderr at most one line.  See docs/runner.md for the why.
+
+The runner never outlives the process that started it: when that parent dies (even by
+SIGKILL) the runner stops the servers its tasks started and exits, and a caller whose
+runner died stops what it left behind (:func:`stop_leftover_servers`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 POOL_NAME = "benchledger_warehouse"
@@ -30,6 +39,16 @@ SETUP_ERROR = 2
 # whether or not the project is pip-installed.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+# Where the tasks' on_failure_callback appends one JSON line per failed task (the first
+# cause of a failed run, for the terminal). The same name is read in
+# operators/sweep_tasks.py, which may not import this module (it is a layer above).
+FAILURES_ENV = "BENCHLEDGER_FAILURES_FILE"
+# Linux prctl(2): deliver a signal to this process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+# How often the runner checks that the process that started it is still there.
+PARENT_CHECK_S = 0.25
+# The exit status of a runner that gave up because its parent died (128 + SIGTERM).
+ABANDONED = 128 + signal.SIGTERM
 
 
 def airflow_env(airflow_home: Path, dags_folder: Path) -> dict[str, str]:
@@ -63,35 +82,74 @@ class RunResult:
     state: str  # "success" | "failed"
     run_id: str | None
     tasks: dict[str, str]  # task_id -> final state
+    # Failed tasks in the order they failed: {"task_id", "error", ...} (FAILURES_ENV).
+    failures: list[dict] = field(default_factory=list)
+
+
+class RunnerDied(RuntimeError):
+    """The runner process ended abnormally (killed by a signal, or an unknown exit code):
+    its teardown tasks may not have run."""
+
+    def __init__(self, message: str, returncode: int, failures: list[dict]):
+        super().__init__(message)
+        self.returncode = returncode
+        self.failures = failures
 
 
 def run_in_subprocess(
-    dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path
+    dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
+    keep_fds: tuple[int, ...] = (),
 ) -> RunResult:
     """Run the DAG in a fresh interpreter; return its state, run id and task states.
 
-    The child's stdout (the task summary) and stderr are inherited. Raises RuntimeError
-    if the run could not happen at all (exit code 2: bad DAG file, DB error, ...).
+    The child's stdout (the task summary) and stderr are inherited; `keep_fds` are passed
+    on to it (a lock the run must hold for as long as the runner lives). Raises
+    RuntimeError if the run could not happen at all (exit code 2: bad DAG file, DB
+    error, ...) and RunnerDied if the runner was killed or crashed.
     """
     dag_file = Path(dag_file).resolve()
     result_file = Path(log_file).resolve().with_suffix(".result.json")
+    failures_file = Path(log_file).resolve().with_suffix(".failures.jsonl")
     result_file.unlink(missing_ok=True)
+    failures_file.unlink(missing_ok=True)
     env = {**os.environ, **airflow_env(airflow_home, dag_file.parent)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env[FAILURES_ENV] = str(failures_file)
     cmd = [
         sys.executable, "-m", "benchledger.runner",
         "--dag-file", str(dag_file), "--dag-id", dag_id,
         "--airflow-home", str(Path(airflow_home).resolve()),
         "--conf", json.dumps(conf or {}), "--log-file", str(Path(log_file).resolve()),
-        "--result-file", str(result_file),
+        "--result-file", str(result_file), "--parent-pid", str(os.getpid()),
     ]  # fmt: skip
     # No pipes on purpose: servers spawned by tasks could inherit them and then a
     # communicate() would block until those servers exit.
-    rc = subprocess.run(cmd, env=env, check=False).returncode
+    rc = subprocess.run(cmd, env=env, check=False, pass_fds=keep_fds).returncode
+    failures = read_failures(failures_file)
     if rc in EXIT_CODES.values() and result_file.exists():
         result = json.loads(result_file.read_text())
-        return RunResult(result["state"], result["run_id"], result["tasks"])
-    raise RuntimeError(f"runner could not run DAG {dag_id!r} (exit {rc}); see {log_file}")
+        return RunResult(result["state"], result["run_id"], result["tasks"],
+                         [f for f in failures if f.get("run_id") == result["run_id"]])
+    if rc == SETUP_ERROR:
+        raise RuntimeError(f"runner could not run DAG {dag_id!r} (exit {rc}); see {log_file}")
+    how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.valid_signals()
+           else f"exit {rc}")
+    raise RunnerDied(f"the runner of DAG {dag_id!r} died ({how}) before the run finished; "
+                     f"see {log_file}", rc, failures)
+
+
+def read_failures(path: Path) -> list[dict]:
+    """The failed tasks the on_failure_callback recorded, oldest first; a line cut short
+    by a kill is reported as such rather than dropped."""
+    if not Path(path).exists():
+        return []
+    failures = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        try:
+            failures.append(json.loads(line))
+        except ValueError:
+            failures.append({"task_id": "?", "error": f"unreadable failure record {line!r}"})
+    return failures
 
 
 def _ensure_db_and_pool() -> None:
@@ -180,6 +238,154 @@ def run_dag(
     return state
 
 
+def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
+                          started_after: datetime | None = None,
+                          parent_pid: int | None = None) -> list[str]:
+    """Stop the servers of interrupted runs: restart manifests under data_dir with a pid
+    and no stopped_at, limited to runs of `sweep_name` started after `started_after`
+    (the run the caller started, not a neighbour's) and/or to servers whose parent is
+    `parent_pid`. A pid is signalled only while it is still the process the manifest
+    started (its start time matches), never a stranger that reused the number. Each
+    manifest gets stopped_at and how; returns one line per restart."""
+    from benchledger import lifecycle
+    from benchledger.restart import read_json, utc_now, write_json
+
+    done = []
+    for path in sorted(Path(data_dir).glob("raw/*/*/r*/restart.json")):
+        try:
+            manifest = read_json(path)
+        except (OSError, ValueError) as exc:
+            done.append(f"{path}: unreadable restart manifest, not checked ({exc})")
+            continue
+        pid = manifest.get("pid")
+        if manifest.get("stopped_at") or not isinstance(pid, int) or pid <= 0:
+            continue
+        if not _run_matches(path.parents[2], sweep_name, started_after):
+            continue
+        if parent_pid is not None and _parent_of(pid) != parent_pid:
+            continue
+        if _started_as_recorded(pid, manifest.get("started_at")):
+            handle = lifecycle.ServerHandle(base_url=manifest.get("base_url") or "", pid=pid,
+                                            port=None, command=None, command_template=None,
+                                            log_path=manifest.get("log_path"))
+            outcome = str(lifecycle.stop(handle))
+        else:
+            outcome = (f"nothing to stop: pid {pid} has ended (or now belongs to another "
+                       "process)")
+        manifest.update(stopped_at=utc_now(),
+                        stop_status=f"stopped after an interrupted run: {outcome}")
+        write_json(path, manifest)
+        done.append(f"{manifest.get('restart_id') or path.parent}: {outcome}")
+    return done
+
+
+def _run_matches(run_dir: Path, sweep_name: str | None,
+                 started_after: datetime | None) -> bool:
+    if sweep_name is None and started_after is None:
+        return True
+    try:
+        run = json.loads((run_dir / "run.json").read_text())
+        started = datetime.fromisoformat(run["started_at"]) if started_after else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # not provably the caller's run: leave it alone
+    if sweep_name is not None and run.get("sweep_name") != sweep_name:
+        return False
+    return started is None or started >= started_after
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _started_as_recorded(pid: int, started_at: str | None) -> bool:
+    """Whether `pid` is still the live process the manifest launched: it started within a
+    minute after the manifest's `started_at`. Without /proc (not Linux) or without a
+    start time it is taken on trust while the pid exists."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return not Path("/proc/self").exists() and _pid_exists(pid)
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped
+        return False
+    if not started_at:
+        return True
+    try:
+        boot_s = next(float(line.split()[1]) for line in
+                      Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        recorded_s = datetime.fromisoformat(started_at).timestamp()
+    except (OSError, ValueError, StopIteration, IndexError):
+        return True
+    return recorded_s - 2 <= started_s <= recorded_s + 60
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_abandoning = threading.Lock()
+
+
+def _abandon(reason: str, data_dir: str | None) -> None:
+    """The process that started this runner is gone: nobody would read the result, and
+    the servers the tasks started would run on forever. Stop them and exit now."""
+    if not _abandoning.acquire(blocking=False):
+        return  # the signal handler and the watchdog thread both noticed
+    print(f"[runner] {reason}: stopping the servers this run started, then exiting",
+          file=sys.stderr, flush=True)
+    try:
+        if data_dir:
+            for line in stop_leftover_servers(Path(data_dir), parent_pid=os.getpid()):
+                print(f"[runner] {line}", file=sys.stderr, flush=True)
+        for pid in _child_pids():  # anything else a task started (no manifest)
+            with contextlib.suppress(OSError):
+                own_group = os.getpgid(pid) == pid  # a server's session: its whole tree
+                os.kill(-pid if own_group else pid, signal.SIGKILL)
+    finally:
+        os._exit(ABANDONED)
+
+
+def _child_pids() -> list[int]:
+    children = []
+    for path in Path("/proc/self/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            children += [int(pid) for pid in path.read_text().split()]
+    return children
+
+
+def _die_with_parent(parent_pid: int, data_dir: str | None) -> None:
+    """Never finish headless. Linux: PR_SET_PDEATHSIG sends SIGTERM when the parent dies,
+    handled here until Airflow's task runner replaces the SIGTERM handler (it does, for
+    each task, with one that only calls the operator's on_kill). So a watchdog thread also
+    checks the parent every PARENT_CHECK_S; that one works everywhere."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: _abandon("SIGTERM", data_dir))
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        _abandon(f"the process that started this run (PID {parent_pid}) is gone", data_dir)
+
+    threading.Thread(target=watch, name="benchledger-parent-watchdog", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchledger.runner", description=__doc__)
     p.add_argument("--dag-file", type=Path, required=True)
@@ -188,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conf", default="{}", help="JSON object passed as the DagRun conf")
     p.add_argument("--log-file", type=Path, help="default: AIRFLOW_HOME/runner.log")
     p.add_argument("--result-file", type=Path, help="write run id, state and task states here")
+    p.add_argument("--parent-pid", type=int, help="stop this run's servers and exit when "
+                                                   "this process is gone")
     args = p.parse_args(argv)
     log_file = args.log_file or args.airflow_home / "runner.log"
+    if args.parent_pid:
+        _die_with_parent(args.parent_pid, json.loads(args.conf).get("data_dir"))
     if "airflow" not in sys.modules:  # lets a human run the module without run_in_subprocess
         os.environ.update(airflow_env(args.airflow_home, args.dag_file.resolve().parent))
     try:

@@ -26,6 +26,8 @@ def build_sweep_dag(sweep_path: str | Path) -> DAG:
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,  # restarts of one sweep share nodes; never overlap two runs
+        # Every failed task leaves its error where `benchledger run` can print it.
+        default_args={"on_failure_callback": t.record_failure},
         tags=["benchledger", f"sweep:{sweep.sweep.name}"],
         params={
             "warehouse": Param(None, type=["null", "string"],
@@ -79,6 +81,7 @@ def build_publish_dag(sweep_path: str | Path) -> DAG:
         start_date=datetime(2026, 1, 1),
         catchup=False,
         max_active_runs=1,
+        default_args={"on_failure_callback": t.record_failure},
         tags=["benchledger", f"sweep:{sweep.sweep.name}", "publish"],
         params={
             "warehouse": Param(None, type=["null", "string"]),

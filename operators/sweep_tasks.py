@@ -7,14 +7,19 @@ pandas) happen inside task bodies, never at DAG parse time.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 WAREHOUSE_POOL = "benchledger_warehouse"  # 1 slot: DuckDB allows one writer per file
+# Set by benchledger.runner (its FAILURES_ENV; this layer may not import it): the file
+# where record_failure appends the failed tasks, so the terminal can show the first cause.
+FAILURES_ENV = "BENCHLEDGER_FAILURES_FILE"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,29 @@ def run_paths() -> RunPaths:
     warehouse = (params.get("warehouse") or os.environ.get("BENCHLEDGER_WAREHOUSE")
                  or Path(data_dir) / "warehouse.duckdb")
     return RunPaths(run_id=context["run_id"], data_dir=Path(data_dir), warehouse=Path(warehouse))
+
+
+def record_failure(context) -> None:
+    """on_failure_callback of every task: one JSON line per failed task (which task, the
+    error it raised) in the file FAILURES_ENV names. `benchledger run` prints the first
+    one, so a cause is not left in the task log behind a later symptom. Without the
+    variable (a scheduler) the task log and the UI already show it."""
+    path = os.environ.get(FAILURES_ENV)
+    if not path:
+        return
+    exc = context.get("exception")
+    if isinstance(exc, AirflowFailException):
+        error = str(exc)  # the carrier of a message written for people
+    elif exc is not None:
+        error = f"{type(exc).__name__}: {exc}"
+    else:
+        error = "failed without an exception (see the task log)"
+    ti = context.get("ti") or context.get("task_instance")
+    record = {"dag_id": getattr(context.get("dag"), "dag_id", None),
+              "run_id": context.get("run_id"), "task_id": getattr(ti, "task_id", None),
+              "error": error, "at": datetime.now(UTC).isoformat()}
+    with open(path, "a", encoding="utf-8") as failures:
+        failures.write(json.dumps(record, default=str) + "\n")
 
 
 def _layout():
@@ -182,18 +210,24 @@ def _publication_target() -> tuple[str, Path, Path]:
 
 
 @task
-def publish() -> str:
-    """Export one run's validated entries, comparisons and report (read-only)."""
-    from benchledger.publishing.export import export_run
-    from benchledger.publishing.read import latest_run_id
+def publish() -> dict:
+    """Export one run's validated entries, comparisons and report (read-only). Fails when
+    the run is not in the warehouse or has no derived entries: nothing to publish is a
+    failure to say out loud, not an empty entries.json."""
+    from benchledger.publishing.export import PublicationError, export_run
+    from benchledger.publishing.read import latest_run_id, run_entry_counts
     from benchledger.restart import RunLayout
     from benchledger.warehouse.db import connect
 
     run_id, warehouse, data_dir = _publication_target()
-    with connect(warehouse, read_only=True) as con:
-        run_id = run_id or latest_run_id(con)
-        out = export_run(con, run_id, RunLayout(data_dir, run_id).export_dir)
-    return str(out)
+    try:
+        with connect(warehouse, read_only=True) as con:
+            run_id = run_id or latest_run_id(con)
+            out = export_run(con, run_id, RunLayout(data_dir, run_id).export_dir)
+            counts = run_entry_counts(con, run_id)
+    except (PublicationError, LookupError) as exc:
+        raise AirflowFailException(f"publishing run {run_id}: {exc}") from exc
+    return {"run_id": run_id, "out": str(out), **counts}
 
 
 @task

@@ -6,25 +6,53 @@ One folder per publication:
     entries.md                  a Markdown table for a methodology page
     comparisons.json            every verdict, refuted hypotheses included
     report.html                 a static page with plots; blocked entries in their own section
+    gx-data-docs/               the run's GX Data Docs, linked from the report
     MANIFEST.sha256             `sha256sum -c` checks all of the above
+    .benchledger-publication    the mark of a folder benchledger publishes into
 
 Publishing the same warehouse twice gives byte-identical files: rows are sorted, and
 derivation bookkeeping that differs between runs (derived_at) is left out.
+
+The folder is never the user's: a publication goes into a new or empty folder, or into
+one an earlier publication marked (.benchledger-publication), and then replaces exactly
+the files that publication's MANIFEST.sha256 lists, and only while they still hold what it
+wrote. Nothing else is deleted or overwritten, no symlink is followed, and the manifest
+lists only the files written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
-import shutil
-from pathlib import Path
+import os
+import stat
+from pathlib import Path, PurePosixPath
 
 import duckdb
 import pandas as pd
 
-from benchledger.publishing.read import comparisons, published_entries
+from benchledger.publishing.read import (
+    comparisons,
+    published_entries,
+    run_entry_counts,
+    unknown_run_message,
+)
 from benchledger.publishing.report_html import render_report
 from benchledger.warehouse.db import first_row
+
+MANIFEST = "MANIFEST.sha256"
+MARKER = ".benchledger-publication"
+MARKER_TEXT = (b"This folder was written by benchledger publish. A later publication into "
+               b"it replaces\nonly the files listed in MANIFEST.sha256, and only while they "
+               b"are unchanged.\n")
+DATA_DOCS = "gx-data-docs"  # the run's GX Data Docs, copied next to the report
+
+
+class PublicationError(RuntimeError):
+    """Nothing to publish, or a folder publishing must not write into; says which."""
+
 
 # Derivation bookkeeping that would make two exports of the same entries differ.
 UNSTABLE_COLUMNS = ("derived_at",)
@@ -66,45 +94,227 @@ def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_manifest(out: Path) -> Path:
-    """`sha256sum` format over every file of the folder (Data Docs included), so
-    `sha256sum -c MANIFEST.sha256` verifies it."""
-    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
-                   if p.is_file() and p.name != "MANIFEST.sha256")
-    lines = [f"{hashlib.sha256((out / name).read_bytes()).hexdigest()}  {name}"
-             for name in names]
-    manifest = out / "MANIFEST.sha256"
-    manifest.write_text("\n".join(lines) + "\n")
-    return manifest
+def manifest_text(files: dict[str, bytes]) -> bytes:
+    """`sha256sum` format over the files written, so `sha256sum -c MANIFEST.sha256`
+    verifies them (and lists nothing that was not written)."""
+    lines = [f"{hashlib.sha256(data).hexdigest()}  {name}" for name, data in sorted(files.items())]
+    return ("\n".join(lines) + "\n").encode()
 
 
-DATA_DOCS = "gx-data-docs"  # the run's GX Data Docs, copied next to the report
-
-
-def _copy_data_docs(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path | None:
+def _data_docs_files(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, bytes]:
+    """The run's rendered Data Docs pages by relative path (GX's own stores, dot-files and
+    symlinks stay behind: only regular files inside the folder travel)."""
     row = first_row(con, "SELECT data_docs_path FROM runs WHERE run_id = ?", [run_id])
     source = Path(row[0]) if row and row[0] else None
-    if source is None or not (source / "index.html").exists():
-        return None
-    target = out / DATA_DOCS
-    if target.resolve() != source.resolve():
-        shutil.rmtree(target, ignore_errors=True)
-        # Only the rendered pages travel; GX's own stores stay with the run's raw data.
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns(".*"))
-    return Path(DATA_DOCS) / "index.html"
+    if source is None or source.is_symlink() or not (source / "index.html").is_file():
+        return {}
+    files = {}
+    for folder, dirs, names in os.walk(source):  # os.walk does not follow symlinks
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(folder) / name
+            if name.startswith(".") or path.is_symlink() or not path.is_file():
+                continue
+            relative = path.relative_to(source).as_posix()
+            files[f"{DATA_DOCS}/{relative}"] = path.read_bytes()
+    return files
+
+
+def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, bytes]:
+    """Every file of one run's publication, by relative path (the manifest aside)."""
+    files = _data_docs_files(con, run_id)
+    data_docs = Path(DATA_DOCS) / "index.html" if files else None
+    entries = published_entries(con, run_id)
+    csv = io.StringIO()
+    _stable(entries).to_csv(csv, index=False)
+    files.update({
+        "entries.json": _json_records(entries).encode(),
+        "entries.csv": csv.getvalue().encode(),
+        "entries.md": entries_markdown(entries, run_id).encode(),
+        # Verdicts are published like entries, refuted hypotheses included.
+        "comparisons.json": _json_records(comparisons(con, run_id)).encode(),
+        "report.html": render_report(con, run_id, data_docs).encode(),
+    })
+    return files
+
+
+def check_publishable(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
+    """The run's entry counts; LookupError for a run the warehouse does not hold (naming
+    those it does), PublicationError for a run with nothing derived."""
+    counts = run_entry_counts(con, run_id)
+    if counts is None:
+        raise LookupError(unknown_run_message(con, run_id))
+    if counts["entries"] == 0:
+        raise PublicationError(
+            f"run {run_id} has no derived entries, so there is nothing to publish: its "
+            "load, validate or derive step did not finish (the run's task log says why)")
+    return counts
 
 
 def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path:
-    """Write one run's publication into `out` (created if needed)."""
+    """Write one run's publication into `out`: a new or empty folder, or one an earlier
+    publication marked (see the module's docstring)."""
+    check_publishable(con, run_id)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data_docs = _copy_data_docs(con, run_id, out)
-    entries = published_entries(con, run_id)
-    (out / "entries.json").write_text(_json_records(entries))
-    _stable(entries).to_csv(out / "entries.csv", index=False)
-    (out / "entries.md").write_text(entries_markdown(entries, run_id))
-    # Verdicts are published like entries, refuted hypotheses included.
-    (out / "comparisons.json").write_text(_json_records(comparisons(con, run_id)))
-    (out / "report.html").write_text(render_report(con, run_id, data_docs))
-    write_manifest(out)
+    previous = _owned_files(out)  # refuses before anything is rendered or touched
+    write_publication(out, render_publication(con, run_id), previous)
     return out
+
+
+def write_publication(out: Path, files: dict[str, bytes],
+                      previous: dict[str, str] | None = None) -> None:
+    """Replace the `previous` publication's files in `out` by `files`, the manifest and
+    the marker. Every check runs before the first change."""
+    previous = _owned_files(out) if previous is None else previous
+    for name in files:
+        _safe_name(out, name)
+    _check_previous_unchanged(out, previous)
+    written = {**files, MANIFEST: manifest_text(files)}
+    _check_no_collisions(out, written, previous)
+    _remove_previous(out, previous)
+    out.mkdir(parents=True, exist_ok=True)
+    # The marker and the manifest first: a publication cut short is still recognised as
+    # benchledger's, and sha256sum -c then shows which files did not arrive whole.
+    _write_new(out, MARKER, MARKER_TEXT, replace_own=True)
+    _write_new(out, MANIFEST, written[MANIFEST], replace_own=True)
+    for name, data in sorted(files.items()):
+        _write_new(out, name, data)
+
+
+def _owned_files(out: Path) -> dict[str, str]:
+    """What an earlier publication wrote into `out` ({relative path: sha256}); {} for a new
+    or empty folder. Refuses a symlink, a file, or a used folder without the marker."""
+    if out.is_symlink():
+        raise PublicationError(f"{out} is a symlink; benchledger publish never writes "
+                               "through symlinks: give the real folder")
+    if not out.exists():
+        return {}
+    if not out.is_dir():
+        raise PublicationError(f"{out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return {}
+    marker = out / MARKER
+    if marker.is_symlink() or not marker.is_file():
+        raise PublicationError(
+            f"{out} is not empty and was not written by benchledger publish (no {MARKER} "
+            "in it): publish into a new or empty folder, so none of your files is "
+            "overwritten or deleted")
+    manifest = out / MANIFEST
+    if not manifest.exists() and not manifest.is_symlink():
+        return {}  # cut short before the manifest: nothing of it is ours to replace
+    if manifest.is_symlink() or not manifest.is_file():
+        raise PublicationError(f"{manifest} is not a regular file; refusing to publish "
+                               f"into {out}")
+    owned = {}
+    for number, line in enumerate(manifest.read_text(errors="replace").splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64:
+            raise PublicationError(f"{manifest}:{number}: not a sha256sum line: {line!r}")
+        _safe_name(out, name)
+        owned[name] = digest
+    return owned
+
+
+def _safe_name(out: Path, name: str) -> Path:
+    """`out/name` for a relative path that stays inside `out` (no '..', no absolute path,
+    no NUL); PublicationError otherwise."""
+    parts = PurePosixPath(name).parts
+    if (not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\0" in name
+            or name in (MANIFEST, MARKER)):
+        raise PublicationError(f"refusing the file name {name!r} in {out}: publications "
+                               "only write plain relative paths inside their folder")
+    return out.joinpath(*parts)
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return path.lstat()
+    except FileNotFoundError:
+        return None
+
+
+def _through_symlink(out: Path, name: str) -> bool:
+    """Whether a folder on the way from `out` to `name` is a symlink (or not a folder)."""
+    folder = out
+    for part in PurePosixPath(name).parts[:-1]:
+        folder = folder / part
+        info = _lstat(folder)
+        if info is None:
+            return False
+        if not stat.S_ISDIR(info.st_mode):
+            return True
+    return False
+
+
+def _check_previous_unchanged(out: Path, previous: dict[str, str]) -> None:
+    for name, digest in sorted(previous.items()):
+        path = _safe_name(out, name)
+        if _through_symlink(out, name):
+            raise PublicationError(f"{path}: a folder on its path is a symlink now; refusing "
+                                   "to replace the earlier publication")
+        info = _lstat(path)
+        if info is None:
+            continue  # gone already: nothing to replace
+        if not stat.S_ISREG(info.st_mode):
+            raise PublicationError(f"{path} is no longer the regular file benchledger "
+                                   "wrote; move it away to publish here again")
+        if _sha256(path) != digest:
+            raise PublicationError(
+                f"{path} differs from what benchledger wrote there (edited since, or a "
+                "publication cut short); move it away to publish here again")
+
+
+def _check_no_collisions(out: Path, written: dict[str, bytes],
+                         previous: dict[str, str]) -> None:
+    for name in sorted(written):
+        if name in previous or name == MANIFEST:
+            continue
+        path = out.joinpath(*PurePosixPath(name).parts)
+        if _through_symlink(out, name) or _lstat(path) is not None:
+            raise PublicationError(f"{path} exists and benchledger did not write it; "
+                                   "refusing to overwrite it: publish into a new or empty "
+                                   "folder")
+
+
+def _remove_previous(out: Path, previous: dict[str, str]) -> None:
+    """Delete the earlier publication's files, then its folders that are left empty."""
+    folders = set()
+    for name in previous:
+        path = out.joinpath(*PurePosixPath(name).parts)
+        if _lstat(path) is not None:
+            path.unlink()
+        folders.update(path.parents[:len(PurePosixPath(name).parts) - 1])
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        with contextlib.suppress(OSError):  # only when empty: a user's file keeps it
+            folder.rmdir()
+
+
+def _write_new(out: Path, name: str, data: bytes, replace_own: bool = False) -> None:
+    """Create `out/name` (and its folders) with O_EXCL|O_NOFOLLOW: an existing file or a
+    symlink at that path is never written through. The marker and manifest of our own
+    earlier publication (`replace_own`) are removed first."""
+    path = out / name if replace_own else _safe_name(out, name)
+    if replace_own and (info := _lstat(path)) is not None:
+        if not stat.S_ISREG(info.st_mode):
+            raise PublicationError(f"{path} is not a regular file; refusing to replace it")
+        path.unlink()
+    folder = out
+    for part in PurePosixPath(name).parts[:-1]:
+        folder = folder / part
+        if _lstat(folder) is None:
+            folder.mkdir()
+        elif folder.is_symlink() or not folder.is_dir():
+            raise PublicationError(f"{folder} is not a plain folder; refusing to write "
+                                   "into it")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o644)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -15,6 +15,32 @@ def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
     return row[0]
 
 
+def known_runs(con: duckdb.DuckDBPyConnection, limit: int = 10) -> tuple[list[str], int]:
+    """The newest `limit` run ids (newest first) and how many runs there are in all."""
+    rows = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC").fetchall()
+    return [r for r, in rows[:limit]], len(rows)
+
+
+def unknown_run_message(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """`no run X in the warehouse`, naming the runs it does hold."""
+    runs, total = known_runs(con)
+    if not total:
+        return f"no run {run_id!r} in the warehouse: it holds no runs yet"
+    more = f" (newest first; {total - len(runs)} older not shown)" if total > len(runs) else ""
+    return (f"no run {run_id!r} in the warehouse; known runs: {', '.join(runs)}{more}")
+
+
+def run_entry_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int] | None:
+    """How many current entries a run has, published and blocked; None for a run the
+    warehouse does not hold."""
+    if first_row(con, "SELECT 1 FROM runs WHERE run_id = ?", [run_id]) is None:
+        return None
+    entries, published = first_row(
+        con, "SELECT count(*), count(*) FILTER (WHERE publishable) FROM current_entries "
+             "WHERE run_id = ?", [run_id])
+    return {"entries": entries, "published": published, "blocked": entries - published}
+
+
 def _frame(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> pd.DataFrame:
     return query_frame(con, query, run_id=run_id)
 

@@ -1,16 +1,22 @@
 """The DuckDB warehouse: connect, migrate (tables and views), run queries, insert frames.
 
-DuckDB allows one writer process per file, so only the pipeline's load/validate/derive
-steps open it read-write (through a 1-slot Airflow pool); everyone else opens it
-read-only. Every statement binds its values as parameters; SQL text lives in .sql files.
-Loading a run's raw files is warehouse/load.py.
+DuckDB allows one writer process per file, and a reader process locks the file too, so
+only the pipeline's load/validate/derive steps open it read-write (through a 1-slot
+Airflow pool) and everyone else opens it read-only. Both wait, for a bounded time, for a
+lock another process holds (connect()). A read-only connection is also the auditor's
+door: it can read the warehouse and nothing else (READ_ONLY_CONFIG). Every statement binds
+its values as parameters; SQL text lives in .sql files. Loading a run's raw files is
+warehouse/load.py.
 """
 
 from __future__ import annotations
 
 import graphlib
 import json
+import logging
+import os
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,22 +29,140 @@ QUERIES = Path(__file__).parent / "queries"
 VIEWS = Path(__file__).parent / "views"
 
 
+log = logging.getLogger(__name__)
+
+# Every read-only connection is opened with these settings: no file is read or written
+# outside the warehouse (COPY, read_csv/read_parquet/read_text/glob, EXPORT, ATTACH of
+# another file), no extension is installed or loaded, and lock_configuration means no
+# statement can SET any of them (or anything else) back. They are given to duckdb.connect, so
+# they hold from the connection's first statement on. Writers need external access: the
+# loader reads the raw Parquet files with read_parquet.
+READ_ONLY_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "lock_configuration": True,
+}
+
+# How long a connect waits for a lock another process holds on the warehouse file. A
+# writer waits long (a reader's query or another run's load will end); a reader short (a
+# load takes seconds; a reader that waits minutes is better told the file is busy).
+WRITER_WAIT_ENV, WRITER_WAIT_S = "BENCHLEDGER_LOCK_TIMEOUT_S", 300.0
+READER_WAIT_ENV, READER_WAIT_S = "BENCHLEDGER_READ_LOCK_TIMEOUT_S", 30.0
+_FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
+
+# DuckDB's refusal when another process holds the file: it names that process.
+_LOCK_HELD = re.compile(r"Could not set lock on file .*?Conflicting lock is held in "
+                        r"(?P<program>.*?) \(PID (?P<pid>\d+)\)", re.S)
+
+
 class WarehouseError(RuntimeError):
     pass
 
 
-def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse; the writer also brings the schema up to date."""
+class WarehouseBusy(WarehouseError):
+    """Another process held the warehouse file for longer than this connect may wait."""
+
+
+def connect(path: str | Path, read_only: bool = False,
+            wait_s: float | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; the writer also brings the schema up to date.
+
+    read_only=True opens the auditor's door (READ_ONLY_CONFIG). Either kind waits up to
+    `wait_s` (default: lock_wait_s()) while another process holds the file, logging who.
+    """
     path = str(path)
+    wait_s = lock_wait_s(read_only) if wait_s is None else wait_s
     if read_only:
         if path != ":memory:" and not Path(path).exists():
             raise WarehouseError(f"no warehouse at {path}")
-        return duckdb.connect(path, read_only=True)
+        return _open_waiting(path, read_only=True, config=READ_ONLY_CONFIG, wait_s=wait_s)
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(path)
-    migrate(con)
+    con = _open_waiting(path, read_only=False, config={}, wait_s=wait_s)
+    try:
+        migrate(con)
+    except Exception:
+        con.close()
+        raise
     return con
+
+
+def lock_wait_s(read_only: bool) -> float:
+    """The bound on waiting for another process's lock: the environment's setting
+    (BENCHLEDGER_LOCK_TIMEOUT_S for writers, BENCHLEDGER_READ_LOCK_TIMEOUT_S for readers),
+    else the default."""
+    name, default = (READER_WAIT_ENV, READER_WAIT_S) if read_only else (WRITER_WAIT_ENV,
+                                                                      WRITER_WAIT_S)
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 86_400:  # also false for nan
+        raise WarehouseError(f"environment variable {name}={text!r}: expected a number of "
+                             "seconds from 0 to 86400")
+    return value
+
+
+def _open_waiting(path: str, read_only: bool, config: dict,
+                  wait_s: float) -> duckdb.DuckDBPyConnection:
+    """duckdb.connect, retried with backoff while another process holds the file's lock;
+    WarehouseBusy (naming the holder) once `wait_s` has passed."""
+    deadline = time.monotonic() + wait_s
+    retry_s, announced = _FIRST_RETRY_S, None
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only, config=config)
+        except duckdb.IOException as exc:
+            holder = lock_holder(exc)
+            if holder is None:
+                raise WarehouseError(f"cannot open the warehouse {path}: "
+                                     f"{_one_line(exc)}") from exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WarehouseBusy(
+                    f"the warehouse {path} is locked by {holder}; gave up after waiting "
+                    f"{wait_s:g} s (set {READER_WAIT_ENV if read_only else WRITER_WAIT_ENV} "
+                    "to wait longer)") from exc
+            if holder != announced:  # once per holder, not once per retry
+                log.warning("the warehouse %s is locked by %s; waiting up to %.0f s for it "
+                            "to let go", path, holder, left)
+                announced = holder
+            time.sleep(min(retry_s, left))
+            retry_s = min(retry_s * 2, _LONGEST_RETRY_S)
+        except duckdb.ConnectionException as exc:
+            if "different configuration" not in str(exc):
+                raise
+            # DuckDB shares one database instance per file and process: a read-only door
+            # cannot open beside this process's own writer (or a plain reader), and back.
+            other = ("read-write, or read-only without the lockdown" if read_only
+                     else "read-only")
+            raise WarehouseError(f"this process already has the warehouse {path} open with "
+                                 f"other settings ({other}); close that connection first"
+                                 ) from exc
+
+
+def lock_holder(exc: BaseException) -> str | None:
+    """Who holds the warehouse's lock, from DuckDB's refusal ("PID 123 (python -m ...)"),
+    or None when the error is not about a lock."""
+    match = _LOCK_HELD.search(str(exc))
+    if match is None:
+        return None
+    pid = int(match["pid"])
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        command = " ".join(a.decode(errors="replace") for a in argv if a)
+    except OSError:
+        command = match["program"]
+    return f"PID {pid} ({command[:160] or match['program']})"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

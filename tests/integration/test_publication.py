@@ -11,6 +11,7 @@ import subprocess
 import textwrap
 from collections import Counter
 from html.parser import HTMLParser
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -331,3 +332,133 @@ def test_gx_data_docs_travel_with_the_report_and_are_linked(exported):
     pages = " ".join(p.read_text(errors="replace") for p in index.parent.rglob("*.html"))
     for suite in ("restarts", "windows", "measured_requests", "entries"):
         assert suite in pages
+
+
+# --- publishing never touches a user's files ----------------------------------------------
+
+def publish_into(warehouse, out, capsys) -> tuple[int, str, str]:
+    code = cli_main(["publish", "--warehouse", str(warehouse), "--out", str(out),
+                     "--run", RUN_ID])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def snapshot(folder) -> dict:
+    """Every entry under `folder` (symlinks as their target text, never followed)."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            found[name] = ("symlink", os.readlink(path))
+        elif path.is_file():
+            found[name] = ("file", path.read_bytes(), path.stat().st_mtime_ns)
+        else:
+            found[name] = ("dir",)
+    return found
+
+
+def manifest_names(folder) -> set[str]:
+    return {line.split("  ", 1)[1]
+            for line in (folder / "MANIFEST.sha256").read_text().splitlines()}
+
+
+def test_publish_refuses_a_used_folder_it_does_not_own(warehouse, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "entries.json").write_text("my own notes\n")
+    (out / "thesis.tex").write_text("\\documentclass{article}\n")
+    before = snapshot(out)
+    code, stdout, err = publish_into(warehouse, out, capsys)
+    assert code == 2 and "published" not in stdout
+    assert f"{out} is not empty and was not written by benchledger publish" in err
+    assert snapshot(out) == before  # nothing deleted, overwritten or added
+
+
+def test_publish_never_writes_through_a_symlink(warehouse, tmp_path, capsys):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    code, _, err = publish_into(warehouse, link, capsys)
+    assert code == 2 and f"{link} is a symlink" in err
+    assert list(real.iterdir()) == []
+
+
+def test_republishing_into_its_own_folder_replaces_only_what_it_wrote(warehouse, tmp_path,
+                                                                      capsys):
+    out = tmp_path / "pub"
+    assert publish_into(warehouse, out, capsys)[0] == 0
+    first = snapshot(out)
+    assert ".benchledger-publication" in first
+    written = manifest_names(out)
+    assert {"entries.json", "report.html"} <= written and "MANIFEST.sha256" not in written
+    # the user adds their own things next to the publication
+    (out / "notes.md").write_text("my notes\n")
+    (out / "gx-data-docs" / "mine.txt").write_text("mine\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not to be hashed\n")
+    (out / "link-to-secret").symlink_to(secret)
+
+    assert publish_into(warehouse, out, capsys)[0] == 0
+    again = snapshot(out)
+    assert again["notes.md"][1] == b"my notes\n"
+    assert again["gx-data-docs/mine.txt"][1] == b"mine\n"
+    assert again["link-to-secret"] == ("symlink", str(secret))
+    assert manifest_names(out) == written  # only what it wrote; no user file, no symlink
+    for name in written:  # byte-identical republication
+        assert again[name][1] == first[name][1], name
+    if shutil.which("sha256sum"):
+        subprocess.run(["sha256sum", "--check", "--quiet", "MANIFEST.sha256"], cwd=out,
+                       check=True)
+
+
+def test_republishing_refuses_a_listed_file_that_was_changed_or_replaced(warehouse, tmp_path,
+                                                                         capsys):
+    out = tmp_path / "pub"
+    assert publish_into(warehouse, out, capsys)[0] == 0
+    (out / "entries.md").write_text("edited by hand\n")
+    code, _, err = publish_into(warehouse, out, capsys)
+    assert code == 2 and "entries.md differs from what benchledger wrote" in err
+    assert (out / "entries.md").read_text() == "edited by hand\n"
+
+    (out / "entries.md").unlink()
+    target = tmp_path / "elsewhere.md"
+    target.write_text("a user's file\n")
+    (out / "entries.md").symlink_to(target)
+    code, _, err = publish_into(warehouse, out, capsys)
+    assert code == 2 and "entries.md is no longer the regular file benchledger wrote" in err
+    assert target.read_text() == "a user's file\n" and (out / "entries.md").is_symlink()
+
+
+def test_publish_never_overwrites_an_unlisted_file_in_its_own_folder(warehouse, tmp_path,
+                                                                     capsys):
+    out = tmp_path / "pub"
+    assert publish_into(warehouse, out, capsys)[0] == 0
+    manifest = out / "MANIFEST.sha256"
+    kept = [line for line in manifest.read_text().splitlines()
+            if not line.endswith("  comparisons.json")]
+    manifest.write_text("\n".join(kept) + "\n")  # comparisons.json is not ours any more
+    before = (out / "comparisons.json").read_bytes()
+    code, _, err = publish_into(warehouse, out, capsys)
+    assert code == 2 and "comparisons.json exists and benchledger did not write it" in err
+    assert (out / "comparisons.json").read_bytes() == before
+    assert (out / "entries.json").exists()  # refused before anything was removed
+
+
+def test_data_docs_symlinks_are_not_followed_into_the_publication(warehouse, tmp_path,
+                                                                  capsys):
+    with connect(warehouse, read_only=True) as con:
+        (docs,), = con.execute("SELECT data_docs_path FROM runs WHERE run_id = ?",
+                               [RUN_ID]).fetchall()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    link = Path(docs) / "innocent.html"
+    link.symlink_to(secret)
+    try:
+        out = tmp_path / "pub"
+        assert publish_into(warehouse, out, capsys)[0] == 0
+    finally:
+        link.unlink()
+    assert not (out / "gx-data-docs" / "innocent.html").exists()
+    assert "gx-data-docs/innocent.html" not in manifest_names(out)
+    assert all(b"hunter2" not in p.read_bytes() for p in out.rglob("*") if p.is_file())

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
-from benchledger.runner import run_in_subprocess
+from benchledger.runner import FAILURES_ENV, RunnerDied, run_in_subprocess
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +25,11 @@ DAG_SRC = textwrap.dedent(
 
     from airflow.sdk import dag, get_current_context, setup, task, teardown
 
+    from benchledger.operators.sweep_tasks import record_failure
 
-    @dag(dag_id="tiny", schedule=None, params={"fail": False, "marker": ""})
+
+    @dag(dag_id="tiny", schedule=None, params={"fail": False, "marker": ""},
+         default_args={"on_failure_callback": record_failure})
     def tiny():
         @setup
         @task
@@ -71,6 +80,9 @@ def test_failing_task_fails_run_but_teardown_runs(airflow_home, dag_file, tmp_pa
     assert result.tasks == {"launch": "success", "middle": "failed", "stop": "success"}
     assert json.loads(marker.read_text())["run_id"].startswith("manual__")
     assert "planned failure" in log.read_text()  # task logs go to the log file
+    # the cause reaches the caller, not only the log file (what `benchledger run` prints)
+    assert [(f["task_id"], f["error"], f["run_id"]) for f in result.failures] == [
+        ("middle", "RuntimeError: planned failure", result.run_id)]
 
 
 def test_passing_dag_succeeds(airflow_home, dag_file, tmp_path):
@@ -81,7 +93,104 @@ def test_passing_dag_succeeds(airflow_home, dag_file, tmp_path):
 
     assert result.state == "success" and result.run_id.startswith("manual__")
     assert result.tasks == {"launch": "success", "middle": "success", "stop": "success"}
+    assert result.failures == []
     assert json.loads(marker.read_text())["run_id"] == result.run_id
     # a fresh home is migrated; a home that has its metadata DB already is never migrated
     # again (whichever order the two tests run in, one of the two is checked here)
     assert ("[runner] migrated" in log.read_text()) is not db_existed
+
+
+def test_the_failures_file_is_the_one_the_tasks_write():
+    from benchledger.operators.sweep_tasks import FAILURES_ENV as TASKS_FAILURES_ENV
+
+    assert TASKS_FAILURES_ENV == FAILURES_ENV  # two layers, one name
+
+
+HANGING_DAG = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from pathlib import Path
+    from airflow.sdk import dag, get_current_context, task
+
+
+    @dag(dag_id="hang", schedule=None, params={"marker": ""})
+    def hang():
+        @task
+        def wait_forever():
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                     start_new_session=True)
+            Path(get_current_context()["params"]["marker"]).write_text(str(child.pid))
+            time.sleep(600)
+
+        wait_forever()
+
+
+    hang()
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_runner_whose_parent_is_killed_stops_its_children_and_exits(airflow_home,
+                                                                      tmp_path):
+    """kill -9 of the process that started the runner: the runner does not finish the run
+    headless; it kills what its tasks started (here a child in its own session, like a
+    server) and exits, within seconds."""
+    dag_file = tmp_path / "dags" / "hang.py"
+    dag_file.parent.mkdir()
+    dag_file.write_text(HANGING_DAG)
+    marker = tmp_path / "child.pid"
+    parent_code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from benchledger.runner import run_in_subprocess\n"
+        "run_in_subprocess(Path(sys.argv[1]), 'hang', Path(sys.argv[2]),"
+        " {'marker': sys.argv[3]}, Path(sys.argv[4]))\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code, str(dag_file),
+                               str(airflow_home), str(marker), str(tmp_path / "run.log")],
+                              start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert parent.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    child = int(marker.read_text())
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text()
+    runner = int(children.split()[0])
+    assert alive(child) and alive(runner)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while (alive(runner) or alive(child)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(runner), "the runner went on headless"
+    assert not alive(child), "the runner left what its task started running"
+    assert "is gone: stopping the servers this run started" in (tmp_path / "run.log").read_text()
+
+
+def test_a_killed_runner_is_reported_as_died_not_as_a_setup_error(airflow_home, tmp_path):
+    dag_file = tmp_path / "dags" / "hang.py"
+    dag_file.parent.mkdir()
+    dag_file.write_text(HANGING_DAG)
+    marker = tmp_path / "child.pid"
+    killer = subprocess.Popen([sys.executable, "-c", (
+        "import os, signal, sys, time\nfrom pathlib import Path\n"
+        "marker = Path(sys.argv[1])\n"
+        "while not marker.exists(): time.sleep(0.1)\n"
+        "time.sleep(0.5)\n"
+        "child = int(marker.read_text())\n"
+        "runner = int(open(f'/proc/{child}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "os.kill(runner, signal.SIGKILL)\n"
+        "os.killpg(child, signal.SIGKILL)\n"), str(marker)])
+    try:
+        with pytest.raises(RunnerDied, match="died \\(killed by SIGKILL\\)") as died:
+            run_in_subprocess(dag_file, "hang", airflow_home, {"marker": str(marker)},
+                              tmp_path / "run.log")
+    finally:
+        killer.wait(timeout=60)
+    assert died.value.returncode == -signal.SIGKILL

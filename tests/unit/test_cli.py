@@ -54,3 +54,106 @@ def test_simulator_takes_its_own_flags(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: benchledger simulator") and "--step-ms" in out
+
+
+SWEEP = """
+[sweep]
+name = "cli"
+[defaults]
+requests = 5
+[[arms]]
+name = "a"
+server = "simulator"
+model = "sim-model"
+[[workloads]]
+name = "code"
+"""
+
+
+@pytest.fixture
+def loaded_not_derived(tmp_path):
+    """A warehouse holding one run whose raw files were loaded, and nothing derived."""
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.load import load_run_dir
+    from tests.synthetic import RUN_ID, request_row, write_synthetic_run
+
+    layout = write_synthetic_run(tmp_path, SWEEP, {
+        ("a", 0, "code"): ([request_row("w", i) for i in range(5)], {})})
+    path = tmp_path / "wh.duckdb"
+    with connect(path) as con:
+        load_run_dir(con, layout.run_dir)
+    return path, RUN_ID
+
+
+def test_publish_of_an_unknown_run_fails_naming_the_known_runs(loaded_not_derived, tmp_path,
+                                                               capsys):
+    warehouse, run_id = loaded_not_derived
+    out = tmp_path / "out"
+    assert main(["publish", "--warehouse", str(warehouse), "--out", str(out),
+                 "--run", "manual__nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"benchledger publish: no run 'manual__nope' in the warehouse; known runs: "
+                   f"{run_id}")
+    assert not out.exists()  # nothing written for a run that is not there
+
+
+def test_publish_of_a_run_with_nothing_derived_fails_and_writes_nothing(loaded_not_derived,
+                                                                       tmp_path, capsys):
+    warehouse, run_id = loaded_not_derived
+    out = tmp_path / "out"
+    assert main(["publish", "--warehouse", str(warehouse), "--out", str(out),
+                 "--run", run_id]) == 2
+    captured = capsys.readouterr()
+    assert f"run {run_id} has no derived entries, so there is nothing to publish" in captured.err
+    assert "published" not in captured.out
+    assert not out.exists()
+
+
+def test_simulator_options_after_the_subcommand_reach_the_simulator():
+    # argparse's REMAINDER refused these ("unrecognized arguments: --port") on the parser
+    # path; the README's `benchledger simulator --port 8000 --speculative` must parse
+    from benchledger.cli import parse_args
+
+    args = parse_args(["simulator", "--port", "8000", "--speculative"])
+    assert args.command == "simulator"
+    assert args.simulator_args == ["--port", "8000", "--speculative"]
+    assert parse_args(["simulator"]).simulator_args == []
+    assert parse_args(["sql", "--warehouse", "w", "SELECT 1"]).query == "SELECT 1"
+
+
+def test_sql_refusal_names_the_statement_in_one_line(tmp_path, capsys):
+    from benchledger.warehouse.db import connect
+
+    path = tmp_path / "w.duckdb"
+    connect(path).close()
+    target = tmp_path / "x.csv"
+    assert main(["sql", "--warehouse", str(path), f"COPY (SELECT 1) TO '{target}'"]) == 2
+    assert capsys.readouterr().err == ("benchledger sql: refused: COPY reads and writes "
+                                       "files; the auditor's door only reads the warehouse\n")
+    assert not target.exists()
+
+
+def test_a_second_run_of_a_sweep_is_refused_at_once_naming_the_holder(tmp_path):
+    """The sweep lock, held by another process, refuses `benchledger run` before Airflow
+    starts (the end-to-end case with two real runs is in tests/integration)."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(SWEEP)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from benchledger.cli import sweep_lock\n"
+         "with sweep_lock(Path(sys.argv[1]), 'cli'):\n    print('held', flush=True)\n"
+         "    time.sleep(60)\n", str(tmp_path / "wh-data")],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        done = subprocess.run([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
+                               "--warehouse", str(tmp_path / "wh.duckdb")], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 2
+    assert f"sweep 'cli' is already running on {tmp_path / 'wh-data'} (PID {holder.pid}:" in (
+        done.stderr)
+    assert "two runs of one sweep never measure at once" in done.stderr
+    assert not (tmp_path / "wh-data" / "airflow").exists()  # refused before Airflow
