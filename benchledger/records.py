@@ -20,16 +20,21 @@ REQUEST_SCHEMA = pa.schema(
         # completed | failed | unresolved (never dropped: docs/protocol.md, trap T14)
         pa.field("status", pa.string(), nullable=False),
         pa.field("http_status", pa.int32()),
+        # Why the request did not complete (failed, unresolved), and on any row what in its
+        # usage could not be used ("usage.completion_tokens is not an integer: true").
         pa.field("error", pa.string()),
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("prompt_sha256", pa.string(), nullable=False),  # of the text actually sent
         pa.field("prompt_prefix", pa.string()),  # the unique cold-prompt prefix, if any
         pa.field("max_tokens", pa.int32(), nullable=False),  # the target, never a numerator
         pa.field("temperature", pa.float64(), nullable=False),
+        # Token counts exactly as the server reported them (even negative or absurd: a gate
+        # rule blocks those); NULL when not reported or not an integer in int64 range.
         pa.field("prompt_tokens", pa.int64()),  # usage.prompt_tokens
-        pa.field("output_tokens", pa.int64()),  # usage.completion_tokens, NULL when missing
+        pa.field("output_tokens", pa.int64()),  # usage.completion_tokens
         pa.field("cached_tokens", pa.int64()),  # usage.prompt_tokens_details.cached_tokens
-        pa.field("token_source", pa.string(), nullable=False),  # usage | missing
+        # usage | missing (no usable usage.completion_tokens)
+        pa.field("token_source", pa.string(), nullable=False),
         pa.field("chunks", pa.int32(), nullable=False),  # content-bearing stream events
         pa.field("finish_reason", pa.string()),
         pa.field("t_submit_ns", pa.int64(), nullable=False),
