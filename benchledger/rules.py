@@ -42,6 +42,9 @@ MIN_RESTARTS_FOR_CLAIM = 2  # T5: restarts per arm before an A/B may claim a dif
 # Defaults of thresholds a sweep sets (benchledger.sweep uses these as its defaults).
 DEFAULT_RECONCILE_TOLERANCE = 0.01  # T3: counters vs delivered usage, relative
 DEFAULT_MIN_CLOCK_RATIO = 0.9  # T10: SM clock under load as a fraction of max
+# T1: a prompt longer than any model's context window is a broken usage report, not a
+# prompt (2**24 = 16,777,216 tokens). Below it every plausible count is exact in float64.
+MAX_PROMPT_TOKENS = 2**24
 
 @dataclass(frozen=True)
 class GxCheck:
@@ -189,11 +192,15 @@ TTFT_NOT_ABOVE_E2E = Rule(
 # recorded as it came and stopped here, before any rate is computed from it.
 USAGE_PLAUSIBLE = Rule(
     name="usage_plausible", traps=("T1", "T13"), applies_to="request", effect=BLOCK_ENTRIES,
-    summary="every completed measured request with token_source 'usage' reports counts that "
-            "can be true: 0 <= output_tokens <= max_tokens, prompt_tokens present and >= 0, "
-            "cached_tokens (when reported) between 0 and prompt_tokens",
-    threshold="0 <= output_tokens <= max_tokens; 0 <= cached_tokens <= prompt_tokens",
-    threshold_source="each request's own max_tokens (the sweep's output target)",
+    summary="every completed measured request with token_source 'usage' reports integer "
+            "counts that can be true: 0 <= output_tokens <= max_tokens, prompt_tokens "
+            "present and between 0 and the longest possible prompt, cached_tokens (when "
+            "reported) between 0 and prompt_tokens",
+    threshold=f"0 <= output_tokens <= max_tokens; 0 <= prompt_tokens <= {MAX_PROMPT_TOKENS}; "
+              "0 <= cached_tokens <= prompt_tokens",
+    threshold_source="each request's own max_tokens (the sweep's output target); the "
+                     f"protocol's prompt ceiling ({MAX_PROMPT_TOKENS} = 2**24, longer than "
+                     "any model's context window)",
     check=_gx("measured_requests", "ExpectColumnValuesToBeInSet",
               column="completed_usage_check", value_set=["plausible"]))
 

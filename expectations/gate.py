@@ -260,6 +260,7 @@ def _usage_verdicts(out: pd.DataFrame, checked: np.ndarray) -> pd.Series:
         ("prompt_tokens NULL", np.isnan(prompt)),
         ("prompt_tokens not an integer", _fractional(prompt)),
         ("prompt_tokens below 0", prompt < 0),
+        (f"prompt_tokens above {R.MAX_PROMPT_TOKENS}", prompt > R.MAX_PROMPT_TOKENS),
         ("cached_tokens not an integer", reported & _fractional(cached)),
         ("cached_tokens below 0", cached < 0),
         ("cached_tokens above prompt_tokens", cached > prompt),
@@ -272,8 +273,10 @@ def _usage_verdicts(out: pd.DataFrame, checked: np.ndarray) -> pd.Series:
 
 
 def _as_float(column: pd.Series) -> np.ndarray:
-    """A count column as float64 (NULL -> NaN). Exact below 2**53; above, every verdict
-    still holds, since max_tokens is a 32-bit integer."""
+    """A count column as float64 (NULL -> NaN), as Arrow hands nullable integers over
+    anyway. Exact below 2**53, and every verdict still holds above it: a plausible count is
+    at most max_tokens (32-bit) or MAX_PROMPT_TOKENS, and rounding never carries a larger
+    integer below either."""
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
@@ -709,8 +712,8 @@ def _observe_usage(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
             f"{frame.at[row, 'request_id']} ({_usage_detail(frame, row, kw['column'])})"
             for row in bad[:_MAX_LISTED])
         found += f"; {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
-    return ("0 <= output_tokens <= max_tokens, prompt_tokens >= 0 and "
-            "0 <= cached_tokens <= prompt_tokens on completed requests with usage", found)
+    return (f"0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= {R.MAX_PROMPT_TOKENS} "
+            "and 0 <= cached_tokens <= prompt_tokens on completed requests with usage", found)
 
 
 def _usage_detail(frame: pd.DataFrame, row: int, column: str) -> str:

@@ -418,6 +418,8 @@ def test_data_docs_keep_a_partial_row_list_while_results_count_every_row(tmp_pat
     (dict(output_tokens=129), "r0-w1-q4 (output_tokens 129 above max_tokens 128)"),
     (dict(prompt_tokens=None), "prompt_tokens NULL (1); r0-w1-q4 (prompt_tokens NULL)"),
     (dict(prompt_tokens=-3), "r0-w1-q4 (prompt_tokens -3 below 0)"),
+    (dict(prompt_tokens=10**9), "prompt_tokens above 16777216 (1); "
+     "r0-w1-q4 (prompt_tokens 1000000000 above 16777216)"),
     (dict(cached_tokens=-1), "r0-w1-q4 (cached_tokens -1 below 0)"),
     (dict(prompt_tokens=40, cached_tokens=41),
      "r0-w1-q4 (cached_tokens 41 above prompt_tokens 40)"),
@@ -436,9 +438,9 @@ def test_impossible_usage_fails_usage_plausible_naming_request_and_values(counts
     result = by_key(results)[("r0-w1", "usage_plausible")]
     assert result.found.startswith("1 of 15 completed rows with usage implausible: ")
     assert result.found.endswith(found)
-    assert result.expected == ("0 <= output_tokens <= max_tokens, prompt_tokens >= 0 and "
-                               "0 <= cached_tokens <= prompt_tokens on completed requests "
-                               "with usage")
+    assert result.expected == ("0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= "
+                               "16777216 and 0 <= cached_tokens <= prompt_tokens on "
+                               "completed requests with usage")
 
 
 @pytest.mark.parametrize("counts", [
@@ -447,6 +449,7 @@ def test_impossible_usage_fails_usage_plausible_naming_request_and_values(counts
     dict(cached_tokens=None),  # cached_tokens is optional in usage
     dict(prompt_tokens=0, cached_tokens=0),
     dict(prompt_tokens=64, cached_tokens=64),  # the whole prompt from the prefix cache
+    dict(prompt_tokens=2**24, cached_tokens=2**24),  # the longest prompt there can be
 ])
 def test_possible_usage_passes_usage_plausible(counts):
     restarts, windows, requests = make_run()

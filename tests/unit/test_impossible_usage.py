@@ -32,6 +32,7 @@ FAULTS = {
     "negative": (1, {"output_tokens": -177}),
     "over": (3, {"output_tokens": 129}),  # max_tokens is 128
     "noprompt": (0, {"prompt_tokens": None}),
+    "hugeprompt": (1, {"prompt_tokens": 10**9}),
     "cached": (4, {"prompt_tokens": 50, "cached_tokens": 51}),
 }
 # arm -> (the rule's reason, that reason with the request's values)
@@ -40,6 +41,7 @@ FOUND = {
     "negative": ("output_tokens below 0", "output_tokens -177 below 0"),
     "over": ("output_tokens above max_tokens", "output_tokens 129 above max_tokens 128"),
     "noprompt": ("prompt_tokens NULL", "prompt_tokens NULL"),
+    "hugeprompt": ("prompt_tokens above 16777216", "prompt_tokens 1000000000 above 16777216"),
     "cached": ("cached_tokens above prompt_tokens", "cached_tokens 51 above prompt_tokens 50"),
 }
 
