@@ -290,20 +290,47 @@ def _write_window_recorded(layout: RunLayout, arm: str, k: int, workload: str,
                            api_key: str | None) -> dict:
     """write_window; when it fails, restart.json says so (and whether the server had died)
     before the error is raised."""
+    window_id = result.accounting["window_id"]
     try:
-        return write_window(layout, arm, k, workload, prompt_set, min_requests, result,
-                            observations, secret=api_key)
+        manifest = write_window(layout, arm, k, workload, prompt_set, min_requests, result,
+                                observations, secret=api_key)
     except RawWriteError as exc:
-        window_id = result.accounting["window_id"]
-        changes = {"status": "crashed" if gone else "failed",
-                   "error": str(exc) + (f"; and the server died during it: {gone}"
-                                        if gone else ""),
-                   "unwritten_windows": [window_id]}
         try:
-            _update_restart(layout, arm, k, **changes)
+            _record_unwritten(layout, arm, k, window_id, str(exc), gone)
         except RawWriteError as also:
             raise RawWriteError(f"{exc}; recording it failed too: {also}") from exc
         raise
+    _clear_unwritten(layout, arm, k, window_id)
+    return manifest
+
+
+def _record_unwritten(layout: RunLayout, arm: str, k: int, window_id: str, error: str,
+                      gone: str | None) -> None:
+    """restart.json: the window's files are missing and why; the restart cannot count."""
+    path = layout.restart_manifest(arm, k)
+    manifest = read_json(path) if path.exists() else {}
+    unwritten = sorted({*manifest.get("unwritten_windows", []), window_id})
+    changes = {"status": "crashed" if gone else "failed",
+               "error": error + (f"; and the server died during it: {gone}" if gone else ""),
+               "unwritten_windows": unwritten}
+    if manifest.get("status") in ("ok", "external"):
+        changes["status_before_unwritten"] = manifest["status"]
+    _update_restart(layout, arm, k, **changes)
+
+
+def _clear_unwritten(layout: RunLayout, arm: str, k: int, window_id: str) -> None:
+    """A retried step wrote a window an earlier attempt could not: when it was the last
+    one missing, the restart gets back the status it had (a crash is never undone)."""
+    path = layout.restart_manifest(arm, k)
+    manifest = read_json(path) if path.exists() else {}
+    if window_id not in manifest.get("unwritten_windows", []):
+        return
+    unwritten = [w for w in manifest["unwritten_windows"] if w != window_id]
+    changes: dict = {"unwritten_windows": unwritten}
+    before = manifest.get("status_before_unwritten")
+    if not unwritten and manifest.get("status") == "failed" and before:
+        changes.update(status=before, error=None, status_before_unwritten=None)
+    _update_restart(layout, arm, k, **changes)
 
 
 def _observers(plan, server: lifecycle.ServerHandle, api_key: str | None) -> dict:

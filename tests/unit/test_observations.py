@@ -4,6 +4,10 @@ from vLLM's documented formats, v1 and the older v0 logger), nvidia-smi's CSV.""
 from __future__ import annotations
 
 import json
+import shutil
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -125,3 +129,169 @@ def test_clock_sampler_reads_nvidia_smi_and_records_a_missing_one(tmp_path, monk
     missing.start()
     missing.stop()
     assert missing.result["samples"] == [] and "FileNotFoundError" in missing.result["errors"][0]
+
+
+# --- observers under a hostile or broken server: bounded, recorded, never raised ---------
+
+class ObservedHandler(BaseHTTPRequestHandler):
+    """GET answers from server.script: "hang", "trickle", or (status, body text)."""
+
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self.server.seen.append(self.headers.get("Authorization"))
+        script = self.server.script
+        if script == "hang":
+            time.sleep(30)
+            return
+        self.send_response(200 if script == "trickle" else script[0])
+        self.end_headers()
+        if script == "trickle":
+            for _ in range(100):
+                self.wfile.write(b"# ")
+                self.wfile.flush()
+                time.sleep(0.2)
+            return
+        self.wfile.write(script[1].encode())
+
+
+@pytest.fixture
+def observed_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ObservedHandler)
+    server.daemon_threads = True
+    server.seen = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+PROMETHEUS = "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total 42\n"
+
+
+def test_metrics_scrape_keeps_prometheus_text_and_sends_the_key(observed_server):
+    from benchledger.observe import MetricsScrape
+
+    server, base = observed_server
+    server.script = (200, PROMETHEUS)
+    scrape = MetricsScrape(base + "/metrics", {"Authorization": "Bearer k"})
+    scrape.start()
+    scrape.stop()
+    assert scrape.result["before"]["text"] == scrape.result["after"]["text"] == PROMETHEUS
+    assert scrape.result["errors"] == [] and server.seen == ["Bearer k", "Bearer k"]
+
+
+@pytest.mark.parametrize(("script", "recorded"), [
+    ((404, "no metrics here"), "HTTP 404"),
+    ((200, "<html>not prometheus</html>\n"), "not Prometheus text"),
+    ((200, "vllm:generation_tokens_total not-a-number\n"), "not Prometheus text"),
+    ("hang", "AnswerTooSlow"),
+    ("trickle", "AnswerTooSlow"),
+])
+def test_a_metrics_page_that_cannot_be_kept_is_an_error_within_the_bound(observed_server,
+                                                                         script, recorded):
+    from benchledger.observe import MetricsScrape
+
+    server, base = observed_server
+    server.script = script
+    scrape = MetricsScrape(base + "/metrics", timeout_s=0.5)
+    started = time.monotonic()
+    scrape.start()
+    assert time.monotonic() - started < 2  # not 30 s of hanging, not 20 s of trickling
+    assert scrape.result["before"] is None  # nothing the warehouse would fail to parse
+    assert len(scrape.result["errors"]) == 1
+    assert scrape.result["errors"][0].startswith(f"before: {base}/metrics: ")
+    assert recorded in scrape.result["errors"][0]
+
+
+def test_a_metrics_url_nobody_listens_on_is_recorded():
+    from benchledger.lifecycle import free_port
+    from benchledger.observe import MetricsScrape
+
+    scrape = MetricsScrape(f"http://127.0.0.1:{free_port()}/metrics")
+    scrape.start()
+    assert "ConnectError" in scrape.result["errors"][0]
+
+
+@pytest.mark.parametrize(("script", "recorded"), [
+    ((200, json.dumps({"gpus": ["x"]})), "not an object"),
+    ((200, json.dumps({"gpus": [{"index": 0, "sm_clock_mhz": "fast",
+                                 "max_sm_clock_mhz": 2520}]})), "sm_clock_mhz is not a number"),
+    ((200, json.dumps([1, 2])), "no list under 'gpus'"),
+    ((200, "{not json"), "JSONDecodeError"),
+    ((500, "boom"), "HTTP 500"),
+    ("hang", "AnswerTooSlow"),
+])
+def test_a_broken_clock_endpoint_is_recorded_never_sampled(observed_server, monkeypatch,
+                                                           script, recorded):
+    from benchledger import observe
+
+    monkeypatch.setattr(observe, "CLOCK_HTTP_TIMEOUT_S", 0.5)
+    server, base = observed_server
+    server.script = script
+    sampler = observe.ClockSampler("http", base + "/clocks", "node-a", interval_s=0.1)
+    started = time.monotonic()
+    sampler.start()
+    time.sleep(0.2)
+    sampler.stop()
+    assert time.monotonic() - started < 4
+    assert sampler.result["samples"] == []
+    assert sampler.result["errors"] and recorded in sampler.result["errors"][0]
+
+
+def test_a_hanging_nvidia_smi_is_cut_off_and_recorded(tmp_path, monkeypatch):
+    from benchledger import observe
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(observe, "NVIDIA_SMI_TIMEOUT_S", 0.3)
+    sampler = observe.ClockSampler("nvidia-smi", None, "node-a", interval_s=0.05)
+    started = time.monotonic()
+    sampler.start()
+    sampler.stop()
+    assert time.monotonic() - started < 3
+    assert sampler.result["samples"] == []
+    assert any("TimeoutExpired" in e for e in sampler.result["errors"])
+
+
+def test_an_observer_that_raises_is_recorded_and_the_others_still_run(tmp_path):
+    from benchledger.observe import LogSlice, observe_all
+
+    class Broken:
+        def __init__(self):
+            self.result = {"errors": []}
+
+        def start(self):
+            raise RuntimeError("observer bug")
+
+        def stop(self):
+            raise OSError(5, "Input/output error")
+
+    log = tmp_path / "server.log"
+    log.write_text("before\n")
+    broken, slice_ = Broken(), LogSlice(str(log))
+    start, stop = observe_all([broken, slice_])
+    start()
+    with open(log, "a") as out:
+        out.write("during\n")
+    stop()
+    assert broken.result["errors"] == ["start: RuntimeError: observer bug",
+                                       "stop: OSError: [Errno 5] Input/output error"]
+    assert slice_.result["lines"] == ["during"]
+
+
+def test_a_log_that_cannot_be_read_is_recorded(tmp_path):
+    from benchledger.observe import LogSlice
+
+    folder = tmp_path / "server.log"
+    folder.mkdir()  # reading it fails (IsADirectoryError), as an unreadable log would
+    log = LogSlice(str(folder))
+    log.start()
+    log.stop()
+    assert log.result["lines"] == []
+    assert log.result["errors"] and "IsADirectoryError" in log.result["errors"][0]
