@@ -223,6 +223,7 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     After each window the server is checked (lifecycle.server_gone): one that died during
     it makes the restart `crashed` (its raw files are still written) and nothing else runs.
     """
+    _refuse_after_crash(layout, arm_name, k)
     plan = sweep.arm(arm_name)
     workload = sweep.workload(workload_name)
     server = lifecycle.ServerHandle.from_dict(handle)
@@ -255,6 +256,16 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                           ("window_id", "submitted", "completed", "failed", "unresolved",
                            "drain_status", "elapsed_s")})
     return summaries
+
+
+def _refuse_after_crash(layout: RunLayout, arm: str, k: int) -> None:
+    """A retried or later step of a crashed restart measures nothing: it would only
+    overwrite the crashed window's evidence with requests to a dead server."""
+    path = layout.restart_manifest(arm, k)
+    manifest = read_json(path) if path.exists() else {}
+    if manifest.get("status") == "crashed":
+        raise ServerCrashed(f"{arm} r{k}: not measured: the restart already crashed "
+                            f"({manifest.get('error')})")
 
 
 def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: Target,

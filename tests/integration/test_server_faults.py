@@ -38,6 +38,8 @@ pytestmark = pytest.mark.integration
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "fault_server.py"
 RUN_ID = "manual__faults"
+DEAD_HANDLE = {"base_url": "http://127.0.0.1:9", "pid": None, "port": None, "command": None,
+               "command_template": None, "log_path": None}
 
 
 def write_sweep(tmp_path: Path, arm: str, **defaults) -> Path:
@@ -167,6 +169,13 @@ def test_a_started_server_that_dies_ends_its_restart_at_that_window(tmp_path):
     assert_balanced(window_manifest(layout, "srv", 1))
     # Checked after the window, not after the whole workload: c2 never ran on a dead server.
     assert not layout.window_files("srv", 0, "code", 2)[1].exists()
+    # A retried measure step must not overwrite the crashed window with a dead server's.
+    crashed_window = layout.window_files("srv", 0, "code", 1)[1].read_bytes()
+    with pytest.raises(restart.ServerCrashed, match="not measured: the restart already "
+                                                    "crashed"):
+        restart.measure_restart_workload(layout, load_sweep(tmp_path / "sweep.toml"), "srv",
+                                         0, DEAD_HANDLE, "code")
+    assert layout.window_files("srv", 0, "code", 1)[1].read_bytes() == crashed_window
     manifest = read_json(layout.restart_manifest("srv", 0))
     assert manifest["status"] == "crashed"  # the teardown kept it (not overwritten)
     assert manifest["stop_status"].startswith("already ended before stop (exited:17)")
