@@ -32,6 +32,9 @@ publish_dag = build_publish_dag({sweep_path!r})
 '''
 
 
+MAX_ERROR_LINES = 40  # of one failed task's error shown in the terminal
+
+
 class CliError(Exception):
     """A user-facing error: printed as one clear message, exit status 2 (or exit_code)."""
 
@@ -208,18 +211,18 @@ def _stop_leftovers(data_dir: Path, sweep_name: str, started: datetime, why: str
 
 
 def _print_failures(failures: list[dict], log_file: Path) -> None:
-    """The first failed task's error in full (the cause), the later ones a line each."""
-    if not failures:
-        return
-    first, *later = failures
-    error = str(first.get("error") or "").strip().splitlines() or ["(no message)"]
-    print(f"first failure: {first.get('task_id')}: {error[0]}", file=sys.stderr)
-    for line in error[1:20]:
-        print(f"  {line}", file=sys.stderr)
-    for failure in later:
-        text = (str(failure.get("error") or "").strip().splitlines() or [""])[0]
-        print(f"then failed: {failure.get('task_id')}: {text}", file=sys.stderr)
-    print(f"(task logs: {log_file})", file=sys.stderr, flush=True)
+    """Each failed task and its error, in the order they failed: the first is the cause,
+    the later ones often its consequences (finalize lists every restart that went wrong)."""
+    for number, failure in enumerate(failures):
+        lines = str(failure.get("error") or "").strip().splitlines() or ["(no message)"]
+        label = "first failure" if number == 0 else "then failed"
+        print(f"{label}: {failure.get('task_id')}: {lines[0]}", file=sys.stderr)
+        for line in lines[1:MAX_ERROR_LINES]:
+            print(f"  {line.strip()}", file=sys.stderr)
+        if len(lines) > MAX_ERROR_LINES:
+            print(f"  ... {len(lines) - MAX_ERROR_LINES} more lines", file=sys.stderr)
+    if failures:
+        print(f"(task logs: {log_file})", file=sys.stderr, flush=True)
 
 
 def _publish(outcome: SweepOutcome, sweep, dag_file: Path, airflow_home: Path, conf: dict,

@@ -158,6 +158,7 @@ def lock_holder(exc: BaseException) -> str | None:
         command = " ".join(a.decode(errors="replace") for a in argv if a)
     except OSError:
         command = match["program"]
+    command = " ".join(command.split())  # one line, whatever the argv held
     return f"PID {pid} ({command[:160] or match['program']})"
 
 
