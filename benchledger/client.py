@@ -123,18 +123,6 @@ class Event(NamedTuple):
 DONE = Event(done=True)
 
 
-def _choice_text(choice: dict, index: int, chat: bool) -> tuple[object, str | None]:
-    """The output text a choice carries, or the problem with its shape."""
-    if not chat:
-        return choice.get("text"), None
-    delta = choice.get("delta")
-    if delta is None:
-        return None, None
-    if not isinstance(delta, dict):
-        return None, f"choices[{index}].delta is not an object: {show(delta)}"
-    return delta.get("content"), None
-
-
 def _read_choices(choices: object, chat: bool) -> tuple[int, str | None, str | None]:
     """(content-bearing choices, finish_reason, problem) of an event's `choices`."""
     if choices is None:
@@ -146,9 +134,16 @@ def _read_choices(choices: object, chat: bool) -> tuple[int, str | None, str | N
     for index, choice in enumerate(choices):
         if not isinstance(choice, dict):
             return 0, None, f"choices[{index}] is not an object: {show(choice)}"
-        text, problem = _choice_text(choice, index, chat)
-        if problem:
-            return 0, None, problem
+        if chat:  # (inline: this runs for every event of every stream)
+            delta = choice.get("delta")
+            if type(delta) is dict:
+                text = delta.get("content")
+            elif delta is None:
+                text = None
+            else:
+                return 0, None, f"choices[{index}].delta is not an object: {show(delta)}"
+        else:
+            text = choice.get("text")
         if text is not None and not isinstance(text, str):
             return 0, None, f"choices[{index}].{field_name} is not a string: {show(text)}"
         if text:
@@ -164,7 +159,7 @@ def _read_choices(choices: object, chat: bool) -> tuple[int, str | None, str | N
 def parse_event(data: bytes, chat: bool = True) -> Event:
     """Read one SSE event's data. Total: any bytes give an Event, never an exception; an
     event that cannot be trusted has `problem` set, which fails (only) its request."""
-    if data.strip() == b"[DONE]":
+    if len(data) < 16 and data.strip() == b"[DONE]":
         return DONE
     try:
         text = data.decode("utf-8")
@@ -185,7 +180,7 @@ def parse_event(data: bytes, chat: bool = True) -> Event:
     usage = payload.get("usage")
     if usage == {}:  # an empty usage object reports nothing; it must not hide an earlier one
         usage = None
-    return Event(content=content, finish_reason=finish, usage=usage)
+    return Event(False, content, finish, usage, None)  # positional: cheaper per event
 
 
 class Usage(NamedTuple):
@@ -638,8 +633,10 @@ async def measure_window_async(target: Target, spec: WindowSpec,
         if on_stop:
             await asyncio.to_thread(on_stop)
     rows = [r.row() for r in warmup + measured]
-    for row in rows:
-        row["error"] = redact(row["error"], target.api_key)
+    if target.api_key:  # the texts a server controls: it may echo the key back
+        for row in rows:
+            row["error"] = redact(row["error"], target.api_key)
+            row["finish_reason"] = redact(row["finish_reason"], target.api_key)
     return WindowResult(rows=rows, accounting=_accounting(spec, measured, warmup, anchor, deadline))
 
 
