@@ -86,3 +86,13 @@ def test_comparison_rules_decide_the_verdicts(demo_run):
     # Speculation's ~2.8 tokens per step on code is far beyond instance noise.
     verdicts = {workload: verdict for _, workload, verdict, *_ in rows}
     assert verdicts["code"] == "improvement", rows
+
+
+def test_published_entries_say_their_counters_were_checked(demo_run):
+    """The simulator serves vLLM's counters: every published entry rests on windows they
+    reconciled (only as a lower bound where requests failed or stayed unresolved)."""
+    run_id, _, con = demo_run
+    labels = dict(con.execute("SELECT counter_check, count(*) FROM published_entries "
+                              "WHERE run_id = ? GROUP BY ALL", [run_id]).fetchall())
+    assert labels.get("reconciled", 0) > 0, labels
+    assert set(labels) <= {"reconciled", "lower bound"}, labels
