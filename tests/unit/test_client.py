@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from benchledger.client import Target, WindowSpec, measure_window
@@ -150,12 +152,14 @@ def test_warm_prompts_are_sent_as_they_are(scripted_server):
     assert server.bodies[-1]["messages"][0]["content"] == load_prompt_set("code")[0].text
 
 
-def test_api_key_is_sent_as_bearer_and_never_recorded(scripted_server):
+def test_api_key_is_sent_as_bearer_and_never_recorded(scripted_server, caplog):
     server, base = scripted_server
     key = "sk-test-5f1e9a"
     target = Target(base, "plain", api_key=key)
     assert key not in repr(target)
+    caplog.set_level(logging.DEBUG)  # httpx and httpcore log every request at DEBUG
     result = measure_window(target, spec(requests=2, warmup=1))
+    assert "HTTP Request: POST" in caplog.text and key not in caplog.text
     assert [h.get("Authorization") for h in server.headers] == [f"Bearer {key}"] * 3
     # a server that echoes the key into its error body does not get it into a row
     echoed = measure_window(Target(base, "echo-auth", api_key=key), spec(requests=1, warmup=0))
