@@ -249,8 +249,8 @@ _USAGE_COUNTS = ("output_tokens", "max_tokens", "prompt_tokens", "cached_tokens"
 def _usage_verdicts(out: pd.DataFrame, checked: np.ndarray) -> pd.Series:
     """Per row: _PLAUSIBLE, the first reason its usage cannot be true, or None where the
     rule does not apply (GX skips it). Whole columns at once: a run has 10^6 requests."""
+    # cached_tokens is optional in the OpenAI usage object: NULL there breaks no check.
     output, limit, prompt, cached = (_as_float(out[c]) for c in _USAGE_COUNTS)
-    reported = ~np.isnan(cached)  # cached_tokens is optional in the OpenAI usage object
     faults = (
         ("output_tokens NULL", np.isnan(output)),
         ("output_tokens not an integer", _fractional(output)),
@@ -261,7 +261,7 @@ def _usage_verdicts(out: pd.DataFrame, checked: np.ndarray) -> pd.Series:
         ("prompt_tokens not an integer", _fractional(prompt)),
         ("prompt_tokens below 0", prompt < 0),
         (f"prompt_tokens above {R.MAX_PROMPT_TOKENS}", prompt > R.MAX_PROMPT_TOKENS),
-        ("cached_tokens not an integer", reported & _fractional(cached)),
+        ("cached_tokens not an integer", _fractional(cached)),
         ("cached_tokens below 0", cached < 0),
         ("cached_tokens above prompt_tokens", cached > prompt),
     )
@@ -281,6 +281,7 @@ def _as_float(column: pd.Series) -> np.ndarray:
 
 
 def _fractional(values: np.ndarray) -> np.ndarray:
+    """Finite values that are not whole numbers (NaN, a NULL, is not fractional)."""
     with np.errstate(invalid="ignore"):
         return np.isfinite(values) & (values != np.floor(values))
 
