@@ -193,6 +193,13 @@ def test_a_missing_prompt_count_leaves_the_input_plus_output_total_null(tmp_path
     assert is_null(sums["total_tokens"])  # never 4 * 71 (the others) nor 0
 
 
+def test_no_prompt_count_at_all_is_not_an_input_plus_output_total_of_0(tmp_path):
+    """The issue's server without prompt_tokens got an input+output throughput of 0.0."""
+    sums = window_sums(tmp_path, [request_row("w", i, prompt_tokens=None) for i in range(N)])
+    assert sums["output_tokens"] == 5 * 21
+    assert is_null(sums["total_tokens"]) and sums["prompt_tokens_n"] == 0
+
+
 def test_a_missing_output_count_leaves_every_token_total_null(tmp_path):
     rows = [request_row("w", i, tokens=None if i == 3 else 21) for i in range(N)]
     sums = window_sums(tmp_path, rows)
