@@ -409,7 +409,7 @@ async def _body_head(response: httpx.Response) -> str:
 async def _read_stream(response: httpx.Response, record: RequestRecord, chat: bool) -> None:
     """Fill `record` from a 200 answer's event stream, then set its outcome."""
     content_type = response.headers.get("content-type", "")
-    if not content_type.startswith("text/event-stream"):
+    if not content_type.lower().startswith("text/event-stream"):  # media types ignore case
         record.fail(f"HTTP 200 but Content-Type {content_type!r}, not text/event-stream: "
                     f"{(await _body_head(response))[:500]}")
         return
