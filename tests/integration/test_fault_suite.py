@@ -2,10 +2,12 @@
 user runs a sweep (`benchledger run` in a child process, Airflow dag.test, DuckDB).
 
 One sweep holds one `server = "command"` arm per fault (tests/faults/fault_server.py in
-a mode), a clean arm as the control, and an external arm pointing at a closed port; one
-Airflow run covers them all. A second, small run holds the warehouse's file lock from
-another process while the run loads. docs/faults.md is the table of what each fault
-leaves in the warehouse and what the operator sees; these tests are its evidence.
+a mode), a clean arm as the control, and two external arms: one at a fault server the test
+started itself, which exits in the middle of a stream (benchledger cannot watch its
+process), one at a closed port. One Airflow run covers them all. A second, small run
+holds the warehouse's file lock from another process while the run loads.
+docs/faults.md is the table of what each fault leaves in the warehouse and what the
+operator sees; these tests are its evidence.
 
 For every fault: every request is a row with a status (and an error when it did not
 complete); every window balances (submitted = completed + failed + unresolved); the
@@ -19,8 +21,11 @@ concurrency 1, so request 1 is the warm-up `w0000` and request n >= 2 is `m{n-2:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -34,7 +39,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from benchledger.restart import RunLayout
+from benchledger.restart import RunLayout, read_json
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 
@@ -125,12 +130,17 @@ FAULTS = (
           extra_keys={"ready_timeout_s": REFUSAL_READY_TIMEOUT_S}),
 )
 BY_ARM = {fault.arm: fault for fault in FAULTS}
+# An independent (external) server that exits in the middle of request 8, started by the
+# test: benchledger has no process to watch, only what the server answers.
+EXTERNAL_DIES = Fault("extdies", "exit-mid-stream", hits=(8,), requests=8, damaged=True)
 REFUSED_ARM = "refused"  # external, base_url on a closed loopback port
+EXTERNAL_ARMS = (EXTERNAL_DIES.arm, REFUSED_ARM)
 NO_WINDOW_ARMS = ("notfound", "unauthorized", REFUSED_ARM)
-WINDOW_FAULTS = [f for f in FAULTS if f.arm not in NO_WINDOW_ARMS]
-DAMAGED_ARMS = {f.arm for f in FAULTS if f.damaged} | {REFUSED_ARM}
+WINDOW_FAULTS = [f for f in (*FAULTS, EXTERNAL_DIES) if f.arm not in NO_WINDOW_ARMS]
+DAMAGED_ARMS = {f.arm for f in FAULTS if f.damaged} | {EXTERNAL_DIES.arm, REFUSED_ARM}
+CRASH_WORDS = ("crash", "died", "ended", "exited", "gone")
 # What the terminal must name for an arm whose restart failed (any one of these words).
-CLI_CAUSES = {"dies": ("crash", "ended", "exited"), "notfound": ("404",),
+CLI_CAUSES = {"dies": CRASH_WORDS, EXTERNAL_DIES.arm: CRASH_WORDS, "notfound": ("404",),
               "unauthorized": ("401",), REFUSED_ARM: ("connecterror", "refused")}
 USAGE_MODES = {"usage-negative", "usage-absurd", "usage-over-max", "usage-non-integer",
                "usage-no-prompt"}
@@ -152,7 +162,8 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def sweep_text(name: str, faults, tag: str, refused_port: int | None = None) -> str:
+def sweep_text(name: str, faults, tag: str, external: dict[str, dict] | None = None) -> str:
+    """The sweep: one command arm per fault, plus external arms (name -> their keys)."""
     lines = [f"[sweep]\nname = {toml_value(name)}",
              textwrap.dedent(f"""
                 [defaults]
@@ -170,10 +181,9 @@ def sweep_text(name: str, faults, tag: str, refused_port: int | None = None) -> 
         keys = {"name": fault.arm, "server": "command", "model": "fault-model",
                 "command": fault.command(tag), "requests": fault.requests, **fault.extra_keys}
         lines.append("[[arms]]\n" + "\n".join(f"{k} = {toml_value(v)}" for k, v in keys.items()))
-    if refused_port is not None:
-        lines.append(f'[[arms]]\nname = "{REFUSED_ARM}"\nserver = "external"\n'
-                     f'model = "fault-model"\nbase_url = "http://127.0.0.1:{refused_port}"\n'
-                     f"ready_timeout_s = {REFUSED_READY_TIMEOUT_S}")
+    for arm, arm_keys in (external or {}).items():
+        keys = {"name": arm, "server": "external", "model": "fault-model", **arm_keys}
+        lines.append("[[arms]]\n" + "\n".join(f"{k} = {toml_value(v)}" for k, v in keys.items()))
     lines.append('[[workloads]]\nname = "code"')
     return "\n\n".join(lines) + "\n"
 
@@ -193,12 +203,12 @@ class CliRun:
     tag: str  # in every fault server's argv: finds any left running
 
 
-def run_cli(workdir: Path, name: str, faults, refused_port: int | None = None) -> CliRun:
+def run_cli(workdir: Path, name: str, faults, tag: str,
+            external: dict[str, dict] | None = None) -> CliRun:
     """`benchledger run SWEEP --warehouse W` in a child process, as a user types it.
     Output goes to files, not pipes: servers spawned by tasks could inherit a pipe."""
     sweep, warehouse, data = workdir / f"{name}.toml", workdir / "wh.duckdb", workdir / "data"
-    tag = f"fault-suite-{uuid.uuid4().hex}"
-    sweep.write_text(sweep_text(name, faults, tag, refused_port))
+    sweep.write_text(sweep_text(name, faults, tag, external))
     out, err = workdir / "cli.out", workdir / "cli.err"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
         status = subprocess.run(
@@ -251,9 +261,38 @@ def processes_tagged(tag: str) -> list[str]:
 # --- the fault sweep (one Airflow run) -----------------------------------------------------
 
 
+def start_fault_server(fault: Fault, tag: str, log_path: Path) -> tuple[subprocess.Popen, str]:
+    """A fault server the test runs itself (an external arm's server); waits for health."""
+    port = closed_port()
+    argv = shlex.split(fault.command(tag).replace("{port}", str(port)))
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    base_url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return proc, base_url
+        assert proc.poll() is None, f"fault server exited ({proc.returncode}); see {log_path}"
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"fault server not listening after 30 s; see {log_path}")
+
+
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory) -> CliRun:
-    return run_cli(tmp_path_factory.mktemp("faults"), "faults", FAULTS, closed_port())
+    workdir, tag = tmp_path_factory.mktemp("faults"), f"fault-suite-{uuid.uuid4().hex}"
+    # Its own tag: the servers benchledger started are the ones that must not be left.
+    proc, base_url = start_fault_server(EXTERNAL_DIES, f"{tag}-external",
+                                        workdir / "extdies.log")
+    external = {EXTERNAL_DIES.arm: {"base_url": base_url, "requests": EXTERNAL_DIES.requests},
+                REFUSED_ARM: {"base_url": f"http://127.0.0.1:{closed_port()}",
+                              "ready_timeout_s": REFUSED_READY_TIMEOUT_S}}
+    try:
+        return run_cli(workdir, "faults", FAULTS, tag, external)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # it should have exited by itself
+        proc.wait(timeout=30)
 
 
 def restart(run: CliRun, arm: str) -> dict:
@@ -263,8 +302,10 @@ def restart(run: CliRun, arm: str) -> dict:
 
 
 def window_and_requests(run: CliRun, arm: str) -> tuple[dict, dict[str, dict]]:
-    window, = query(run.warehouse, "SELECT * FROM windows WHERE run_id = ? AND arm = ?",
+    windows = query(run.warehouse, "SELECT * FROM windows WHERE run_id = ? AND arm = ?",
                     [run.run_id, arm])
+    assert len(windows) == 1, f"{arm}: expected its one window, found {len(windows)} (lost?)"
+    window = windows[0]
     rows = query(run.warehouse, "SELECT * FROM request_records WHERE window_id = ?",
                  [window["window_id"]])
     return window, {r["request_id"].rsplit("/", 1)[1]: r for r in rows}
@@ -323,7 +364,7 @@ def test_each_request_records_what_happened_to_it(fault_run, fault):
 def test_teardown_ran_for_every_restart_and_no_server_is_left(fault_run):
     restarts = query(fault_run.warehouse, "SELECT arm, stopped_at, stop_status, pid "
                                           "FROM restarts WHERE run_id = ?", [fault_run.run_id])
-    assert {r["arm"] for r in restarts} == set(BY_ARM) | {REFUSED_ARM}
+    assert {r["arm"] for r in restarts} == set(BY_ARM) | set(EXTERNAL_ARMS)
     for r in restarts:
         assert r["stopped_at"] is not None and r["stop_status"], r
     stops = {task: state for task, state in fault_run.tasks.items()
@@ -333,16 +374,17 @@ def test_teardown_ran_for_every_restart_and_no_server_is_left(fault_run):
     assert processes_tagged(fault_run.tag) == []
 
 
-def test_a_crashed_server_is_a_failed_restart_whose_numbers_never_publish(fault_run):
-    row = restart(fault_run, "dies")
+@pytest.mark.parametrize("arm", ["dies", EXTERNAL_DIES.arm])
+def test_a_crashed_server_is_a_failed_restart_whose_numbers_never_publish(fault_run, arm):
+    row = restart(fault_run, arm)
     assert row["status"] in ("crashed", "failed") and row["error"], row
-    window, _ = window_and_requests(fault_run, "dies")  # kept in the warehouse, marked
+    window, _ = window_and_requests(fault_run, arm)  # kept in the warehouse, marked
     assert window["completed"] >= window["min_requests"]  # only the crash can block it
     healthy = query(fault_run.warehouse,
                     "SELECT success FROM validations WHERE run_id = ? AND subject = ? "
                     "AND expectation = 'restart_healthy'", [fault_run.run_id, row["restart_id"]])
     assert healthy and not any(v["success"] for v in healthy)
-    assert published(fault_run, "dies") == []
+    assert published(fault_run, arm) == []
 
 
 def test_a_hung_warmup_is_cancelled_at_the_drain_deadline(fault_run):
@@ -510,7 +552,7 @@ def locked_run(tmp_path_factory) -> tuple[CliRun, dict]:
         while not marker.exists():  # the lock is held before the run starts
             assert holder.poll() is None and time.monotonic() < deadline, "holder did not start"
             time.sleep(0.1)
-        run = run_cli(workdir, name, [BY_ARM["clean"]])
+        run = run_cli(workdir, name, [BY_ARM["clean"]], f"fault-lock-{uuid.uuid4().hex}")
         holder.wait(timeout=HOLDER_BOUND_S + 60)
     finally:
         if holder.poll() is None:
@@ -535,7 +577,7 @@ def test_a_locked_warehouse_makes_the_load_wait_then_succeed(locked_run):
 
 def test_the_locked_run_left_no_server_behind(locked_run):
     run, _ = locked_run
-    stopped = query(run.warehouse, "SELECT stopped_at FROM restarts WHERE run_id = ?",
-                    [run.run_id])
-    assert stopped and all(r["stopped_at"] is not None for r in stopped)
+    manifests = [read_json(p) for p in
+                 RunLayout(run.data_dir, run.run_id).run_dir.glob("*/r*/restart.json")]
+    assert manifests and all(m.get("stopped_at") for m in manifests), manifests
     assert processes_tagged(run.tag) == []
