@@ -143,6 +143,19 @@ def load_unloaded_runs(data_dir: Path, warehouse: Path, sweep_name: str) -> list
     return lines
 
 
+def _load_earlier_runs(data_dir: Path, warehouse: Path, sweep_name: str) -> None:
+    """load_unloaded_runs, reported; a warehouse that cannot be opened now is said too,
+    and the run goes on (its own load waits for the warehouse again)."""
+    from benchledger.warehouse.db import WarehouseError
+
+    try:
+        lines = load_unloaded_runs(data_dir, warehouse, sweep_name)
+    except WarehouseError as exc:
+        lines = [f"could not look for earlier runs that were never loaded: {exc}"]
+    for line in lines:
+        print(line, flush=True)
+
+
 def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
                   publish: bool = False) -> SweepOutcome:
     """Run one sweep through its Airflow DAG (then, with publish, its publish DAG), under
@@ -154,8 +167,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     warehouse = warehouse.resolve()
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
     with sweep_lock(data_dir, name) as lock_fd:
-        for line in load_unloaded_runs(data_dir, warehouse, name):
-            print(line, flush=True)
+        _load_earlier_runs(data_dir, warehouse, name)
         airflow_home = data_dir / "airflow"
         dag_file = _write_dag_file(sweep_path, airflow_home / "dags")
         log_file = data_dir / "logs" / f"{name}.log"
@@ -174,8 +186,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
             raise
         except RunnerDied as died:
             _stop_leftovers(data_dir, name, started, "runner died")
-            for line in load_unloaded_runs(data_dir, warehouse, name):
-                print(line, flush=True)
+            _load_earlier_runs(data_dir, warehouse, name)
             _print_failures(died.failures, log_file)
             raise CliError(f"{died}; nothing was published", exit_code=1) from died
         finally:

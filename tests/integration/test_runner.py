@@ -194,3 +194,15 @@ def test_a_killed_runner_is_reported_as_died_not_as_a_setup_error(airflow_home, 
     finally:
         killer.wait(timeout=60)
     assert died.value.returncode == -signal.SIGKILL
+
+
+def test_the_sweep_dags_never_overlap_and_record_their_failures():
+    from benchledger.operators.dag_factory import build_publish_dag, build_sweep_dag
+    from benchledger.operators.sweep_tasks import record_failure
+    from tests.conftest import REPO
+
+    sweep = REPO / "dags" / "sweeps" / "demo.toml"
+    for dag in (build_sweep_dag(sweep), build_publish_dag(sweep)):
+        assert dag.max_active_runs == 1  # a scheduler never runs one sweep twice at once
+        for task in dag.tasks:
+            assert record_failure in (task.on_failure_callback or []), task.task_id
