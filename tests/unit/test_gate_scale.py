@@ -7,8 +7,10 @@ at a time, from the raw frames (no GX, no pandas grouping), so a speed-up that c
 verdict or a single character of a result fails here. The frames are randomised, with the
 troubles a real sweep shows sprinkled in: NULL and non-usage token sources, temperature 0.7
 (and -0.0, which passes but shows differently), TTFT above E2E, failed/unresolved/NULL
-statuses, missing times, whole windows without usage, windows without requests, requests of
-a window the windows frame lacks, and duplicated restart and window ids.
+statuses, missing times, whole windows without usage, usage that cannot be true (10**9 or
+negative tokens, more than max_tokens, NULL or non-integer counts, more cached than prompt
+tokens), windows without requests, requests of a window the windows frame lacks, and
+duplicated restart and window ids.
 
 validate_run's own reading is checked on a loaded warehouse: gate_requests gives exactly the
 rows and order of measured_requests.sql, and reconcile_run's SQL sums equal reconcile_window's.
@@ -81,6 +83,8 @@ def reference_requests(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
         bad = [r["temperature"] for r in rows if null(r["temperature"]) or r["temperature"] != 0]
         return (not bad, "temperature == 0.0",
                 share([r["temperature"] for r in rows], bad, "rows"))
+    if rule == "usage_plausible":
+        return reference_usage(completed)
     assert rule == "ttft_not_above_e2e"
     checked = [r for r in completed if not null(r["ttft_s"]) and not null(r["e2e_s"])]
     bad = [r for r in checked if r["ttft_s"] > r["e2e_s"]]
@@ -90,6 +94,67 @@ def reference_requests(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
                                   f"e2e_s {show(r['e2e_s'])})" for r in bad[:3])
         found += ", ..." if len(bad) > 3 else ""
     return not bad, "ttft_s <= e2e_s on completed requests", found
+
+
+def usage_fault(r: dict) -> str | None:
+    """Why a usage report cannot be true (the first reason, in the rule's order)."""
+    o, m, p, c = (r[k] for k in ("output_tokens", "max_tokens", "prompt_tokens",
+                                 "cached_tokens"))
+
+    def fractional(x) -> bool:
+        return not null(x) and np.isfinite(x) and x != int(x)
+
+    checks = [("output_tokens NULL", null(o)),
+              ("output_tokens not an integer", fractional(o)),
+              ("output_tokens below 0", not null(o) and o < 0),
+              ("max_tokens NULL", null(m)),
+              ("output_tokens above max_tokens", not null(o) and not null(m) and o > m),
+              ("prompt_tokens NULL", null(p)),
+              ("prompt_tokens not an integer", fractional(p)),
+              ("prompt_tokens below 0", not null(p) and p < 0),
+              ("prompt_tokens above 16777216", not null(p) and p > 2**24),
+              ("cached_tokens not an integer", fractional(c)),
+              ("cached_tokens below 0", not null(c) and c < 0),
+              ("cached_tokens above prompt_tokens", not null(c) and not null(p) and c > p)]
+    return next((reason for reason, broken in checks if broken), None)
+
+
+def count(value) -> str:
+    return "NULL" if null(value) else (str(int(value)) if float(value).is_integer()
+                                       else str(value))
+
+
+USAGE_DETAIL = {  # each reason with the row's values
+    "output_tokens NULL": "output_tokens NULL",
+    "output_tokens not an integer": "output_tokens {o} not an integer",
+    "output_tokens below 0": "output_tokens {o} below 0",
+    "max_tokens NULL": "max_tokens NULL",
+    "output_tokens above max_tokens": "output_tokens {o} above max_tokens {m}",
+    "prompt_tokens NULL": "prompt_tokens NULL",
+    "prompt_tokens not an integer": "prompt_tokens {p} not an integer",
+    "prompt_tokens below 0": "prompt_tokens {p} below 0",
+    "prompt_tokens above 16777216": "prompt_tokens {p} above 16777216",
+    "cached_tokens not an integer": "cached_tokens {c} not an integer",
+    "cached_tokens below 0": "cached_tokens {c} below 0",
+    "cached_tokens above prompt_tokens": "cached_tokens {c} above prompt_tokens {p}",
+}
+
+
+def reference_usage(completed: list[dict]) -> tuple[bool, str, str]:
+    judged = [r for r in completed if r["token_source"] == "usage"]
+    bad = [(r, reason) for r in judged if (reason := usage_fault(r))]
+    found = f"{len(bad)} of {len(judged)} completed rows with usage implausible"
+    if bad:
+        reasons = Counter(reason for _, reason in bad)  # in order of first occurrence
+        found += ": " + ", ".join(f"{reason} ({n})" for reason, n in reasons.items())
+        found += "; " + ", ".join(
+            f"{r['request_id']} (" + USAGE_DETAIL[reason].format(
+                o=count(r["output_tokens"]), m=count(r["max_tokens"]),
+                p=count(r["prompt_tokens"]), c=count(r["cached_tokens"])) + ")"
+            for r, reason in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    return (not bad, "0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= 16777216 and "
+                     "0 <= cached_tokens <= prompt_tokens on completed requests with usage",
+            found)
 
 
 RECONCILED = {"generation_tokens_reconcile": ("generation", "vllm:generation_tokens_total"),
@@ -161,6 +226,27 @@ def reference_gate(restarts: pd.DataFrame, windows: pd.DataFrame,
 # --- randomised runs -------------------------------------------------------------------
 
 
+def random_usage(rng: np.random.Generator, n: int, p_bad: float, *,
+                 everything_absurd: bool) -> dict[str, np.ndarray]:
+    """Usage counts as Arrow hands them to pandas (float64 where NULLs occur): mostly
+    possible, with every kind of impossible count sprinkled in."""
+    max_tokens = rng.choice([8, 128], n).astype(float)
+    output = np.floor(rng.uniform(0, max_tokens + 1))
+    prompt = rng.integers(0, 3000, n).astype(float)
+    cached = np.where(rng.random(n) < 0.3, np.nan, np.floor(rng.uniform(0, prompt + 1)))
+    broken = rng.random(n) < p_bad
+    output[broken] = rng.choice([10**9, -5, 129, 9, np.nan, 2.5], broken.sum())
+    broken = rng.random(n) < p_bad
+    prompt[broken] = rng.choice([np.nan, -3, 0.5, 10**9], broken.sum())
+    broken = rng.random(n) < p_bad
+    cached[broken] = rng.choice([-1, 4000, 1.5], broken.sum())
+    max_tokens[rng.random(n) < p_bad / 10] = np.nan
+    if everything_absurd:  # a whole window from a server that reports nonsense
+        output[:] = 10**9
+    return {"max_tokens": max_tokens, "output_tokens": output, "prompt_tokens": prompt,
+            "cached_tokens": cached}
+
+
 def random_run(seed: int, *, object_strings: bool = False,
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(seed)
@@ -196,9 +282,11 @@ def random_run(seed: int, *, object_strings: bool = False,
         ttft[late] = e2e[late] + rng.choice([0.0, 0.5], late.sum())  # equal times pass
         ttft[rng.random(n) < 0.01] = np.nan
         e2e[rng.random(n) < 0.01] = np.nan
+        usage = random_usage(rng, n, p_bad, everything_absurd=w == 9)
         request_rows += [{"request_id": f"{window_id}-q{i}", "window_id": window_id,
                           "status": statuses[i], "token_source": token[i],
-                          "temperature": temperature[i], "ttft_s": ttft[i], "e2e_s": e2e[i]}
+                          "temperature": temperature[i], "ttft_s": ttft[i], "e2e_s": e2e[i],
+                          **{column: values[i] for column, values in usage.items()}}
                          for i in range(n)]
         completed = int((statuses == "completed").sum())
         failed = int((statuses == "failed").sum())
@@ -240,7 +328,7 @@ def test_gate_results_equal_a_row_by_row_reference(seed, object_strings):
     assert not mismatches, mismatches[:3]
     # The run has every kind of trouble, so both verdicts of every request rule occur.
     verdicts = {(r.expectation, r.success) for r in got if r.suite == "measured_requests"}
-    assert len(verdicts) == 6, verdicts
+    assert len(verdicts) == 2 * len(rules_of_suite("measured_requests")), verdicts
 
 
 def test_reference_sees_the_troubles_it_was_given():
@@ -249,7 +337,10 @@ def test_reference_sees_the_troubles_it_was_given():
              if not r.success]
     text = "\n".join(found)
     for trouble in ("NULL", "'missing'", "0.7", ", ...", " != ", "ttft_s > e2e_s: ",
-                    "'crashed'"):
+                    "'crashed'", "output_tokens 1000000000 above max_tokens 8",
+                    "output_tokens -5 below 0", "prompt_tokens NULL", "cached_tokens 4000 above",
+                    "output_tokens 2.5 not an integer", "max_tokens NULL",
+                    "prompt_tokens 1000000000 above 16777216"):
         assert trouble in text, trouble
 
 
@@ -323,7 +414,9 @@ def test_gate_requests_are_the_measured_requests_in_their_order(warehouse):
     got = gate_requests(warehouse, RUN_ID)
     want = query_frame(warehouse, "measured_requests", run_id=RUN_ID)[list(REQUEST_COLUMNS)]
     assert len(got) == 4 * 11
-    pd.testing.assert_frame_equal(got, want)
+    # Arrow hands integer columns with NULLs (usage counts) to pandas as float64 and .df()
+    # as Int64: the same values, which the gate reads alike.
+    pd.testing.assert_frame_equal(got, want.astype(got.dtypes.to_dict()))
 
 
 def test_reconcile_run_sums_what_reconcile_window_sums(warehouse):
