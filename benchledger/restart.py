@@ -324,6 +324,8 @@ def _record_unwritten(layout: RunLayout, arm: str, k: int, window_id: str, error
     changes = {"status": "crashed" if gone else "failed",
                "error": error + (f"; and the server died during it: {gone}" if gone else ""),
                "unwritten_windows": unwritten}
+    if gone:
+        changes["crashed_in_window"] = window_id
     if manifest.get("status") in ("ok", "external"):
         changes["status_before_unwritten"] = manifest["status"]
     _update_restart(layout, arm, k, **changes)
