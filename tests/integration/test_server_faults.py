@@ -126,13 +126,16 @@ def dying_external_server():
     proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port),
                              "--die-in-stream", "9"], stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while lifecycle.server_gone(lifecycle.ServerHandle(base, None, None, None, None, None),
-                                "/health", timeout_s=1) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield base
-    proc.kill()
-    proc.wait(timeout=10)
+    try:
+        deadline = time.monotonic() + 20
+        handle = lifecycle.ServerHandle(base, None, None, None, None, None)
+        while (lifecycle.server_gone(handle, "/health", timeout_s=1)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        yield base
+    finally:  # never left running, whatever failed
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_an_external_server_that_dies_mid_window_is_a_crashed_restart(tmp_path,
