@@ -7,7 +7,11 @@ reports for that request, chunks are counted separately, and a request without u
 is recorded with token_source = 'missing' instead of being guessed.
 
 Nothing a server sends can lose a window. The stream is split into events by a small SSE
-reader, and each event is read by `parse_event`, a pure function that never raises: an
+reader of our own (`SSEReader`) rather than httpx-sse, which would decode bytes with
+replacement characters and skip lines that are not SSE fields (where llama.cpp's server puts
+its errors) without a word, has no bound on an event's size, and stamps an event when the
+parser gets to it rather than when the network read delivered it. Each event is read by
+`parse_event`, a pure function that never raises: an
 event of an unexpected shape (not UTF-8, not JSON, not an object, `choices` that are not
 objects, ...) fails only its own request, with an error naming the event and what was wrong.
 Usage is read by `read_usage` when the row is built: integer counts are recorded exactly as

@@ -235,7 +235,7 @@ def machine() -> dict:
                                / 1024 / 1024, 1),
         "cpu": model.group(1).strip() if model else platform.processor(),
         "python": platform.python_version(),
-        **{name: version(name) for name in ("httpx", "httpx-sse", "httpcore", "h11",
+        **{name: version(name) for name in ("httpx", "httpcore", "h11",
                                              "uvicorn", "starlette")},
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
