@@ -38,7 +38,10 @@ def format_entries(entries: pd.DataFrame) -> str:
             e.restart_effect)
         flags = [f for f, on in (("restart_effect", effect),
                                  (e.population, e.population != "all_submitted"),
-                                 (f"drain {e.drain_status}", e.drain_status == "incomplete"))
+                                 (f"drain {e.drain_status}", e.drain_status == "incomplete"),
+                                 # how far the server's counters confirmed the token counts
+                                 (f"counters: {e.counter_check}",
+                                  e.counter_check != "reconciled"))
                  if on]
         rows.append({
             "arm": e.arm, "workload": e.workload, "metric": e.metric, "phase": e.phase,

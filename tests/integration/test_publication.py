@@ -114,7 +114,13 @@ def test_exports_hold_published_entries_only(exported, warehouse):
                   "denominator", "phase", "scope", "statistic", "population", "n_failed",
                   "n_unresolved", "n_requests", "n_restarts", "ci95_low", "harness_version"):
         assert field in rows[0], field  # the benchmark line travels with every entry
-    assert "| broken |" not in (exported / "entries.md").read_text()
+    markdown = (exported / "entries.md").read_text()
+    assert "| broken |" not in markdown
+    # how the server's counters checked each number travels with it, in both formats
+    assert "| counters |" in markdown.splitlines()[4]
+    checks = {r["counter_check"] for r in rows}
+    assert checks and checks <= {"reconciled", "lower bound", "partial", "no counter"}
+    assert all(f"| {r['counter_check']} |" in markdown for r in rows)
 
 
 def test_blocked_entries_appear_only_in_the_reports_blocked_section(exported):
