@@ -278,18 +278,12 @@ def probe_readiness(base_url: str, health_path: str, deadline: float,
     """Ask the health path; when it answers 404, ask /v1/models instead (servers without a
     health endpoint). Only an answer on every path settles "refused"."""
     headers = auth_headers(api_key)
-    health_url = _url(base_url, health_path)
-    status, detail, cut = _ask(health_url, headers, deadline)
-    if status == 200:
-        return Probe("ready", detail)
-    if status in (401, 403):
-        return _auth_refused(detail, api_key_env, bool(api_key))
-    if status != 404:
-        return Probe("not_yet", detail, cut)
-    models_url = _url(base_url, FALLBACK_READY_PATH)
-    if models_url != health_url:
-        status, more, cut = _ask(models_url, headers, deadline)
-        detail = f"{detail}; {more}"
+    details = []
+    # dict.fromkeys: in order, once (a health_path of /v1/models is asked once)
+    for url in dict.fromkeys([_url(base_url, health_path), _url(base_url, FALLBACK_READY_PATH)]):
+        status, answer, cut = _ask(url, headers, deadline)
+        details.append(answer)
+        detail = "; ".join(details)
         if status == 200:
             return Probe("ready", detail)
         if status in (401, 403):
