@@ -15,7 +15,7 @@ import time
 import tracemalloc
 
 import pytest
-from conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
+from tests.conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
 
 import benchledger.client as client
 from benchledger.client import Target, WindowSpec, measure_window

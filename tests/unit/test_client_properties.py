@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import Script, good_stream
+from tests.conftest import Script, good_stream
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
