@@ -15,12 +15,12 @@ import time
 import tracemalloc
 
 import pytest
-from tests.conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
 
 import benchledger.client as client
 from benchledger.client import Target, WindowSpec, measure_window
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
+from tests.conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
 
 STATUSES = {"completed", "failed", "unresolved"}
 

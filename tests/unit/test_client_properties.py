@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 
-from tests.conftest import Script, good_stream
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from benchledger.client import (
 )
 from benchledger.prompts import Prompt, load_prompt_set
 from benchledger.records import requests_table
+from tests.conftest import Script, good_stream
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
