@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchledger import lifecycle, restart
+from benchledger.publishing.export import export_run
 from benchledger.restart import RunLayout, read_json
 from benchledger.sweep import load_sweep
 from benchledger.warehouse.db import connect
@@ -239,15 +240,23 @@ def test_the_api_key_reaches_the_server_and_no_raw_file_or_row(tmp_path, monkeyp
             assert SECRET.encode() not in data and HF_SECRET.encode() not in data, path
     con = load_validate_derive(tmp_path, layout)
     try:
+        # every column of every table and view, whatever its type (JSON, lists, ...)
         for table, column in con.execute(
                 "SELECT table_name, column_name FROM information_schema.columns "
-                "WHERE table_schema = 'main' AND data_type = 'VARCHAR'").fetchall():
-            found = con.execute(f'SELECT count(*) FROM "{table}" WHERE "{column}" LIKE ? '
-                                f'OR "{column}" LIKE ?',
+                "WHERE table_schema = 'main'").fetchall():
+            found = con.execute(f'SELECT count(*) FROM "{table}" WHERE CAST("{column}" AS '
+                                f'VARCHAR) LIKE ? OR CAST("{column}" AS VARCHAR) LIKE ?',
                                 [f"%{SECRET}%", f"%{HF_SECRET}%"]).fetchone()
             assert found == (0,), f"{table}.{column}"
+        # and the publication: entries, report, manifest, Data Docs
+        exported = export_run(con, layout.run_id, tmp_path / "published")
     finally:
         con.close()
+    files = [p for p in exported.rglob("*") if p.is_file()]
+    assert any(p.name == "entries.json" for p in files)
+    for path in files:
+        data = path.read_bytes()
+        assert SECRET.encode() not in data and HF_SECRET.encode() not in data, path
 
 
 def test_a_missing_api_key_fails_the_restart_before_a_server_starts(tmp_path, monkeypatch):
