@@ -1,20 +1,59 @@
-"""An OpenAI-compatible streaming server that misbehaves on purpose, for the fault suite.
+"""An OpenAI-compatible streaming server that misbehaves on purpose, for the fault tests.
 
     python -m tests.faults.fault_server --port N --mode MODE [--every K | --nth 1,4]
+        [--metrics] [--health-status CODE] [--models-status CODE]
+        [--require-key-env NAME] [--argv-file PATH] [--tag T]
     python tests/faults/fault_server.py ...            (the same; it needs only the stdlib)
+
+    server, base_url = serve_in_thread("--mode", "clean", ...)   (in a test's own process)
 
 Serves GET /health and GET /v1/models, and streams POST /v1/chat/completions and
 /v1/completions as server-sent events (with a `usage` event when the request asks for
-`stream_options.include_usage`). It has no /metrics: like a server without counters, so
-nothing but the rules can catch a lie in its usage.
+`stream_options.include_usage`). Without --metrics it has no /metrics: like a server
+without counters, so nothing but the rules can catch a lie in its usage.
 
 Every POST to a completions endpoint is numbered from 1 in arrival order (warm-up
-included; GETs are not counted). The mode's fault hits the requests picked by `--nth`
-(a list of those numbers) or else every `--every`-th one; the other requests are served
-cleanly. Modes that are about the server as a whole (health-*) hit everything, `clean`
-nothing. A clean stream is OUTPUT_WORDS content events of one word each (fewer when
-max_tokens is smaller), the last carrying finish_reason, then usage, then [DONE]; its
-usage says prompt_tokens = the prompt's words and completion_tokens = the words sent.
+included; GETs, and POSTs refused for their API key or a body that is not JSON, are not
+counted). The mode's fault hits the requests picked by `--nth` (a list of those numbers)
+or else every `--every`-th one; the other requests are served cleanly. Modes that are
+about the server as a whole (health-*) hit everything, `clean` nothing. A clean stream is
+OUTPUT_WORDS content events of one word each (fewer when max_tokens is smaller), the last
+carrying finish_reason, then usage, then [DONE]; its usage says prompt_tokens = the
+prompt's words and completion_tokens = the words sent.
+
+Modes (MODES below; `--help` lists them too):
+
+- clean: no fault;
+- exit-mid-stream: the whole process exits (status EXIT_STATUS, 3) in the middle of an
+  affected stream, with the connection open (what a crashing engine looks like);
+- sicken-mid-stream: the process stays up, but the affected stream stops in the middle
+  and from then on every request (GET or POST) answers 503 (an API server whose engine
+  died under it);
+- hang: 200 and SSE headers, then no byte at all until the client goes away;
+- garbage-line, truncated-json, non-utf8-byte, data-42, choices-str: one malformed event
+  in the middle of the stream; no-done: the stream ends without finish_reason, usage or
+  [DONE]; reset: a TCP RST in the middle of the stream;
+- http-429, http-500, http-503: that status instead of a stream;
+- usage-negative, usage-absurd, usage-non-integer, usage-over-max, usage-no-prompt: a
+  usage event that cannot be true;
+- health-404: every GET answers 404; health-401: every request answers 401.
+
+Options that hold whatever the mode:
+
+- --metrics: GET /metrics answers a small Prometheus page (fault_requests_total, the POSTs
+  numbered so far);
+- --health-status CODE / --models-status CODE: what GET /health and GET /v1/models answer
+  (default 200) when the mode does not decide it (health-*, a sickened server);
+- --require-key-env NAME: /v1/* and /metrics need `Authorization: Bearer $NAME` (401
+  otherwise; NAME must be set where the server starts). The server is careless with the
+  key: it logs the Authorization header it got and echoes the key in /v1/models
+  (owned_by "key ...") and /metrics (what redaction must survive);
+- --argv-file PATH: writes the process's sys.argv there (JSON) before serving: what the
+  process really received;
+- --tag T: any text, so a test can find its servers in the process table.
+
+serve_in_thread() runs the same server in a daemon thread of the calling process (for unit
+tests; exit-mid-stream would end that process and is refused there).
 
 It deliberately shares no code with benchledger (client or simulator): a parsing bug in
 benchledger cannot then hide in the server that tests it.
@@ -37,15 +76,19 @@ OUTPUT_WORDS = 8
 EVENT_GAP_S = 0.005  # between content events, so timings are positive and ordered
 # A hung stream still ends some day: no wait in the test machinery is unbounded.
 HANG_BOUND_S = 600.0
-# Content events sent before a mid-stream fault (exit, reset, odd event) strikes.
+# Content events sent before a mid-stream fault (exit, sickness, reset, odd event) strikes.
 EVENTS_BEFORE_FAULT = 2
+EXIT_STATUS = 3  # exit-mid-stream's exit status
 ABSURD_TOKENS = 10**9
 # usage-non-integer: the values it cycles through, one per affected request.
 NON_INTEGER_COUNTS = (True, 1.5, "7")
 
 MODES = {
     "clean": "no fault: every request streams cleanly",
-    "exit-mid-stream": "the process exits (status 3) in the middle of an affected stream",
+    "exit-mid-stream": f"the process exits (status {EXIT_STATUS}) in the middle of an "
+                       "affected stream",
+    "sicken-mid-stream": "the process stays up, but the affected stream stops in the middle "
+                         "and from then on every request answers 503",
     "hang": "200 and SSE headers, then no byte at all until the client goes away",
     "garbage-line": "a line that is no SSE field, then `data:` with text that is not JSON",
     "truncated-json": "an event whose JSON object is cut off in the middle",
@@ -93,6 +136,12 @@ class FaultPlan:
         self._lock = threading.Lock()
         self._count = 0
         self._hits = 0
+
+    @property
+    def requests(self) -> int:
+        """How many requests were numbered so far."""
+        with self._lock:
+            return self._count
 
     def next_request(self) -> tuple[int, int | None]:
         """(this request's number, its ordinal among affected requests or None)."""
@@ -173,6 +222,26 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.connection.close()
         self.close_connection = True
 
+    def _authorized(self) -> bool:
+        """Whether the request may go on: True unless the server wants a key on this path
+        and did not get it (then it has answered 401). It logs the Authorization header it
+        got, key and all: a careless server, whose log benchledger must redact."""
+        key = self.server.api_key
+        if key is None or not self.path.startswith(("/v1/", "/metrics")):
+            return True
+        sent = self.headers.get("Authorization")
+        log(f"{self.command} {self.path} with Authorization: {sent}")
+        if sent == f"Bearer {key}":
+            return True
+        self._error(401, "invalid or missing API key")
+        return False
+
+    def _status_answer(self, status: int, payload: dict, option: str) -> None:
+        """`payload` for a 2xx status, else an error naming the option that chose it."""
+        if 200 <= status < 300:
+            return self._json(status, payload)
+        return self._error(status, f"{self.path} answers {status} ({option})")
+
     def _hang(self) -> None:
         """Say nothing until the client closes the connection (or HANG_BOUND_S)."""
         deadline = time.monotonic() + HANG_BOUND_S
@@ -189,12 +258,35 @@ class FaultHandler(BaseHTTPRequestHandler):
             return self._error(401, "invalid or missing API key")
         if mode == "health-404":
             return self._error(404, f"no route {self.path}")
+        if not self._authorized():
+            return None
+        if self.server.sick.is_set():
+            return self._error(503, "engine dead (the server stays up, serving nothing)")
+        options = self.server.options
         if self.path == "/health":
-            return self._json(200, {"status": "ok"})
+            return self._status_answer(options.health_status, {"status": "ok"},
+                                       "--health-status")
         if self.path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [
-                {"id": self.server.model, "object": "model", "owned_by": "fault-server"}]})
+            key = self.server.api_key
+            owner = f"key {key}" if key is not None else "fault-server"
+            return self._status_answer(options.models_status, {"object": "list", "data": [
+                {"id": options.model, "object": "model", "owned_by": owner}]},
+                "--models-status")
+        if self.path == "/metrics" and options.metrics:
+            return self._metrics()
         return self._error(404, f"no route {self.path}")
+
+    def _metrics(self) -> None:
+        key = self.server.api_key
+        about = "completion requests numbered" + (f" (key {key})" if key is not None else "")
+        body = (f"# HELP fault_requests_total {about}\n"
+                "# TYPE fault_requests_total counter\n"
+                f"fault_requests_total {self.server.plan.requests}\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     # -- POST -------------------------------------------------------------------------
     def do_POST(self):  # noqa: N802 (http.server's naming)
@@ -204,9 +296,14 @@ class FaultHandler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         except (ValueError, json.JSONDecodeError) as exc:
             return self._error(400, f"request body is not JSON: {exc}")
+        if not self._authorized():
+            return None
         number, ordinal = self.server.plan.next_request()
         mode = self.server.plan.mode
         hit = ordinal is not None
+        if self.server.sick.is_set():
+            log(f"request {number}: 503, the server is sick")
+            return self._error(503, "engine dead (the server stays up, serving nothing)")
         log(f"request {number}: {'fault ' + mode if hit else 'clean'}")
         if hit and mode == "health-401":
             return self._error(401, "invalid or missing API key")
@@ -253,7 +350,11 @@ class FaultHandler(BaseHTTPRequestHandler):
         """Inject the mode's mid-stream fault; True when the stream must end here."""
         if mode == "exit-mid-stream":
             log("exit-mid-stream: exiting now, in the middle of a stream")
-            os._exit(3)
+            os._exit(EXIT_STATUS)
+        if mode == "sicken-mid-stream":
+            log("sicken-mid-stream: the engine is dead from now on; the server stays up")
+            self.server.sick.set()
+            return True  # the connection closes: no finish_reason, usage or [DONE]
         if mode == "reset":
             self._reset_connection()
             return True
@@ -266,9 +367,14 @@ class FaultServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, plan: FaultPlan, model: str):
-        super().__init__(address, FaultHandler)
-        self.plan, self.model = plan, model
+    def __init__(self, options: argparse.Namespace):
+        super().__init__((options.host, options.port), FaultHandler)
+        self.options = options
+        self.plan = FaultPlan(options.mode, options.every, options.nth)
+        self.sick = threading.Event()  # set by sicken-mid-stream: 503 from then on
+        # --require-key-env: the key every /v1/* and /metrics request must bear, or None.
+        self.api_key = (os.environ[options.require_key_env] if options.require_key_env
+                        else None)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -284,11 +390,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated request numbers the fault hits (overrides "
                              "--every), e.g. 1,6")
     parser.add_argument("--model", default="fault-model")
+    parser.add_argument("--metrics", action="store_true",
+                        help="serve GET /metrics (a Prometheus page; none without it)")
+    parser.add_argument("--health-status", type=int, default=200, metavar="CODE",
+                        help="what GET /health answers (default 200)")
+    parser.add_argument("--models-status", type=int, default=200, metavar="CODE",
+                        help="what GET /v1/models answers (default 200)")
+    parser.add_argument("--require-key-env", metavar="NAME",
+                        help="/v1/* and /metrics need `Authorization: Bearer $NAME` (401 "
+                             "otherwise); the key is logged and echoed in /v1/models and "
+                             "/metrics")
+    parser.add_argument("--argv-file", metavar="PATH",
+                        help="write the process's sys.argv there (JSON) before serving")
     parser.add_argument("--tag", default="",
                         help="any text; lets a test find its servers in the process table")
     args = parser.parse_args(argv)
     if args.every < 1:
         parser.error(f"--every must be >= 1 (got {args.every})")
+    for option in ("health_status", "models_status"):
+        if not 100 <= getattr(args, option) <= 599:
+            parser.error(f"--{option.replace('_', '-')} must be an HTTP status (100-599)")
+    if args.require_key_env and not os.environ.get(args.require_key_env):
+        parser.error(f"--require-key-env {args.require_key_env}: that variable is not set")
     try:
         args.nth = {int(n) for n in args.nth.split(",")} if args.nth else None
     except ValueError:
@@ -296,11 +419,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def serve_in_thread(*flags: str) -> tuple[FaultServer, str]:
+    """The server in a daemon thread of this process: (server, base_url). `flags` are the
+    command line's; here --port defaults to 0 (a free port) and --mode to clean. The caller
+    ends it: server.shutdown(); server.server_close(). Refused: exit-mid-stream (it would
+    end this process) and --argv-file (this process's argv is not the server's)."""
+    args = parse_args(["--port", "0", "--mode", "clean", *flags])
+    if args.mode == "exit-mid-stream" or args.argv_file:
+        raise ValueError("exit-mid-stream and --argv-file need a server process of its own")
+    server = FaultServer(args)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                     daemon=True).start()
+    return server, f"http://{args.host}:{server.server_address[1]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = FaultServer((args.host, args.port), FaultPlan(args.mode, args.every, args.nth),
-                         args.model)
-    log(f"serving on {args.host}:{args.port}, mode {args.mode} "
+    if args.argv_file:
+        with open(args.argv_file, "w") as out:
+            json.dump(sys.argv, out)
+    server = FaultServer(args)
+    log(f"serving on {args.host}:{server.server_address[1]}, mode {args.mode} "
         f"({'requests ' + str(sorted(args.nth)) if args.nth else f'every {args.every}'})")
     try:
         server.serve_forever(poll_interval=0.2)
