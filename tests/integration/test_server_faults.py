@@ -2,7 +2,7 @@
 
 Each case drives one restart slot the way the DAG does (launch_restart, await_restart,
 measure_restart_workload, stop_restart) against a real server process or a loopback
-server (tests/fault_server.py), then loads, validates and derives the run:
+server (tests/faults/fault_server.py), then loads, validates and derives the run:
 
 - a server that exits in the middle of its ninth stream (external, and started by
   benchledger), or whose process stays but stops answering, is a crashed restart: its
@@ -33,11 +33,13 @@ from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
-from tests.fault_server import serve_in_thread
+from tests.faults.fault_server import serve_in_thread
 
 pytestmark = pytest.mark.integration
 
-FAULT_SERVER = Path(__file__).resolve().parents[1] / "fault_server.py"
+FAULT_SERVER = Path(__file__).resolve().parents[1] / "faults" / "fault_server.py"
+# Every server here serves /metrics (the secrets case needs it guarded by the key).
+SERVES_METRICS = "--metrics"
 RUN_ID = "manual__faults"
 DEAD_HANDLE = {"base_url": "http://127.0.0.1:9", "pid": None, "port": None, "command": None,
                "command_template": None, "log_path": None}
@@ -55,10 +57,11 @@ def write_sweep(tmp_path: Path, arm: str, **defaults) -> Path:
     return path
 
 
-def command_arm(*flags: str, name: str = "srv", extra: str = "") -> str:
+def command_arm(mode: str, *flags: str, name: str = "srv", extra: str = "") -> str:
     flag_text = " ".join(flags)
     return (f'[[arms]]\nname = "{name}"\nserver = "command"\nmodel = "fault-model"\n'
-            f'command = "{sys.executable} {FAULT_SERVER} --port {{port}} {flag_text}"\n'
+            f'command = "{sys.executable} {FAULT_SERVER} --port {{port}} --mode {mode} '
+            f'{SERVES_METRICS} {flag_text}"\n'
             f"{extra}\n")
 
 
@@ -125,7 +128,8 @@ def dying_external_server():
     """A server benchledger did not start, which exits in the middle of its 9th stream."""
     port = lifecycle.free_port()
     proc = subprocess.Popen([sys.executable, str(FAULT_SERVER), "--port", str(port),
-                             "--die-in-stream", "9"], stdout=subprocess.DEVNULL)
+                             "--mode", "exit-mid-stream", "--nth", "9", SERVES_METRICS],
+                            stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
@@ -167,9 +171,10 @@ def test_an_external_server_that_dies_mid_window_is_a_crashed_restart(tmp_path,
 
 def test_a_started_server_that_dies_ends_its_restart_at_that_window(tmp_path):
     layout, error = run_slot(tmp_path, write_sweep(
-        tmp_path, command_arm("--die-in-stream", "9"), concurrency=[1, 2]), "srv")
+        tmp_path, command_arm("exit-mid-stream", "--nth", "9"), concurrency=[1, 2]), "srv")
+    exited = "exited:3"  # exit-mid-stream's status (the fault server's EXIT_STATUS)
     assert isinstance(error, restart.ServerCrashed)
-    assert "server process" in str(error) and "exited:17" in str(error)
+    assert "server process" in str(error) and exited in str(error)
     assert_balanced(window_manifest(layout, "srv", 1))
     # Checked after the window, not after the whole workload: c2 never ran on a dead server.
     assert not layout.window_files("srv", 0, "code", 2)[1].exists()
@@ -182,7 +187,7 @@ def test_a_started_server_that_dies_ends_its_restart_at_that_window(tmp_path):
     assert layout.window_files("srv", 0, "code", 1)[1].read_bytes() == crashed_window
     manifest = read_json(layout.restart_manifest("srv", 0))
     assert manifest["status"] == "crashed"  # the teardown kept it (not overwritten)
-    assert manifest["stop_status"].startswith("already ended before stop (exited:17)")
+    assert manifest["stop_status"].startswith(f"already ended before stop ({exited})")
     con = load_validate_derive(tmp_path, layout)
     try:
         assert_nothing_published_and_crash_marked(con, "srv")
@@ -192,7 +197,7 @@ def test_a_started_server_that_dies_ends_its_restart_at_that_window(tmp_path):
 
 def test_a_server_that_lives_on_but_stops_answering_is_crashed_too(tmp_path):
     layout, error = run_slot(tmp_path, write_sweep(
-        tmp_path, command_arm("--sicken-in-stream", "9")), "srv")
+        tmp_path, command_arm("sicken-mid-stream", "--nth", "9")), "srv")
     assert isinstance(error, restart.ServerCrashed)
     assert "no longer answers its readiness path" in str(error)
     assert "/health: HTTP 503" in str(error)
@@ -216,7 +221,7 @@ def test_the_api_key_reaches_the_server_and_no_raw_file_or_row(tmp_path, monkeyp
     monkeypatch.setenv("BENCH_FAULT_KEY", SECRET)
     monkeypatch.setenv("VLLM_API_KEY", SECRET)  # recorded by prefix: must be redacted
     monkeypatch.setenv("HF_TOKEN", HF_SECRET)  # a secret by its name
-    arm = command_arm("--require-key-env", "BENCH_FAULT_KEY",
+    arm = command_arm("clean", "--require-key-env", "BENCH_FAULT_KEY",
                       extra='api_key_env = "BENCH_FAULT_KEY"')
     layout, error = run_slot(tmp_path, write_sweep(tmp_path, arm), "srv")
     assert error is None
@@ -261,7 +266,8 @@ def test_the_api_key_reaches_the_server_and_no_raw_file_or_row(tmp_path, monkeyp
 
 def test_a_missing_api_key_fails_the_restart_before_a_server_starts(tmp_path, monkeypatch):
     monkeypatch.delenv("BENCH_FAULT_KEY", raising=False)
-    sweep_path = write_sweep(tmp_path, command_arm(extra='api_key_env = "BENCH_FAULT_KEY"'))
+    sweep_path = write_sweep(tmp_path, command_arm("clean",
+                                                   extra='api_key_env = "BENCH_FAULT_KEY"'))
     layout = RunLayout(tmp_path / "data", RUN_ID)
     restart.write_run_manifest(layout, sweep_path)
     with pytest.raises(lifecycle.ApiKeyMissing, match="BENCH_FAULT_KEY, which is not set"):
@@ -275,7 +281,7 @@ def test_a_missing_api_key_fails_the_restart_before_a_server_starts(tmp_path, mo
 
 @pytest.fixture
 def loopback_server():
-    server, base = serve_in_thread()
+    server, base = serve_in_thread(SERVES_METRICS)
     yield base
     server.shutdown()
     server.server_close()
