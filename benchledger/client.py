@@ -451,6 +451,29 @@ async def _read_stream(response: httpx.Response, record: RequestRecord, chat: bo
                 + (f" ({unfinished})" if unfinished else ""))
 
 
+def exception_text(exc: BaseException, http_status: int | None) -> str:
+    """What an exception that ended a request says, for the row's error. Some say nothing
+    (httpx's ReadError for a connection reset mid-stream has an empty message, which would
+    leave a bare `ReadError: `): then what happened is named from the exception's kind and
+    how far the request had got (`http_status`: None before the answer's status line)."""
+    message = str(exc)
+    if message.strip():
+        return message
+    if http_status is None:
+        where = "before the server answered"
+    elif http_status == 200:
+        where = "mid-stream"
+    else:
+        where = f"while its HTTP {http_status} answer was read"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out {where}"
+    if isinstance(exc, httpx.ConnectError):
+        return "no connection to the server could be made"
+    if isinstance(exc, (httpx.NetworkError, httpx.RemoteProtocolError)):
+        return f"the connection was closed or reset by the server {where}"
+    return f"no message given ({where})"
+
+
 async def _stream_one(http: httpx.AsyncClient, target: Target, record: RequestRecord,
                       request_timeout_s: float) -> None:
     """Send one request and fill `record` as events arrive. Any outcome is recorded on the
@@ -469,9 +492,10 @@ async def _stream_one(http: httpx.AsyncClient, target: Target, record: RequestRe
     except TimeoutError:
         record.fail(f"no complete answer within request_timeout_s ({request_timeout_s:g} s)")
     except httpx.HTTPError as exc:
-        record.fail(f"{type(exc).__name__}: {exc}")
+        record.fail(f"{type(exc).__name__}: {exception_text(exc, record.http_status)}")
     except Exception as exc:  # noqa: BLE001 (whatever one request hits must not end the window)
-        record.fail(f"unexpected {type(exc).__name__} while streaming: {exc}")
+        record.fail(f"unexpected {type(exc).__name__} while streaming: "
+                    f"{exception_text(exc, record.http_status)}")
     finally:
         record.t_done_ns = time.perf_counter_ns()
 

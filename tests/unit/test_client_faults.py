@@ -14,6 +14,7 @@ import socket
 import time
 import tracemalloc
 
+import httpx
 import pytest
 
 import benchledger.client as client
@@ -211,6 +212,49 @@ def test_connection_reset_mid_stream_is_a_failed_row(server):
         assert row["status"] == "failed" and row["chunks"] == 2
         assert any(word in row["error"] for word in ("ReadError", "RemoteProtocolError")), \
             row["error"]
+        # httpx's exception says nothing here: the row must say what happened, not `ReadError: `
+        kind, _, said = row["error"].partition(": ")
+        assert said.strip() and kind in ("ReadError", "RemoteProtocolError"), row["error"]
+        assert "reset" in said.lower() and "mid-stream" in said, row["error"]
+
+
+@pytest.mark.parametrize(("exc", "http_status", "expected"), [
+    (httpx.ReadError(""), 200,
+     "ReadError: the connection was closed or reset by the server mid-stream"),
+    (httpx.RemoteProtocolError(" "), None,
+     "RemoteProtocolError: the connection was closed or reset by the server before the "
+     "server answered"),
+    (httpx.WriteError(""), 503, "WriteError: the connection was closed or reset by the "
+                                "server while its HTTP 503 answer was read"),
+    (httpx.ReadTimeout(""), 200, "ReadTimeout: timed out mid-stream"),
+    (httpx.ConnectError(""), None, "ConnectError: no connection to the server could be made"),
+    (httpx.DecodingError(""), 200, "DecodingError: no message given (mid-stream)"),
+    (httpx.ReadError("Connection reset by peer"), 200, "ReadError: Connection reset by peer"),
+])
+def test_an_exception_without_a_message_is_named_by_what_happened(server, monkeypatch, exc,
+                                                                   http_status, expected):
+    """Any exception class with an empty message (httpx's ReadError on a reset is one)
+    gets a text saying what happened; one with a message keeps it."""
+    target = script(server, f"raise-{type(exc).__name__}-{http_status}",
+                    lambda n: Script([chat_chunk("a")], status=http_status or 200))
+
+    async def raise_it(*args, **kwargs):
+        raise exc
+
+    if http_status is None:  # before the answer: the request itself fails
+        monkeypatch.setattr(httpx.AsyncClient, "send", raise_it)
+    else:  # after the status line: reading the body fails
+        monkeypatch.setattr(httpx.Response, "aiter_bytes", raise_it_iter(exc))
+    rows = check_window(measure_window(target, spec(requests=1)), 1)
+    assert rows[0]["status"] == "failed" and rows[0]["error"] == expected, rows[0]["error"]
+
+
+def raise_it_iter(exc: BaseException):
+    """A stand-in for Response.aiter_bytes that raises `exc` on the first read."""
+    async def aiter_bytes(self, *args, **kwargs):
+        raise exc
+        yield b""  # an async generator, as the real one
+    return aiter_bytes
 
 
 # --- usage recorded honestly ------------------------------------------------------------------
