@@ -212,7 +212,7 @@ def run_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
 def _stop_leftovers(data_dir: Path, sweep_name: str, started: datetime, why: str) -> None:
     """Stop the servers of this run (runs of this sweep that started since `started`)
     whose teardown never ran, and say so."""
-    from benchledger.runner import stop_leftover_servers
+    from benchledger.restart import stop_leftover_servers
 
     lines = stop_leftover_servers(data_dir, sweep_name=sweep_name, started_after=started)
     for line in lines:

@@ -469,21 +469,97 @@ def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
     return problems
 
 
-def stop_leftover_servers(data_dir: Path) -> list[str]:
-    """Stop servers whose stop task never ran (an interrupted run): any restart manifest
-    under data_dir with a pid and no stopped_at. Returns what was done, per restart."""
+def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
+                          started_after: datetime | None = None,
+                          parent_pid: int | None = None) -> list[str]:
+    """Stop the servers of interrupted runs: restart manifests under data_dir with a pid
+    and no stopped_at, limited to runs of `sweep_name` started after `started_after`
+    (the run the caller started, not a neighbour's) and/or to servers whose parent is
+    `parent_pid`. A pid is signalled only while it is still the process the manifest
+    started (its start time matches), never a stranger that reused the number. Each
+    manifest gets stopped_at and how; returns one line per restart."""
     done = []
     for path in sorted(Path(data_dir).glob("raw/*/*/r*/restart.json")):
-        manifest = read_json(path)
-        if manifest.get("stopped_at") or not manifest.get("pid"):
+        try:
+            manifest = read_json(path)
+        except (OSError, ValueError) as exc:
+            done.append(f"{path}: unreadable restart manifest, not checked ({exc})")
             continue
-        handle = lifecycle.ServerHandle(base_url=manifest.get("base_url") or "",
-                                        pid=manifest["pid"], port=None, command=None,
-                                        command_template=None,
-                                        log_path=manifest.get("log_path"))
-        outcome = lifecycle.stop(handle)
+        pid = manifest.get("pid")
+        if manifest.get("stopped_at") or not isinstance(pid, int) or pid <= 0:
+            continue
+        if not _run_matches(path.parents[2], sweep_name, started_after):
+            continue
+        if parent_pid is not None and _parent_of(pid) != parent_pid:
+            continue
+        if _started_as_recorded(pid, manifest.get("started_at")):
+            handle = lifecycle.ServerHandle(base_url=manifest.get("base_url") or "", pid=pid,
+                                            port=None, command=None, command_template=None,
+                                            log_path=manifest.get("log_path"))
+            outcome = str(lifecycle.stop(handle))
+        else:
+            outcome = (f"nothing to stop: pid {pid} has ended (or now belongs to another "
+                       "process)")
         manifest.update(stopped_at=utc_now(),
                         stop_status=f"stopped after an interrupted run: {outcome}")
         write_json(path, manifest)
-        done.append(f"{manifest.get('restart_id')}: {outcome}")
+        done.append(f"{manifest.get('restart_id') or path.parent}: {outcome}")
     return done
+
+
+def _run_matches(run_dir: Path, sweep_name: str | None,
+                 started_after: datetime | None) -> bool:
+    if sweep_name is None and started_after is None:
+        return True
+    try:
+        run = read_json(run_dir / "run.json")
+        started = datetime.fromisoformat(run["started_at"]) if started_after else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # not provably the caller's run: leave it alone
+    if sweep_name is not None and run.get("sweep_name") != sweep_name:
+        return False
+    return started is None or started >= started_after
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _started_as_recorded(pid: int, started_at: str | None) -> bool:
+    """Whether `pid` is still the live process the manifest launched: it started within a
+    minute after the manifest's `started_at`. Without /proc (not Linux) or without a
+    start time it is taken on trust while the pid exists."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return not Path("/proc/self").exists() and _pid_exists(pid)
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped
+        return False
+    if not started_at:
+        return True
+    try:
+        boot_s = next(float(line.split()[1]) for line in
+                      Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        recorded_s = datetime.fromisoformat(started_at).timestamp()
+    except (OSError, ValueError, StopIteration, IndexError):
+        return True
+    return recorded_s - 2 <= started_s <= recorded_s + 60
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
