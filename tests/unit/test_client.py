@@ -157,7 +157,10 @@ def test_api_key_is_sent_as_bearer_and_never_recorded(scripted_server, caplog):
     key = "sk-test-5f1e9a"
     target = Target(base, "plain", api_key=key)
     assert key not in repr(target)
-    caplog.set_level(logging.DEBUG)  # httpx and httpcore log every request at DEBUG
+    # httpx and httpcore log every request at DEBUG; the httpx logger's own level too
+    # (Airflow, imported by earlier tests in this process, sets it to WARNING)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")
     result = measure_window(target, spec(requests=2, warmup=1))
     assert "HTTP Request: POST" in caplog.text and key not in caplog.text
     assert [h.get("Authorization") for h in server.headers] == [f"Bearer {key}"] * 3
