@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from benchledger.client import WindowResult
 from benchledger.restart import RunLayout, write_json, write_run_manifest, write_window
+from benchledger.warehouse.db import connect
+from benchledger.warehouse.derive import derive_entries
+from benchledger.warehouse.load import load_run_dir
+from benchledger.warehouse.validate import validate_run
 
 S = 1_000_000_000  # ns per second
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"
@@ -83,3 +87,13 @@ def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_request
                                                                **kwargs))
         write_window(layout, arm, k, workload, workload, min_requests, result)
     return layout
+
+
+def derived_warehouse(run_dir, run_id=RUN_ID, target=":memory:"):
+    """A warehouse holding one run's raw files, loaded, gated and derived as the pipeline
+    does it; the caller closes the connection."""
+    con = connect(target)
+    load_run_dir(con, run_dir)
+    validate_run(con, run_id)
+    derive_entries(con, run_id)
+    return con

@@ -29,11 +29,9 @@ from benchledger import lifecycle, restart
 from benchledger.publishing.export import export_run
 from benchledger.restart import RunLayout, read_json
 from benchledger.sweep import load_sweep
-from benchledger.warehouse.db import connect
-from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
-from benchledger.warehouse.validate import validate_run
 from tests.faults.fault_server import serve_in_thread
+from tests.synthetic import derived_warehouse
 
 pytestmark = pytest.mark.integration
 
@@ -90,11 +88,7 @@ def run_slot(tmp_path: Path, sweep_path: Path, arm: str) -> tuple[RunLayout, Exc
 
 def load_validate_derive(tmp_path: Path, layout: RunLayout):
     """The warehouse side of the run; returns the open connection (caller closes)."""
-    con = connect(tmp_path / "wh.duckdb")
-    load_run_dir(con, layout.run_dir)
-    validate_run(con, layout.run_id)
-    derive_entries(con, layout.run_id)
-    return con
+    return derived_warehouse(layout.run_dir, layout.run_id, tmp_path / "wh.duckdb")
 
 
 def window_manifest(layout: RunLayout, arm: str, concurrency: int = 1) -> dict:

@@ -18,11 +18,8 @@ import pytest
 from benchledger.client import WindowResult
 from benchledger.publishing.export import export_run
 from benchledger.restart import RunLayout, write_window
-from benchledger.warehouse.db import connect
-from benchledger.warehouse.derive import counter_check, derive_entries
-from benchledger.warehouse.load import load_run_dir
-from benchledger.warehouse.validate import validate_run
-from tests.synthetic import RUN_ID, accounting, request_row, write_synthetic_run
+from benchledger.warehouse.derive import counter_check
+from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
 
 N = 6
 GENERATION, PROMPT, SUCCESS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
@@ -76,10 +73,7 @@ def warehouse(tmp_path_factory):
         write_window(layout, arm, 0, "code", "code", 5,
                      WindowResult(rows=rows, accounting=accounting(rows[0]["window_id"], rows)),
                      observations)
-    con = connect(":memory:")
-    load_run_dir(con, layout.run_dir)
-    validate_run(con, RUN_ID)
-    derive_entries(con, RUN_ID)
+    con = derived_warehouse(layout.run_dir)
     yield con, tmp_path
     con.close()
 

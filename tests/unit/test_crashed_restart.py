@@ -18,11 +18,7 @@ import pytest
 from benchledger import rules as R
 from benchledger.restart import RunLayout, read_json, write_json
 from benchledger.warehouse.compare import derive_comparisons
-from benchledger.warehouse.db import connect
-from benchledger.warehouse.derive import derive_entries
-from benchledger.warehouse.load import load_run_dir
-from benchledger.warehouse.validate import validate_run
-from tests.synthetic import RUN_ID, request_row, write_synthetic_run
+from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 N = 6
 SWEEP = textwrap.dedent(f"""
@@ -69,10 +65,7 @@ def warehouse(tmp_path_factory):
     manifest = layout.restart_manifest("crashy", 1)
     write_json(manifest, {**read_json(manifest), "status": "crashed",
                           "error": "server process ended during measurement (exited 1)"})
-    con = connect(":memory:")
-    load_run_dir(con, layout.run_dir)
-    validate_run(con, RUN_ID)
-    derive_entries(con, RUN_ID)
+    con = derived_warehouse(layout.run_dir)
     derive_comparisons(con, RUN_ID)
     yield con, layout
     con.close()

@@ -22,7 +22,7 @@ from benchledger.warehouse.db import connect, query_frame
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
-from tests.synthetic import RUN_ID, request_row, write_synthetic_run
+from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 N = 5  # measured requests per window: the protocol's floor for a plain arm
 
@@ -71,10 +71,7 @@ def warehouse(tmp_path_factory):
             rows[index].update(usage)
         windows[(arm, 0, "code")] = (rows, {})
     run = write_synthetic_run(tmp_path, sweep(["control", *FAULTS]), windows)
-    con = connect(":memory:")
-    load_run_dir(con, run.run_dir)
-    validate_run(con, RUN_ID)
-    derive_entries(con, RUN_ID)
+    con = derived_warehouse(run.run_dir)
     yield con, layout
     con.close()
 
