@@ -122,10 +122,13 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
     counts = {"requests": _insert_requests(con, [f for _, f in fresh["requests"]])}
     rows["raw_files"] += [_file_row(f.path, f.sha256, "requests", f.rows)
                           for _, f in fresh["requests"]]
-    counts["observations"] = _gather_observations(rows, fresh["observations"])
+    # each new window's observations, read once: its manifest row and its rows need them
+    observed = {m.path: _read_json(f.path) for m in new for f in named.get(m.path, [])
+                if f.kind == "observations"}
+    counts["observations"] = _gather_observations(rows, fresh["observations"], observed)
     for m in new:
         table, columns = MANIFEST_TABLES[m.kind]
-        rows[table].append(_manifest_row(m, columns, named.get(m.path, [])))
+        rows[table].append(_manifest_row(m, columns, observed.get(m.path, {})))
         rows["raw_files"].append(_file_row(m.path, m.sha256, m.kind, 1))
     for table, table_rows in rows.items():
         insert_rows(con, table, table_rows)
@@ -188,14 +191,13 @@ def _named_files(windows: list[_Manifest]) -> dict[Path, list[_NamedFile]]:
     return named
 
 
-def _manifest_row(m: _Manifest, columns: tuple[str, ...], named: list[_NamedFile]) -> dict:
+def _manifest_row(m: _Manifest, columns: tuple[str, ...], observed: dict) -> dict:
     row = {c: m.data.get(c) for c in columns}
     if row.get("effective_config") is not None:
         row["effective_config"] = json.dumps(row["effective_config"], sort_keys=True)
     if m.kind != "run":
         row["raw_file_sha256"] = m.sha256
     if m.kind == "window":  # the thresholds and failures its observations recorded
-        observed = next((_read_json(f.path) for f in named if f.kind == "observations"), {})
         thresholds = observed.get("thresholds", {})
         errors = [f"{part}: {e}" for part in ("metrics", "log", "clocks")
                   for e in (observed.get(part) or {}).get("errors", [])]
@@ -210,12 +212,13 @@ def _manifest_row(m: _Manifest, columns: tuple[str, ...], named: list[_NamedFile
 
 
 def _gather_observations(rows: dict[str, list[dict]],
-                         fresh: list[tuple[_Manifest, _NamedFile]]) -> int:
+                         fresh: list[tuple[_Manifest, _NamedFile]],
+                         observed_of: dict[Path, dict]) -> int:
     """server_metrics, server_log_lines and node_clocks rows of each new observations
-    file, added to `rows`; their number."""
+    file (its content in observed_of, by window manifest), added to `rows`; their number."""
     total = 0
     for window, f in fresh:
-        observed = _read_json(f.path)
+        observed = observed_of[window.path]
         tag = {"restart_id": window.data["restart_id"], "window_id": window.key,
                "raw_file_sha256": f.sha256}
         metrics = observed.get("metrics") or {}
