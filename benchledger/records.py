@@ -7,6 +7,9 @@ view (warehouse/migrations). A metric computed in two places will disagree one d
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pyarrow as pa
 
 # One row per HTTP request, warm-up included. Timestamps are time.perf_counter_ns() values
@@ -50,3 +53,10 @@ REQUEST_SCHEMA = pa.schema(
 def requests_table(rows: list[dict]) -> pa.Table:
     """Build the Arrow table for one window's request rows, checking the schema."""
     return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 a raw file is known by (manifests name their files by it; the warehouse
+    loads each once by it), read in blocks: a window's Parquet file can be hundreds of MB."""
+    with Path(path).open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from benchledger import __version__, lifecycle
 from benchledger.client import Target, WindowResult, WindowSpec, measure_window
 from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_all, same_origin
 from benchledger.prompts import load_prompt_set
-from benchledger.records import requests_table
+from benchledger.records import file_sha256, requests_table
 from benchledger.sweep import Arm, Sweep, load_sweep, sweep_sha256
 
 
@@ -45,10 +44,6 @@ def utc_now() -> str:
 
 def ns_to_iso(wall_ns: int) -> str:
     return datetime.fromtimestamp(wall_ns / 1e9, UTC).isoformat()
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class RawWriteError(RuntimeError):

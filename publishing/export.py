@@ -40,6 +40,7 @@ from benchledger.publishing.read import (
     unknown_run_message,
 )
 from benchledger.publishing.report_html import render_report
+from benchledger.records import file_sha256
 from benchledger.warehouse.db import first_row
 
 MANIFEST = "MANIFEST.sha256"
@@ -258,7 +259,7 @@ def _check_previous_unchanged(out: Path, previous: dict[str, str]) -> None:
         if not stat.S_ISREG(info.st_mode):
             raise PublicationError(f"{path} is no longer the regular file benchledger "
                                    "wrote; move it away to publish here again")
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             raise PublicationError(
                 f"{path} differs from what benchledger wrote there (edited since, or a "
                 "publication cut short); move it away to publish here again")
@@ -312,9 +313,3 @@ def _write_new(out: Path, name: str, data: bytes, replace_own: bool = False) -> 
         file.write(data)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -11,7 +11,6 @@ rows; the whole run commits or rolls back as one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchledger.records import file_sha256
 from benchledger.warehouse.db import WarehouseError, first_row, insert_frame
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 
@@ -337,14 +337,9 @@ def _read_json(path: Path) -> dict:
 def _hash_all(paths: list[Path]) -> list[str]:
     """sha256 of each file, several at a time (hashlib releases the GIL on large reads)."""
     if len(paths) < 2:
-        return [_sha256(p) for p in paths]
+        return [file_sha256(p) for p in paths]
     with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1)) as pool:
-        return list(pool.map(_sha256, paths))
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:  # streamed: a window's file can be hundreds of MB
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        return list(pool.map(file_sha256, paths))
 
 
 def _file_identity(path: Path) -> tuple[int, int, int, int]:
