@@ -15,7 +15,19 @@ from benchledger.operators import sweep_tasks as t
 from benchledger.sweep import load_sweep
 
 
-def build_sweep_dag(sweep_path: str | Path) -> DAG:
+def _target_params(warehouse: str | None, data_dir: str | None) -> dict:
+    """Where a run writes, as DAG params. The defaults are what a scheduled run (no conf)
+    uses: `benchledger run --cluster` bakes the warehouse it was given into the DAG file."""
+    return {
+        "warehouse": Param(warehouse, type=["null", "string"],
+                           description="DuckDB warehouse file (default: data_dir)"),
+        "data_dir": Param(data_dir, type=["null", "string"],
+                          description="raw files and exports (default: ~/.benchledger)"),
+    }
+
+
+def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
+                    data_dir: str | None = None) -> DAG:
     sweep_path = Path(sweep_path).resolve()
     sweep = load_sweep(sweep_path)
     path = str(sweep_path)
@@ -29,12 +41,7 @@ def build_sweep_dag(sweep_path: str | Path) -> DAG:
         # Every failed task leaves its error where `benchledger run` can print it.
         default_args={"on_failure_callback": t.record_failure},
         tags=["benchledger", f"sweep:{sweep.sweep.name}"],
-        params={
-            "warehouse": Param(None, type=["null", "string"],
-                               description="DuckDB warehouse file (default: data_dir)"),
-            "data_dir": Param(None, type=["null", "string"],
-                              description="raw files and exports (default: ~/.benchledger)"),
-        },
+        params=_target_params(warehouse, data_dir),
         doc_md=(f"Sweep file: `{path}`. See docs/protocol.md of the benchledger project "
                 "for what every number means."),
     ) as dag:
@@ -71,7 +78,8 @@ def build_sweep_dag(sweep_path: str | Path) -> DAG:
     return dag
 
 
-def build_publish_dag(sweep_path: str | Path) -> DAG:
+def build_publish_dag(sweep_path: str | Path, warehouse: str | None = None,
+                      data_dir: str | None = None) -> DAG:
     """The sweep's publish DAG: data-aware, it runs whenever a run's entries are derived."""
     sweep = load_sweep(Path(sweep_path).resolve())
     with DAG(
@@ -84,8 +92,7 @@ def build_publish_dag(sweep_path: str | Path) -> DAG:
         default_args={"on_failure_callback": t.record_failure},
         tags=["benchledger", f"sweep:{sweep.sweep.name}", "publish"],
         params={
-            "warehouse": Param(None, type=["null", "string"]),
-            "data_dir": Param(None, type=["null", "string"]),
+            **_target_params(warehouse, data_dir),
             "publish_run_id": Param(None, type=["null", "string"],
                                     description="run to export (default: the triggering "
                                                 "asset event's, else the latest)"),
