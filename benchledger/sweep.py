@@ -49,6 +49,10 @@ Seconds = Annotated[float, Field(gt=0, le=MAX_WAIT_S)]
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
                     "@quarterly", "@yearly")
 MAX_SWEEP_BYTES = 1 << 20
+# A task that fails for a reason other than a result (a lost connection, a killed worker)
+# is retried at most this often; more would only hide a broken node.
+MAX_RETRIES = 10
+MAX_RETRY_DELAY_S = 3600.0
 
 
 BUILTIN_PROMPT_SETS = ("code", "prose")
@@ -67,6 +71,11 @@ class SweepSection(_Strict):
     name: Name
     schedule: str | None = None
     description: str = Field("", max_length=10_000)
+    # Airflow retries of the restart tasks (launch, wait, measure, stop) and of load: how
+    # often, and how long to wait before each. Validation and derivation are never retried:
+    # a failed rule is a result, not an error.
+    retries: int = Field(1, ge=0, le=MAX_RETRIES)
+    retry_delay_s: float = Field(10.0, ge=0, le=MAX_RETRY_DELAY_S)
 
     @model_validator(mode="after")
     def _schedule_is_airflows(self) -> SweepSection:

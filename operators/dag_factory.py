@@ -6,7 +6,7 @@ nothing else: no servers, no DuckDB, no network at parse time.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, TaskGroup, chain
@@ -26,11 +26,26 @@ def _target_params(warehouse: str | None, data_dir: str | None) -> dict:
     }
 
 
+# A failed rule is a result, not an error: the tasks that check, derive and publish are
+# never retried, whatever the deployment's default_task_retries (they also raise
+# AirflowFailException for results, which Airflow never retries).
+NEVER_RETRIED = {"retries": 0}
+
+
+def sweep_retries(sweep) -> dict:
+    """The sweep's retry settings, for tasks whose failure is an error (a lost connection,
+    a killed worker, a locked warehouse): a retry rewrites only its own files, measures
+    only windows no attempt wrote, loads only what is not loaded: no record twice."""
+    return {"retries": sweep.sweep.retries,
+            "retry_delay": timedelta(seconds=sweep.sweep.retry_delay_s)}
+
+
 def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                     data_dir: str | None = None) -> DAG:
     sweep_path = Path(sweep_path).resolve()
     sweep = load_sweep(sweep_path)
     path = str(sweep_path)
+    retried = sweep_retries(sweep)
     with DAG(
         dag_id=sweep.dag_id,
         description=sweep.sweep.description or f"benchledger sweep {sweep.sweep.name}",
@@ -45,7 +60,7 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
         doc_md=(f"Sweep file: `{path}`. See docs/protocol.md of the benchledger project "
                 "for what every number means."),
     ) as dag:
-        planned = t.plan(path)
+        planned = t.plan.override(**retried)(path)
         previous = planned
         stops = []
         for arm in sweep.arms:
@@ -54,7 +69,8 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                 # A restart's tasks run on the arm's node: its Airflow queue (a Celery or
                 # edge worker there). "local" leaves the executor's default queue.
                 node = {} if arm.node == "local" else {"queue": arm.node}
-                with TaskGroup(group_id=f"{arm.name}__r{k}", default_args=node):
+                with TaskGroup(group_id=f"{arm.name}__r{k}",
+                               default_args={**node, **retried}):
                     handle = t.launch_server(path, arm.name, k)
                     ready = t.wait_ready(path, arm.name, k, handle)
                     measures = [
@@ -70,11 +86,12 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                 previous >> handle
                 previous = stop
                 stops.append(stop)
-        loaded = t.load(planned)
+        loaded = t.load.override(**retried)(planned)
         stops >> loaded
-        derived = t.derive.override(outlets=[t.entries_asset(sweep.sweep.name)])(
-            sweep.sweep.name)
-        chain(loaded, t.validate(), derived, t.finalize(path))
+        derived = t.derive.override(outlets=[t.entries_asset(sweep.sweep.name)],
+                                    **NEVER_RETRIED)(sweep.sweep.name)
+        chain(loaded, t.validate.override(**NEVER_RETRIED)(), derived,
+              t.finalize.override(**NEVER_RETRIED)(path))
     return dag
 
 
@@ -98,5 +115,5 @@ def build_publish_dag(sweep_path: str | Path, warehouse: str | None = None,
                                                 "asset event's, else the latest)"),
         },
     ) as dag:
-        t.publish()
+        t.publish.override(**NEVER_RETRIED)()
     return dag

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,38 @@ def test_an_arms_node_is_the_queue_of_its_restart_tasks(tmp_path):
     assert queues["spec-on__r0"] == queues["spec-on__r1"] == "gpu-node-1"
     assert queues["spec-off__r0"] != "gpu-node-1"
     assert dag.get_task("load").queue != "gpu-node-1"
+
+
+RESTART_TASKS = ("launch_server", "wait_ready", "stop_server")
+
+
+def test_errors_are_retried_per_the_sweep_and_results_never(tmp_path):
+    """Restart tasks and load are retried as [sweep] says (a lost connection, a killed
+    worker, a locked warehouse); validate, derive, finalize and publish never are, even
+    where the deployment's default_task_retries says otherwise (a failed rule is a result)."""
+    from benchledger.operators.dag_factory import build_publish_dag, build_sweep_dag
+
+    sweep_file = tmp_path / "retried.toml"
+    sweep_file.write_text((DAGS / "sweeps" / "demo.toml").read_text().replace(
+        'schedule = "none"', 'schedule = "none"\nretries = 3\nretry_delay_s = 42.5'))
+    sweep = load_sweep(sweep_file)
+    dag = build_sweep_dag(sweep_file)
+    retried = [f"{arm.name}__r{k}.{name}" for arm in sweep.arms
+               for k in range(sweep.plan(arm).restarts)
+               for name in (*RESTART_TASKS, *(f"measure_{w.name}" for w in sweep.workloads))]
+    assert len(retried) == 30  # 3 arms x 2 restarts x (3 + 2 workloads)
+    for task_id in [*retried, "load", "plan"]:
+        task = dag.get_task(task_id)
+        assert (task.retries, task.retry_delay) == (3, timedelta(seconds=42.5)), task_id
+    never = {t.task_id: t.retries for t in dag.tasks if t.task_id not in {*retried, "load",
+                                                                           "plan"}}
+    assert never == {"validate": 0, "derive": 0, "finalize": 0}
+    assert [(t.task_id, t.retries) for t in build_publish_dag(sweep_file).tasks] == [
+        ("publish", 0)]
+
+
+def test_the_default_is_one_retry_after_ten_seconds(dagbag):
+    dag = dagbag.dags[load_sweep(DAGS / "sweeps" / "demo.toml").dag_id]
+    measure = dag.get_task("spec-on__r0.measure_code")
+    assert (measure.retries, measure.retry_delay) == (1, timedelta(seconds=10))
+    assert dag.get_task("validate").retries == 0

@@ -118,3 +118,25 @@ def test_arm_settings_that_need_each_other():
     http = MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nclock_source = "http"')
     with pytest.raises(SweepError, match=r"clock_source = 'http' needs a clock_url"):
         parse_sweep(http)
+
+
+def test_retry_settings_default_and_bounds():
+    """[sweep] retries (0..10, default 1) and retry_delay_s (0..3600 s, default 10): an
+    error names the key and the bound."""
+    default = parse_sweep(MINIMAL).sweep
+    assert (default.retries, default.retry_delay_s) == (1, 10.0)
+    chosen = parse_sweep(MINIMAL.replace('name = "t"',
+                                         'name = "t"\nretries = 0\nretry_delay_s = 0.5')).sweep
+    assert (chosen.retries, chosen.retry_delay_s) == (0, 0.5)
+    for line, says in [("retries = 11", r"sweep\.retries: .*less than or equal to 10"),
+                       ("retries = -1", r"sweep\.retries: .*greater than or equal to 0"),
+                       ("retries = 1.5", r"sweep\.retries: .*integer"),
+                       ("retry_delay_s = 3601", r"sweep\.retry_delay_s: .*less than or equal "
+                                                r"to 3600"),
+                       ("retry_delay_s = -0.1", r"sweep\.retry_delay_s: .*greater than or "
+                                                r"equal to 0"),
+                       ("retry_delay_s = inf", r"sweep\.retry_delay_s: .*finite")]:
+        with pytest.raises(SweepError, match=says):
+            parse_sweep(MINIMAL.replace('name = "t"', f'name = "t"\n{line}'), "r.toml")
+    with pytest.raises(SweepError, match=r"defaults\.retries: unknown key"):
+        parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nretries = 2'))
