@@ -353,8 +353,40 @@ def _finish_run(outcome: SweepOutcome, warehouse: Path) -> int:
     return 0 if outcome.state == "success" and not outcome.not_published else 1
 
 
+def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
+                       cluster_home: Path) -> SweepOutcome:
+    """The sweep on a real deployment: its scheduler runs the DAG and then the publish
+    DAG (on the entries asset); this process triggers, follows and reports."""
+    from benchledger.cluster import ClusterError
+    from benchledger.cluster_run import run_on_cluster
+    from benchledger.restart import RunLayout
+
+    sweep = load_sweep(sweep_path)
+    warehouse = warehouse.resolve()
+    data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
+    print(f"running sweep {sweep.sweep.name!r} ({sweep_path}) on the Airflow deployment "
+          f"in {cluster_home}", flush=True)
+    try:
+        result = run_on_cluster(cluster_home, sweep_path, sweep, warehouse, data_dir,
+                                say=lambda line: print(line, flush=True))
+    except ClusterError as exc:
+        raise CliError(str(exc)) from exc
+    outcome = SweepOutcome(result.run_id, result.state, result.failures,
+                           not_published=result.not_published)
+    _print_failures(result.failures, cluster_home / "logs")
+    if result.publish_state == "success":
+        outcome.published = _entry_counts(warehouse, result.run_id)
+        outcome.export_dir = RunLayout(data_dir, result.run_id).export_dir
+    return outcome
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     warehouse = Path(args.warehouse).resolve()
+    if args.cluster:
+        outcome = execute_on_cluster(Path(args.sweep), warehouse,
+                                     Path(args.data_dir) if args.data_dir else None,
+                                     Path(args.cluster).resolve())
+        return _finish_run(outcome, warehouse)
     outcome = execute_sweep(Path(args.sweep), warehouse,
                             Path(args.data_dir) if args.data_dir else None, publish=True)
     return _finish_run(outcome, warehouse)
@@ -469,6 +501,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(pairs: list[str]) -> dict[str, dict[str, str]]:
+    """`--config section.key=value` (repeatable) -> {section: {key: value}}."""
+    settings: dict[str, dict[str, str]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        section, dot, option = key.partition(".")
+        if not (sep and dot and section and option):
+            raise CliError(f"--config {pair!r}: expected SECTION.KEY=VALUE, e.g. "
+                           "--config openlineage.transport='{\"type\": \"console\"}'")
+        settings.setdefault(section, {})[option] = value
+    return settings
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from benchledger import cluster
+
+    home = Path(args.home).resolve()
+    try:
+        if args.action == "up":
+            cluster.up(home, cluster.parse_nodes(args.nodes), port=args.port,
+                       settings=_settings(args.config))
+            return 0
+        if args.action == "status":
+            rows = cluster.status(home)
+            for row in rows:
+                extra = "  ".join(f"{k}={row[k]}" for k in ("health", "queues") if row.get(k))
+                print(f"{row['name']:<24} pid {row.get('pid', '-'):<8} {row['state']:<12} "
+                      f"{extra}")
+            return 0 if all(r["state"] == "running" for r in rows if "pid" in r) else 1
+        for line in cluster.down(home):
+            print(line)
+        return 0
+    except cluster.ClusterError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def cmd_simulator(args: argparse.Namespace) -> int:
     from benchledger.simulator.server import main as simulator_main
 
@@ -489,7 +557,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warehouse", required=True, help="DuckDB warehouse file")
     run.add_argument("--data-dir", help="raw files, exports, Airflow state "
                                         "(default: <warehouse stem>-data beside it)")
+    run.add_argument("--cluster", metavar="DIR",
+                     help="run on the Airflow deployment of this folder (benchledger "
+                          "cluster up) instead of embedded on this machine")
     run.set_defaults(func=cmd_run)
+
+    cluster = sub.add_parser("cluster", help="a local Airflow deployment: API server, "
+                                             "scheduler, DAG processor, edge workers")
+    cluster.add_argument("action", choices=["up", "status", "down"])
+    cluster.add_argument("--home", required=True, help="the deployment's folder")
+    cluster.add_argument("--nodes", default="node-a",
+                         help="up: edge workers, one per node, comma-separated; each "
+                              "serves the queue of its name and the default queue")
+    cluster.add_argument("--port", type=int, help="up: API server port (default: a free "
+                                                  "one, kept across restarts)")
+    cluster.add_argument("--config", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                         help="up: an Airflow setting written into the folder's airflow.cfg "
+                              "(repeatable)")
+    cluster.set_defaults(func=cmd_cluster)
 
     publish = sub.add_parser("publish", help="export validated entries only")
     publish.add_argument("--warehouse", required=True)
