@@ -375,38 +375,49 @@ def status(home: Path) -> list[dict]:
 
 def down(home: Path, grace_s: float = STOP_GRACE_S) -> list[str]:
     """Stop exactly the processes `up` started (and everything they started: task
-    processes and the servers under test), workers first. One line per process."""
+    processes and the servers under test): the workers together, then the rest together
+    (a worker reports its last state to the API server). One line per process."""
     cluster = Cluster.load(home)
-    order = sorted(cluster.processes, key=lambda p: not p.name.startswith("edge-worker"))
     lines = []
-    for record in order:
-        proc = record.process()
-        if proc is None:
-            lines.append(f"{record.name} (pid {record.pid}): was not running")
-            continue
-        lines.append(f"{record.name} (pid {record.pid}): {_stop_tree(proc, grace_s)}")
+    workers = [p for p in cluster.processes if p.name.startswith("edge-worker")]
+    heads = [p for p in cluster.processes if not p.name.startswith("edge-worker")]
+    for group in (workers, heads):
+        running = {record.name: record.process() for record in group}
+        for record in group:
+            if running[record.name] is None:
+                lines.append(f"{record.name} (pid {record.pid}): was not running")
+        stopped = _stop_trees([proc for proc in running.values() if proc], grace_s)
+        lines += [f"{record.name} (pid {record.pid}): {stopped[record.pid]}"
+                  for record in group if running[record.name]]
     cluster.processes = []
     cluster.save()
     return lines
 
 
-def _stop_tree(proc: psutil.Process, grace_s: float) -> str:
-    """SIGTERM the process, then SIGKILL whatever of its tree outlives the grace period.
-    The tree is listed first: Airflow's task processes start their own process groups, so
-    signalling the group alone would leave them (and the servers they run) behind."""
-    try:
-        tree = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        tree = [proc]
-    for member in tree:
+def _stop_trees(roots: list[psutil.Process], grace_s: float) -> dict[int, str]:
+    """SIGTERM each root and its descendants, then SIGKILL whatever outlives the grace
+    period; {root pid: what happened}. The trees are listed first: Airflow's task
+    processes start their own process groups, so signalling a group would leave them (and
+    the servers they run) behind."""
+    trees = {}
+    for root in roots:
+        try:
+            trees[root.pid] = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            trees[root.pid] = [root]
+    members = [member for tree in trees.values() for member in tree]
+    for member in members:
         with contextlib.suppress(psutil.Error):
             member.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    _, alive = psutil.wait_procs(members, timeout=grace_s)
     for member in alive:
         with contextlib.suppress(psutil.Error):
             member.kill()
     psutil.wait_procs(alive, timeout=5)
-    return f"stopped ({len(tree)} processes" + (f", {len(alive)} killed)" if alive else ")")
+    killed = {member.pid for member in alive}
+    return {pid: f"stopped ({len(tree)} processes"
+                 + (f", {sum(m.pid in killed for m in tree)} killed)" if killed else ")")
+            for pid, tree in trees.items()}
 
 
 class ApiClient:
