@@ -9,11 +9,20 @@ healthy or one that crashed mid-window is recorded, never lost:
     <data>/raw/<run>/<arm>/r<k>/server.log        the server's own output
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.parquet   one row per request
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.json      the window's accounting
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.started   while an attempt measures it
 
 A retried task rewrites its own files and never adds a second one. A window's three files
 are written as .tmp files and renamed into place only when all three are complete, so a
 full disk or an unwritable folder leaves the window either whole or absent, never half
 written; the failure is named (path, errno) in the raised error and in restart.json.
+
+Retries (Airflow's, per the sweep's [sweep] retries): a retried measure step keeps every
+window an earlier attempt wrote whole and measures only the others, so each window is
+measured once, by the attempt that completed it (its manifest says which, and on which
+worker). An attempt marks a window `.started` before measuring it and removes the mark once
+the window's files are in place; a mark found later (by a retry, or by the teardown) means
+an attempt that started the window and left no files for it, killed or failed, and goes to
+restart.json's `interrupted_windows`, so the requests it lost are on record.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import re
 import socket
@@ -36,6 +46,8 @@ from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_a
 from benchledger.prompts import load_prompt_set
 from benchledger.records import file_sha256, requests_table
 from benchledger.sweep import Arm, Sweep, load_sweep, sweep_sha256
+
+log = logging.getLogger(__name__)
 
 
 def utc_now() -> str:
@@ -89,6 +101,19 @@ def read_json(path: Path) -> dict:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """Which try of an Airflow task this is and the worker it runs on, as the task
+    instance records them (operators/ fills it in; the core never imports Airflow).
+    Called without Airflow (tests, scripts) both stay None."""
+
+    number: int | None = None
+    worker_hostname: str | None = None
+
+
+NO_ATTEMPT = Attempt()
+
+
+@dataclass(frozen=True)
 class RunLayout:
     """Where one run's raw files live."""
 
@@ -131,6 +156,11 @@ class RunLayout:
         stem = self.slot_dir(arm, restart_index) / f"{workload}-c{concurrency}"
         return stem.with_suffix(".parquet"), stem.with_suffix(".json")
 
+    def window_marker(self, arm: str, restart_index: int, workload: str,
+                      concurrency: int) -> Path:
+        """Present while an attempt measures the window (not a .json: never a manifest)."""
+        return self.slot_dir(arm, restart_index) / f"{workload}-c{concurrency}.started"
+
 
 def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict:
     """Record what is being run; validates the sweep file again (it may have changed)."""
@@ -148,9 +178,14 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict:
     return manifest
 
 
+def _read_restart(layout: RunLayout, arm: str, k: int) -> dict:
+    path = layout.restart_manifest(arm, k)
+    return read_json(path) if path.exists() else {}
+
+
 def _update_restart(layout: RunLayout, arm: str, k: int, /, **changes) -> dict:
     path = layout.restart_manifest(arm, k)
-    manifest = read_json(path) if path.exists() else {}
+    manifest = _read_restart(layout, arm, k)
     manifest.update(changes)
     try:
         write_json(path, manifest)
@@ -169,14 +204,24 @@ def _api_key(layout: RunLayout, arm: Arm, k: int) -> str | None:
         raise
 
 
-def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> dict:
-    """Start the server for one slot; the manifest records the attempt whatever happens."""
+def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
+                   attempt: Attempt = NO_ATTEMPT) -> dict:
+    """Start the server for one slot; the manifest records the attempt whatever happens.
+
+    `node` is this machine's hostname, `requested_node` the arm's node (its Airflow queue)
+    and `worker_hostname` the worker as Airflow records it, side by side. A retried launch
+    first stops the server an earlier, killed attempt started (two servers of one slot
+    would share the node's GPU)."""
     arm = sweep.arm(arm_name).arm
+    earlier = _read_restart(layout, arm_name, k)
     _update_restart(
         layout, arm_name, k,
         restart_id=layout.restart_id(arm_name, k), run_id=layout.run_id, arm=arm_name,
-        restart_index=k, node=socket.gethostname(), server_kind=arm.server,
-        single_instance=arm.server == "external", started_at=utc_now(), status="launching",
+        restart_index=k, node=socket.gethostname(), requested_node=arm.node,
+        worker_hostname=attempt.worker_hostname, launch_attempt=attempt.number,
+        server_kind=arm.server, single_instance=arm.server == "external",
+        interrupted_windows=earlier.get("interrupted_windows", []),
+        **_stop_earlier_launch(earlier), started_at=utc_now(), status="launching",
     )
     _api_key(layout, arm, k)  # checked before a server is started for nothing
     try:
@@ -189,6 +234,34 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> di
                     base_url=handle.base_url, command=handle.command,
                     log_path=handle.log_path)
     return handle.to_dict()
+
+
+def _stop_earlier_launch(manifest: dict) -> dict:
+    """The manifest changes for a launch that finds an earlier attempt's server of this
+    slot still recorded as running: stop it when it is on this machine and still the
+    process that attempt started; either way, list it under `earlier_launches`."""
+    pid = manifest.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or manifest.get("stopped_at"):
+        return {}
+    here = socket.gethostname()
+    if manifest.get("node") != here:  # a pid names a process on its own machine only
+        outcome = f"not stopped: started on {manifest.get('node')}, this attempt runs on {here}"
+    elif _started_as_recorded(pid, manifest.get("started_at")):
+        outcome = str(lifecycle.stop(_handle_of(manifest, pid)))
+    else:
+        outcome = f"nothing to stop: pid {pid} has ended (or now belongs to another process)"
+    stopped = {"pid": pid, "started_at": manifest.get("started_at"),
+               "node": manifest.get("node"), "worker_hostname": manifest.get("worker_hostname"),
+               "attempt": manifest.get("launch_attempt"), "stop_status": outcome}
+    return {"earlier_launches": [*manifest.get("earlier_launches", []), stopped],
+            "pid": None, "base_url": None}
+
+
+def _handle_of(manifest: dict, pid: int) -> lifecycle.ServerHandle:
+    """Enough of a server handle to stop the process group a manifest recorded."""
+    return lifecycle.ServerHandle(base_url=manifest.get("base_url") or "", pid=pid, port=None,
+                                  command=None, command_template=None,
+                                  log_path=manifest.get("log_path"))
 
 
 def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, handle: dict) -> dict:
@@ -212,11 +285,13 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, handle
 
 
 def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
-                             handle: dict, workload_name: str) -> list[dict]:
+                             handle: dict, workload_name: str,
+                             attempt: Attempt = NO_ATTEMPT) -> list[dict]:
     """Run the workload's windows (one per concurrency) and write their raw files.
 
-    After each window the server is checked (lifecycle.server_gone): one that died during
-    it makes the restart `crashed` (its raw files are still written) and nothing else runs.
+    A window an earlier attempt already wrote whole is kept, not measured again. After each
+    window the server is checked (lifecycle.server_gone): one that died during it makes the
+    restart `crashed` (its raw files are still written) and nothing else runs.
     """
     _refuse_after_crash(layout, arm_name, k)
     plan = sweep.arm(arm_name)
@@ -228,6 +303,14 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     summaries = []
     for concurrency in plan.concurrency:
         window_id = layout.window_id(arm_name, k, workload_name, concurrency)
+        written = written_window(layout, arm_name, k, workload_name, concurrency)
+        if written is not None:
+            log.info("%s: written whole by attempt %s; not measured again", window_id,
+                     written.get("attempt"))
+            summaries.append(_window_summary(written))
+            continue
+        marker = layout.window_marker(arm_name, k, workload_name, concurrency)
+        _mark_window_started(layout, arm_name, k, window_id, marker, attempt)
         spec = WindowSpec(
             window_id=window_id, prompts=load_prompt_set(workload.prompts),
             requests=plan.requests, warmup=plan.warmup, concurrency=concurrency,
@@ -241,16 +324,104 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                                                  spec)
         manifest = _write_window_recorded(layout, arm_name, k, workload_name,
                                           workload.prompts, plan.min_requests, result,
-                                          observations, gone, api_key)
+                                          observations, gone, api_key, attempt)
+        # Only once the files are in place: a failure or a kill before leaves the mark.
+        _remove_quietly(marker)
         if gone:
             error = f"the server died during window {window_id}: {gone}"
             _update_restart(layout, arm_name, k, status="crashed", error=error,
                             crashed_in_window=window_id)
             raise ServerCrashed(f"{arm_name} r{k}: {error}")
-        summaries.append({k_: manifest[k_] for k_ in
-                          ("window_id", "submitted", "completed", "failed", "unresolved",
-                           "drain_status", "elapsed_s")})
+        summaries.append(_window_summary(manifest))
     return summaries
+
+
+def _window_summary(manifest: dict) -> dict:
+    return {key: manifest.get(key) for key in
+            ("window_id", "submitted", "completed", "failed", "unresolved", "drain_status",
+             "elapsed_s", "attempt")}
+
+
+def written_window(layout: RunLayout, arm: str, k: int, workload: str,
+                   concurrency: int) -> dict | None:
+    """The manifest of a window whose files are in place and whole (each file it names has
+    the sha256 it records), else None: such a window is never measured twice. A manifest
+    naming a file that changed (a write killed between renames) does not count."""
+    _, manifest_path = layout.window_files(arm, k, workload, concurrency)
+    try:
+        manifest = read_json(manifest_path)
+    except (OSError, ValueError):
+        return None  # absent (or not a manifest): the window is measured
+    named = [(manifest.get("requests_file"), manifest.get("requests_file_sha256")),
+             (manifest.get("observed_file"), manifest.get("observed_file_sha256"))]
+    if manifest.get("window_id") != layout.window_id(arm, k, workload, concurrency) \
+            or not named[0][0]:
+        return None
+    for name, sha256 in named:
+        path = manifest_path.parent / name if name else None
+        if path is not None and not (path.is_file() and file_sha256(path) == sha256):
+            return None
+    return manifest
+
+
+def _mark_window_started(layout: RunLayout, arm: str, k: int, window_id: str, marker: Path,
+                         attempt: Attempt) -> None:
+    """Record an earlier attempt's leftover mark as an interrupted window, then mark this
+    attempt's start. The mark is evidence, not a precondition: a disk that cannot take it
+    (logged) fails the window's own write next, and that failure is recorded."""
+    if marker.exists():
+        _record_interrupted(layout, arm, k, _read_mark(marker, window_id),
+                            noticed_by=f"measure attempt {attempt.number}")
+    try:
+        write_json(marker, {"window_id": window_id, "attempt": attempt.number,
+                            "worker_hostname": attempt.worker_hostname,
+                            "started_at": utc_now()})
+    except OSError as exc:
+        log.warning("%s: could not mark the window as started: %s", window_id,
+                    os_error_text(exc, marker))
+
+
+def _read_mark(marker: Path, window_id: str) -> dict:
+    try:
+        return read_json(marker)
+    except (OSError, ValueError) as exc:  # written atomically; say so should it ever not be
+        return {"window_id": window_id, "error": f"unreadable mark {marker.name}: {exc}"}
+
+
+def _record_interrupted(layout: RunLayout, arm: str, k: int, mark: dict,
+                        noticed_by: str) -> None:
+    """restart.json's `interrupted_windows` gets the attempt that started a window and left
+    no files for it (once, however often it is noticed)."""
+    known = _read_restart(layout, arm, k).get("interrupted_windows") or []
+    updated = _with_interrupted(known, mark, noticed_by)
+    if updated != known:
+        _update_restart(layout, arm, k, interrupted_windows=updated)
+
+
+def _with_interrupted(known: list[dict], mark: dict, noticed_by: str) -> list[dict]:
+    """`known` interrupted windows plus the one a mark describes, unless it is listed."""
+    entry = {key: mark.get(key) for key in
+             ("window_id", "attempt", "started_at", "worker_hostname")}
+    if mark.get("error"):
+        entry["error"] = mark["error"]
+    same = ("window_id", "attempt", "started_at")
+    if any(all(old.get(key) == entry.get(key) for key in same) for old in known):
+        return known
+    return [*known, {**entry, "noticed_by": noticed_by}]
+
+
+def _fold_leftover_marks(slot: Path, manifest: dict, noticed_by: str) -> list[Path]:
+    """Add every window mark left in a restart's folder to its manifest's
+    `interrupted_windows` (the manifest dict is changed; the caller writes it, then
+    removes the marks returned). Called when no attempt of the restart measures anymore."""
+    marks = sorted(slot.glob("*.started"))
+    interrupted = manifest.get("interrupted_windows") or []
+    for mark in marks:
+        window_id = f"{manifest.get('restart_id')}/{mark.stem}"
+        interrupted = _with_interrupted(interrupted, _read_mark(mark, window_id), noticed_by)
+    if marks:
+        manifest["interrupted_windows"] = interrupted
+    return marks
 
 
 def _refuse_after_crash(layout: RunLayout, arm: str, k: int) -> None:
@@ -275,7 +446,9 @@ def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: 
         error = lifecycle.redact(f"window {spec.window_id}: the measurement raised "
                                  f"{type(exc).__name__}: {exc} (no raw files for it)",
                                  target.api_key)
-        _update_restart(layout, arm_name, k, status="failed", error=error)
+        # Unwritten, like a window whose files could not be written: a retry that writes
+        # it gives the restart back its status.
+        _record_unwritten(layout, arm_name, k, spec.window_id, error, gone=None)
         raise
     gone = lifecycle.server_gone(server, plan.arm.health_path, target.api_key,
                                  plan.arm.api_key_env)
@@ -293,13 +466,13 @@ def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: 
 def _write_window_recorded(layout: RunLayout, arm: str, k: int, workload: str,
                            prompt_set: str, min_requests: int, result: WindowResult,
                            observations: dict, gone: str | None,
-                           api_key: str | None) -> dict:
+                           api_key: str | None, attempt: Attempt) -> dict:
     """write_window; when it fails, restart.json says so (and whether the server had died)
     before the error is raised."""
     window_id = result.accounting["window_id"]
     try:
         manifest = write_window(layout, arm, k, workload, prompt_set, min_requests, result,
-                                observations, secret=api_key)
+                                observations, secret=api_key, attempt=attempt)
     except RawWriteError as exc:
         try:
             _record_unwritten(layout, arm, k, window_id, str(exc), gone)
@@ -367,9 +540,11 @@ def _redact_rows(rows: list[dict], secret: str | None) -> list[dict]:
 
 def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
                  min_requests: int, result: WindowResult,
-                 observations: dict | None = None, secret: str | None = None) -> dict:
+                 observations: dict | None = None, secret: str | None = None,
+                 attempt: Attempt = NO_ATTEMPT) -> dict:
     """Write one window's raw files: the requests (Parquet), what the server and node
-    said during it (JSON) and its accounting (the manifest, JSON, written last).
+    said during it (JSON) and its accounting (the manifest, JSON, written last). The
+    manifest names the attempt that measured the window and its worker.
 
     All three are written as .tmp files first and renamed into place only when all are
     complete; any OSError removes the .tmp files and raises RawWriteError naming the file
@@ -398,6 +573,8 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
             "workload": workload,
             "prompt_set": prompt_set,
             "min_requests": min_requests,
+            "attempt": attempt.number,
+            "worker_hostname": attempt.worker_hostname,
             "window_start": ns_to_iso(accounting["window_start_wall_ns"]),
             "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
             "requests_file": parquet_path.name,
@@ -430,9 +607,19 @@ def _move_into_place(staged: dict[Path, Path]) -> None:
 
 
 def stop_restart(layout: RunLayout, arm_name: str, k: int, handle: dict | None) -> dict:
-    """Stop the server (teardown); a server found dead here is recorded as crashed."""
-    path = layout.restart_manifest(arm_name, k)
-    manifest = read_json(path) if path.exists() else {}
+    """Stop the server (teardown); a server found dead here is recorded as crashed.
+
+    Windows still marked as started were left without files by their last attempt: they
+    go to `interrupted_windows`. A retried teardown whose server was stopped already
+    changes nothing (the server it would find gone was stopped, not crashed)."""
+    manifest = _read_restart(layout, arm_name, k)
+    marks = _fold_leftover_marks(layout.slot_dir(arm_name, k), manifest, "stop_server")
+    if marks:
+        manifest = _update_restart(layout, arm_name, k,
+                                   interrupted_windows=manifest["interrupted_windows"])
+        _remove_quietly(*marks)
+    if manifest.get("stopped_at"):
+        return manifest
     if handle is None:  # launch itself failed: nothing to stop, the manifest says why
         return _update_restart(layout, arm_name, k, stopped_at=utc_now(),
                                stop_status="nothing to stop (launch failed)")
@@ -488,16 +675,15 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
         if parent_pid is not None and _parent_of(pid) != parent_pid:
             continue
         if _started_as_recorded(pid, manifest.get("started_at")):
-            handle = lifecycle.ServerHandle(base_url=manifest.get("base_url") or "", pid=pid,
-                                            port=None, command=None, command_template=None,
-                                            log_path=manifest.get("log_path"))
-            outcome = str(lifecycle.stop(handle))
+            outcome = str(lifecycle.stop(_handle_of(manifest, pid)))
         else:
             outcome = (f"nothing to stop: pid {pid} has ended (or now belongs to another "
                        "process)")
         manifest.update(stopped_at=utc_now(),
                         stop_status=f"stopped after an interrupted run: {outcome}")
+        marks = _fold_leftover_marks(path.parent, manifest, "stop after an interrupted run")
         write_json(path, manifest)
+        _remove_quietly(*marks)
         done.append(f"{manifest.get('restart_id') or path.parent}: {outcome}")
     return done
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from benchledger.operators import lineage
+
 WAREHOUSE_POOL = "benchledger_warehouse"  # 1 slot: DuckDB allows one writer per file
 # Set by benchledger.runner (its FAILURES_ENV; this layer may not import it): the file
 # where record_failure appends the failed tasks, so the terminal can show the first cause.
@@ -86,6 +88,20 @@ def plan(sweep_path: str) -> str:
     return str(layout.run_dir)
 
 
+def _attempt():
+    """This try of the running task and its worker's hostname, as the task instance
+    records them (ti.hostname; the Task SDK's own get_hostname should it be unset)."""
+    from benchledger.restart import Attempt
+
+    ti = get_current_context()["ti"]
+    hostname = getattr(ti, "hostname", None)
+    if not hostname:
+        from airflow.sdk.api.client import get_hostname
+
+        hostname = get_hostname()
+    return Attempt(number=ti.try_number, worker_hostname=hostname)
+
+
 # Marked as the setup of stop_server by the DAG factory (`stop.as_teardown(setups=...)`);
 # the @setup/@teardown decorators cannot be called twice in one DAG in Airflow 3.3.
 @task
@@ -95,7 +111,7 @@ def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict:
     from benchledger.restart import launch_restart
 
     try:
-        return launch_restart(_layout(), _sweep(sweep_path), arm, restart_index)
+        return launch_restart(_layout(), _sweep(sweep_path), arm, restart_index, _attempt())
     except Exception as exc:  # recorded in restart.json by launch_restart
         return {"launch_error": f"{type(exc).__name__}: {exc}"}
 
@@ -117,11 +133,12 @@ def wait_ready(sweep_path: str, arm: str, restart_index: int, handle: dict) -> d
 @task
 def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
             workload: str) -> list[dict]:
-    """Warm-up, then the measured window(s) of one workload; writes raw files."""
+    """Warm-up, then the measured window(s) of one workload; writes raw files. A retry
+    measures only the windows no earlier attempt wrote whole."""
     from benchledger.restart import measure_restart_workload
 
     return measure_restart_workload(_layout(), _sweep(sweep_path), arm, restart_index,
-                                    handle, workload)
+                                    handle, workload, _attempt())
 
 
 @task
@@ -135,7 +152,7 @@ def stop_server(arm: str, restart_index: int, handle: dict | None) -> dict:
     return {k: manifest.get(k) for k in ("status", "stop_status")}
 
 
-@task(pool=WAREHOUSE_POOL, trigger_rule="all_done")
+@lineage.lineage_task(pool=WAREHOUSE_POOL, trigger_rule="all_done")
 def load(run_dir: str | None = None) -> dict:
     """Load the run's raw files into DuckDB (idempotent by file sha256).
 
@@ -150,10 +167,12 @@ def load(run_dir: str | None = None) -> dict:
     if not layout.run_manifest.exists():
         raise AirflowFailException(f"no run manifest at {layout.run_manifest}: plan did not run")
     with connect(paths.warehouse) as con:
-        return load_run_dir(con, layout.run_dir)
+        counts = load_run_dir(con, layout.run_dir)
+    lineage.report_load(layout.run_dir, paths.warehouse)
+    return counts
 
 
-@task(pool=WAREHOUSE_POOL)
+@lineage.lineage_task(pool=WAREHOUSE_POOL)
 def validate() -> dict:
     """Run the GX gate over the run's rows; every result becomes a `validations` row."""
     from benchledger.restart import RunLayout
@@ -163,7 +182,9 @@ def validate() -> dict:
     paths = run_paths()
     docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
     with connect(paths.warehouse) as con:
-        return validate_run(con, paths.run_id, docs_dir=docs)
+        results = validate_run(con, paths.run_id, docs_dir=docs)
+    lineage.report_validate(paths.warehouse, docs)
+    return results
 
 
 def entries_asset(sweep_name: str) -> Asset:
@@ -172,7 +193,7 @@ def entries_asset(sweep_name: str) -> Asset:
                  uri=f"benchledger://entries/{sweep_name}")
 
 
-@task(pool=WAREHOUSE_POOL)
+@lineage.lineage_task(pool=WAREHOUSE_POOL)
 def derive(sweep_name: str) -> dict:
     """Derive entries from validated rows (blocked ones say why), then the comparisons;
     then tell the publish DAG (asset event) which run and warehouse to export."""
@@ -187,6 +208,7 @@ def derive(sweep_name: str) -> dict:
         counts = {"entries": derive_entries(con, paths.run_id, docs_dir=docs),
                   "comparisons": derive_comparisons(con, paths.run_id)}
         mark_run_ended(con, paths.run_id)
+    lineage.report_derive(paths.warehouse, docs)
     outlet_events = get_current_context()["outlet_events"]
     outlet_events[entries_asset(sweep_name)].extra = {
         "run_id": paths.run_id, "warehouse": str(paths.warehouse),
@@ -209,7 +231,7 @@ def _publication_target() -> tuple[str, Path, Path]:
     return params.get("publish_run_id"), paths.warehouse, paths.data_dir
 
 
-@task
+@lineage.lineage_task
 def publish() -> dict:
     """Export one run's validated entries, comparisons and report (read-only). Fails when
     the run is not in the warehouse or has no derived entries: nothing to publish is a
@@ -223,10 +245,12 @@ def publish() -> dict:
     try:
         with connect(warehouse, read_only=True) as con:
             run_id = run_id or latest_run_id(con)
-            out = export_run(con, run_id, RunLayout(data_dir, run_id).export_dir)
+            layout = RunLayout(data_dir, run_id)
+            out = export_run(con, run_id, layout.export_dir)
             counts = run_entry_counts(con, run_id)
     except (PublicationError, LookupError) as exc:
         raise AirflowFailException(f"publishing run {run_id}: {exc}") from exc
+    lineage.report_publish(warehouse, layout.data_docs_dir, out)
     return {"run_id": run_id, "out": str(out), **counts}
 
 

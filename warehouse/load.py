@@ -33,13 +33,17 @@ RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml
 RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
                    "single_instance", "status", "error", "base_url", "pid", "command",
                    "log_path", "effective_config", "effective_config_sha256",
-                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status")
+                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
+                   "requested_node", "worker_hostname", "interrupted_windows")
 WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
                   "concurrency", "submitted", "completed", "failed", "unresolved",
                   "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
                   "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
                   "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
-                  "prompt_cache", "input_tokens_target", "seed", "denominator")
+                  "prompt_cache", "input_tokens_target", "seed", "denominator", "attempt",
+                  "worker_hostname")
+# Manifest values stored as JSON text (a key a manifest lacks stays NULL).
+JSON_COLUMNS = ("effective_config", "interrupted_windows")
 # kind of manifest -> (its table, its columns; the first is the table's key)
 MANIFEST_TABLES = {"run": ("runs", RUN_COLUMNS), "restart": ("restarts", RESTART_COLUMNS),
                    "window": ("windows", WINDOW_COLUMNS)}
@@ -193,8 +197,9 @@ def _named_files(windows: list[_Manifest]) -> dict[Path, list[_NamedFile]]:
 
 def _manifest_row(m: _Manifest, columns: tuple[str, ...], observed: dict) -> dict:
     row = {c: m.data.get(c) for c in columns}
-    if row.get("effective_config") is not None:
-        row["effective_config"] = json.dumps(row["effective_config"], sort_keys=True)
+    for column in JSON_COLUMNS:
+        if row.get(column) is not None:
+            row[column] = json.dumps(row[column], sort_keys=True)
     if m.kind != "run":
         row["raw_file_sha256"] = m.sha256
     if m.kind == "window":  # the thresholds and failures its observations recorded

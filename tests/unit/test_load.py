@@ -6,11 +6,13 @@ Raw files are written by the project's own writers (benchledger.restart).
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
 from benchledger.client import WindowResult
-from benchledger.restart import RunLayout, read_json, write_window
+from benchledger.restart import Attempt, RunLayout, read_json, write_json, write_window
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
 from tests.synthetic import RUN_ID, accounting, request_row
@@ -135,3 +137,50 @@ def test_observations_become_metric_log_and_clock_rows(tmp_path):
         "SELECT node, gpu, sampled_at = '2026-11-30T00:00:30+00:00'::TIMESTAMPTZ, "
         "sm_clock_mhz, pstate, throttle_reasons, under_load, restart_id FROM node_clocks"
     ).fetchall() == [("n1", 0, True, 1800.0, "P0", None, False, layout.restart_id("a", 0))]
+
+
+def test_raw_files_from_before_attempts_were_recorded_load_with_nulls(tmp_path):
+    """Manifests written before issue #12 have no attempt, worker or requested node: their
+    rows load, with NULL (not recorded) there, never a guess."""
+    layout = write_run(tmp_path)
+    for path in window_manifests(layout):
+        manifest = read_json(path)
+        assert {"attempt", "worker_hostname"} <= set(manifest)
+        write_json(path, {k: v for k, v in manifest.items()
+                          if k not in ("attempt", "worker_hostname")})
+    restart_manifest = read_json(layout.restart_manifest("a", 0))
+    assert not {"requested_node", "worker_hostname", "interrupted_windows"} & set(
+        restart_manifest)
+    con = connect(":memory:")
+    assert load_run_dir(con, layout.run_dir)["windows"] == 2
+    assert con.execute("SELECT DISTINCT attempt, worker_hostname FROM windows").fetchall() == [
+        (None, None)]
+    assert con.execute("SELECT DISTINCT requested_node, worker_hostname, interrupted_windows "
+                       "FROM restarts").fetchall() == [(None, None, None)]
+
+
+def test_attempts_workers_and_interrupted_windows_are_loaded(tmp_path):
+    layout = write_run(tmp_path)
+    interrupted = [{"window_id": layout.window_id("a", 0, "code", 1), "attempt": 1,
+                    "started_at": "2026-11-30T00:00:00+00:00", "worker_hostname": "edge-1",
+                    "noticed_by": "measure attempt 2"}]
+    path = layout.restart_manifest("a", 0)
+    write_json(path, {**read_json(path), "requested_node": "gpu-a",
+                      "worker_hostname": "edge-1", "interrupted_windows": interrupted})
+    window_id = layout.window_id("a", 0, "code", 1)
+    rows = [request_row(window_id, i) for i in range(5)]
+    write_window(layout, "a", 0, "code", "code", 5,
+                 WindowResult(rows=rows, accounting=accounting(window_id, rows)),
+                 attempt=Attempt(2, "edge-2"))
+    con = connect(":memory:")
+    load_run_dir(con, layout.run_dir)
+    assert con.execute("SELECT restart_index, requested_node, worker_hostname, "
+                       "interrupted_windows FROM restarts ORDER BY 1").fetchall() == [
+        (0, "gpu-a", "edge-1", json.dumps(interrupted, sort_keys=True)),
+        (1, None, None, None)]
+    assert con.execute("SELECT window_id, attempt, worker_hostname FROM windows "
+                       "ORDER BY 1").fetchall() == [
+        (window_id, 2, "edge-2"), (layout.window_id("a", 1, "code", 1), None, None)]
+    # JSON, so an auditor can unnest it
+    assert con.execute("SELECT interrupted_windows->0->>'noticed_by' FROM restarts "
+                       "WHERE restart_index = 0").fetchone() == ("measure attempt 2",)
