@@ -381,14 +381,18 @@ def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    warehouse = Path(args.warehouse).resolve()
+    from benchledger.records import storage_path
+
+    try:
+        warehouse = storage_path(args.warehouse).resolve()
+        data_dir = storage_path(args.data_dir) if args.data_dir else None
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     if args.cluster:
-        outcome = execute_on_cluster(Path(args.sweep), warehouse,
-                                     Path(args.data_dir) if args.data_dir else None,
+        outcome = execute_on_cluster(Path(args.sweep), warehouse, data_dir,
                                      Path(args.cluster).resolve())
         return _finish_run(outcome, warehouse)
-    outcome = execute_sweep(Path(args.sweep), warehouse,
-                            Path(args.data_dir) if args.data_dir else None, publish=True)
+    outcome = execute_sweep(Path(args.sweep), warehouse, data_dir, publish=True)
     return _finish_run(outcome, warehouse)
 
 

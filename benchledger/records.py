@@ -60,3 +60,26 @@ def file_sha256(path: str | Path) -> str:
     loads each once by it), read in blocks: a window's Parquet file can be hundreds of MB."""
     with Path(path).open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+# Raw files are written by the measuring node and read by the loader with DuckDB, both
+# through the file system: a local path, or a shared one (NFS, a mounted bucket).
+LOCAL_SCHEMES = ("", "file")
+
+
+def storage_path(location: str | Path) -> Path:
+    """A raw-storage location as a path: a plain path or a file:// URL. Any other URL
+    (s3://, gs://, ...) is refused with the reason, rather than written to a folder named
+    after it."""
+    text = str(location)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return Path(text)
+    if scheme.lower() not in LOCAL_SCHEMES:
+        raise ValueError(f"raw storage {text!r}: {scheme}:// is not supported; use a path "
+                         "(or file://) on a file system every node sees: a shared mount "
+                         "(NFS, or the bucket mounted with s3fs/gcsfuse)")
+    if rest and not rest.startswith("/"):
+        raise ValueError(f"raw storage {text!r}: a file:// URL needs an absolute path "
+                         "(file:///data/bench)")
+    return Path(rest)

@@ -32,14 +32,21 @@ class RunPaths:
 
 
 def run_paths() -> RunPaths:
-    """Where this DAG run writes: DAG params (or run conf), else env, else ~/.benchledger."""
+    """Where this DAG run writes: DAG params (or run conf), else env, else ~/.benchledger.
+    A path or a file:// URL on a file system every node sees (benchledger.records)."""
+    from benchledger.records import storage_path
+
     context = get_current_context()
     params = context.get("params") or {}
     home = Path(os.environ.get("BENCHLEDGER_HOME", Path.home() / ".benchledger"))
     data_dir = params.get("data_dir") or os.environ.get("BENCHLEDGER_DATA_DIR") or home
     warehouse = (params.get("warehouse") or os.environ.get("BENCHLEDGER_WAREHOUSE")
                  or Path(data_dir) / "warehouse.duckdb")
-    return RunPaths(run_id=context["run_id"], data_dir=Path(data_dir), warehouse=Path(warehouse))
+    try:
+        return RunPaths(run_id=context["run_id"], data_dir=storage_path(data_dir),
+                        warehouse=storage_path(warehouse))
+    except ValueError as exc:  # a setting, not a passing fault: retrying cannot help
+        raise AirflowFailException(str(exc)) from exc
 
 
 def record_failure(context) -> None:
@@ -231,7 +238,8 @@ def _publication_target() -> tuple[str, Path, Path]:
     return params.get("publish_run_id"), paths.warehouse, paths.data_dir
 
 
-@lineage.lineage_task
+# In the warehouse pool too: a reader cannot open the DuckDB file while a writer holds it.
+@lineage.lineage_task(pool=WAREHOUSE_POOL)
 def publish() -> dict:
     """Export one run's validated entries, comparisons and report (read-only). Fails when
     the run is not in the warehouse or has no derived entries: nothing to publish is a

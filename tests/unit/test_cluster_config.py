@@ -1,0 +1,198 @@
+"""The local cluster's pieces that need no running Airflow: node names, the folder's
+airflow.cfg, the DAG bundle a sweep is installed into, queue checks, storage locations."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from benchledger import cluster, cluster_run
+from benchledger.cli import _settings, main
+from benchledger.records import storage_path
+from benchledger.sweep import load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_nodes_are_queue_names():
+    assert cluster.parse_nodes("node-a, node-b") == ["node-a", "node-b"]
+    for bad in ("", "a,a", "default", "a b", "x/y"):
+        with pytest.raises(cluster.ClusterError, match="--nodes"):
+            cluster.parse_nodes(bad)
+
+
+def _cfg(path: Path) -> configparser.ConfigParser:
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(path)
+    return cfg
+
+
+def test_config_is_complete_keeps_secrets_and_user_edits(tmp_path):
+    path, api_url = cluster.write_config(tmp_path, port=8123)
+    cfg = _cfg(path)
+    assert api_url == "http://127.0.0.1:8123"
+    assert cfg["core"]["executor"].endswith("EdgeExecutor")
+    assert cfg["edge"]["api_url"] == f"{api_url}/edge_worker/v1/rpcapi"
+    assert cfg["core"]["execution_api_server_url"] == f"{api_url}/execution/"
+    # not SQLite's default airflow.db (the edge admin commands refuse it)
+    assert cfg["database"]["sql_alchemy_conn"] == f"sqlite:///{tmp_path}/airflow-metadata.db"
+    secret = cfg["api_auth"]["jwt_secret"]
+    assert len(secret) > 30
+    # a user's edit survives `up`; an enforced setting does not; the secret is kept
+    cfg["dag_processor"]["refresh_interval"] = "2"
+    cfg["core"]["executor"] = "LocalExecutor"
+    with path.open("w") as out:
+        cfg.write(out)
+    cluster.write_config(tmp_path, settings={"openlineage": {"namespace": "bench"}})
+    again = _cfg(path)
+    assert again["dag_processor"]["refresh_interval"] == "2"
+    assert again["core"]["executor"].endswith("EdgeExecutor")
+    assert again["api_auth"]["jwt_secret"] == secret
+    assert again["api"]["port"] == "8123"
+    assert again["openlineage"]["namespace"] == "bench"
+
+
+def test_processes_see_only_the_folders_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    env = cluster.airflow_env(tmp_path)
+    assert "AIRFLOW__CORE__EXECUTOR" not in env
+    assert env["AIRFLOW_CONFIG"] == str(tmp_path / "airflow.cfg")
+
+
+def test_credentials_from_the_environment_or_the_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("BENCHLEDGER_AIRFLOW_USER", raising=False)
+    monkeypatch.delenv("BENCHLEDGER_AIRFLOW_PASSWORD", raising=False)
+    with pytest.raises(cluster.ClusterError, match="BENCHLEDGER_AIRFLOW_USER"):
+        cluster.api_credentials(tmp_path)
+    cluster._ensure_password(tmp_path)
+    user, password = cluster.api_credentials(tmp_path)
+    assert user == "benchledger" and len(password) > 10
+    assert (tmp_path / "api-passwords.json").stat().st_mode & 0o077 == 0
+    monkeypatch.setenv("BENCHLEDGER_AIRFLOW_USER", "ops")
+    monkeypatch.setenv("BENCHLEDGER_AIRFLOW_PASSWORD", "s3cret")
+    assert cluster.api_credentials(tmp_path) == ("ops", "s3cret")
+
+
+def test_config_flags_parse_and_bad_ones_say_the_form():
+    assert _settings(["openlineage.transport={\"type\": \"console\"}", "core.x=1"]) == {
+        "openlineage": {"transport": '{"type": "console"}'}, "core": {"x": "1"}}
+    with pytest.raises(Exception, match="SECTION.KEY=VALUE"):
+        _settings(["transport=console"])
+
+
+def test_status_of_a_folder_that_is_no_cluster(tmp_path, capsys):
+    assert main(["cluster", "status", "--home", str(tmp_path)]) == 2
+    assert "not a benchledger cluster folder" in capsys.readouterr().err
+
+
+def test_down_stops_the_recorded_tree_and_never_a_stranger(tmp_path):
+    # a recorded process with a child in its own session (as Airflow's task processes are)
+    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+              "'import time; time.sleep(60)'], start_new_session=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = psutil.Process(parent.pid).children()[0]
+        record = cluster.ClusterProcess("scheduler", parent.pid,
+                                        psutil.Process(parent.pid).create_time(), [], "")
+        # the stranger's pid recorded with another start time: not the process we started
+        reused = cluster.ClusterProcess("dag-processor", stranger.pid, 1.0, [], "")
+        cluster.Cluster(tmp_path, "http://127.0.0.1:1", ["a"], [record, reused]).save()
+        lines = cluster.down(tmp_path, grace_s=5)
+        assert "scheduler (pid" in lines[1] and "stopped (2 processes)" in lines[1]
+        assert "dag-processor" in lines[0] and "was not running" in lines[0]
+        assert parent.wait(timeout=5) is not None
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert stranger.poll() is None  # untouched
+        assert json.loads((tmp_path / "cluster.json").read_text())["processes"] == []
+    finally:
+        stranger.kill()
+        parent.kill()
+
+
+SWEEP = textwrap.dedent("""
+    [sweep]
+    name = "bundle-me"
+    [[arms]]
+    name = "a"
+    server = "simulator"
+    model = "sim-model"
+    node = "gpu-1"
+    [[workloads]]
+    name = "code"
+    """)
+
+
+def test_install_writes_a_dag_file_airflow_discovers_with_its_sweep(tmp_path):
+    sweep_path = tmp_path / "s.toml"
+    sweep_path.write_text(SWEEP)
+    sweep = load_sweep(sweep_path)
+    dags = tmp_path / "dags"
+    dag_file, changed = cluster_run.install_sweep(dags, sweep_path, sweep,
+                                                  Path("/w/wh.duckdb"), Path("/w/data"))
+    assert changed and dag_file == dags / "benchledger_bundle_me.py"
+    assert (dags / "sweeps" / "bundle_me.toml").read_text() == SWEEP
+    text = dag_file.read_text().lower()
+    assert "airflow" in text and "dag" in text  # safe-mode discovery needs both words
+    again, changed = cluster_run.install_sweep(dags, sweep_path, sweep,
+                                               Path("/w/wh.duckdb"), Path("/w/data"))
+    assert again == dag_file and not changed
+    # the DAG file builds both DAGs from the copy, with the warehouse as param default
+    probe = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import runpy
+        ns = runpy.run_path({str(dag_file)!r})
+        print(ns["dag"].dag_id, ns["publish_dag"].dag_id, ns["dag"].params["warehouse"],
+              ns["publish_dag"].params["data_dir"])
+        """)], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert probe.stdout.split() == ["benchledger_bundle-me", "benchledger_bundle-me_publish",
+                                    "/w/wh.duckdb", "/w/data"], probe.stderr
+
+
+class FakeApi:
+    def __init__(self, workers):
+        self.workers = workers
+
+    def edge_workers(self):
+        return self.workers
+
+
+def test_a_run_on_a_queue_no_worker_serves_is_refused_at_once(tmp_path):
+    sweep_path = tmp_path / "s.toml"
+    sweep_path.write_text(SWEEP)
+    sweep = load_sweep(sweep_path)
+    served = FakeApi([{"worker_name": "gpu-1", "state": "idle", "queues": ["gpu-1", "default"]}])
+    cluster_run.refuse_unserved_queues(served, sweep)
+    offline = FakeApi([{"worker_name": "gpu-1", "state": "offline",
+                        "queues": ["gpu-1", "default"]},
+                       {"worker_name": "head", "state": "idle", "queues": ["default"]}])
+    with pytest.raises(cluster.ClusterError, match="no live edge worker serves queue.*gpu-1"):
+        cluster_run.refuse_unserved_queues(offline, sweep)
+
+
+def test_storage_locations_are_paths_or_file_urls():
+    assert storage_path("/data/bench") == Path("/data/bench")
+    assert storage_path("file:///data/bench") == Path("/data/bench")
+    for bad, why in (("s3://bucket/raw", "s3:// is not supported"),
+                     ("file://relative/x", "absolute path")):
+        with pytest.raises(ValueError, match=why):
+            storage_path(bad)
+
+
+def test_run_refuses_an_object_store_data_dir(tmp_path, capsys):
+    sweep_path = tmp_path / "s.toml"
+    sweep_path.write_text(SWEEP)
+    code = main(["run", str(sweep_path), "--warehouse", str(tmp_path / "w.duckdb"),
+                 "--data-dir", "gs://bucket/bench"])
+    assert code == 2
+    assert "gs:// is not supported" in capsys.readouterr().err
