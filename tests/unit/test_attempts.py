@@ -19,7 +19,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -305,14 +304,3 @@ def test_a_retried_teardown_does_not_call_a_stopped_server_crashed(tmp_path, pre
     # the retry finds the server gone, because it was stopped: not a crash
     assert restart.stop_restart(layout, "srv", 0, handle) == first
 
-
-def test_the_measure_task_passes_its_try_number_and_worker(monkeypatch):
-    from airflow.sdk.api.client import get_hostname
-
-    from benchledger.operators import sweep_tasks
-
-    ti = SimpleNamespace(try_number=3, hostname="edge-worker-7")
-    monkeypatch.setattr(sweep_tasks, "get_current_context", lambda: {"ti": ti})
-    assert sweep_tasks._attempt() == Attempt(3, "edge-worker-7")
-    ti.hostname = None  # not set yet: the Task SDK's own hostname, as the TI would record it
-    assert sweep_tasks._attempt() == Attempt(3, get_hostname())
