@@ -623,11 +623,25 @@ def stop_restart(layout: RunLayout, arm_name: str, k: int, handle: dict | None) 
     if handle is None:  # launch itself failed: nothing to stop, the manifest says why
         return _update_restart(layout, arm_name, k, stopped_at=utc_now(),
                                stop_status="nothing to stop (launch failed)")
+    elsewhere = _launched_elsewhere(manifest, handle)
+    if elsewhere:  # its pid names some other process here: signal nothing
+        return _update_restart(layout, arm_name, k, stop_status=elsewhere)
     outcome = lifecycle.stop(lifecycle.ServerHandle.from_dict(handle))
     changes = {"stopped_at": utc_now(), "stop_status": str(outcome)}
     if outcome.ended_before_stop and manifest.get("status") == "ok":
         changes.update(status="crashed", error=f"server ended before stop: {outcome}")
     return _update_restart(layout, arm_name, k, **changes)
+
+
+def _launched_elsewhere(manifest: dict, handle: dict) -> str | None:
+    """Why a teardown must not signal the server's pid: it was launched on another machine
+    (a queue served by several workers ran the launch and the teardown on different
+    hosts). None when it is this machine's, or nothing says otherwise."""
+    launched_on, here = manifest.get("node"), socket.gethostname()
+    if handle.get("pid") is None or launched_on in (None, here):
+        return None
+    return (f"not stopped: launched on {launched_on}, and this teardown ran on {here}; "
+            "stop it there")
 
 
 def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
@@ -672,6 +686,8 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
             continue
         if not _run_matches(path.parents[2], sweep_name, started_after):
             continue
+        if manifest.get("node") not in (None, socket.gethostname()):
+            continue  # another machine's server: its pid means nothing here
         if parent_pid is not None and _parent_of(pid) != parent_pid:
             continue
         if _started_as_recorded(pid, manifest.get("started_at")):

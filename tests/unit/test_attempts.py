@@ -304,3 +304,21 @@ def test_a_retried_teardown_does_not_call_a_stopped_server_crashed(tmp_path, pre
     # the retry finds the server gone, because it was stopped: not a crash
     assert restart.stop_restart(layout, "srv", 0, handle) == first
 
+
+
+def test_a_teardown_on_another_host_signals_nothing(tmp_path, pretend_server):
+    """A queue served by several workers may run the teardown elsewhere than the launch:
+    the pid names some other process there, so nothing is signalled, and it says so."""
+    layout = RunLayout(tmp_path / "data", RUN_ID)
+    write_json(layout.restart_manifest("srv", 0), {
+        "restart_id": layout.restart_id("srv", 0), "status": "ok", "node": "gpu-host-2",
+        "pid": pretend_server.pid, "started_at": restart.utc_now()})
+    handle = {"base_url": "http://127.0.0.1:9", "pid": pretend_server.pid, "port": None,
+              "command": None, "command_template": None, "log_path": None}
+    manifest = restart.stop_restart(layout, "srv", 0, handle)
+    assert manifest["stop_status"] == (f"not stopped: launched on gpu-host-2, and this "
+                                       f"teardown ran on {socket.gethostname()}; stop it there")
+    assert "stopped_at" not in manifest and manifest["status"] == "ok"
+    assert pretend_server.poll() is None  # alive: not ours to signal
+    assert restart.stop_leftover_servers(tmp_path / "data") == []
+    assert pretend_server.poll() is None
