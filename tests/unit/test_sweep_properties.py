@@ -37,7 +37,8 @@ BASE = {
     "workloads": [{"name": "code"}],
 }
 # Where a hostile value may land: (table, index in an array of tables or None, key).
-KEYS = [("sweep", None, k) for k in ("name", "schedule", "description")]
+KEYS = [("sweep", None, k) for k in ("name", "schedule", "description", "retries",
+                                     "retry_delay_s")]
 KEYS += [("defaults", None, k) for k in Defaults.model_fields]
 KEYS += [("arms", i, k) for i in (0, 1) for k in (
     "name", "model", "command", "base_url", "health_path", "metrics_path", "node",
