@@ -323,6 +323,10 @@ def up(home: Path, nodes: list[str], port: int | None = None,
     client.ensure_pool(WAREHOUSE_POOL, 1, "benchledger warehouse writer (DuckDB: one writer)")
     # Workers only once the API answers: they register with it when they start.
     (home / "run").mkdir(exist_ok=True)
+    _wait("the records of workers that died to be released",
+          lambda: _stale_workers(client, [n for n in nodes
+                                          if f"edge-worker:{n}" not in running]),
+          timeout_s, cluster.processes)
     for node in nodes:
         start(f"edge-worker:{node}", [
             "edge", "worker", "--edge-hostname", node, "--queues", f"{node},{DEFAULT_QUEUE}",
@@ -331,6 +335,23 @@ def up(home: Path, nodes: list[str], port: int | None = None,
           timeout_s, cluster.processes)
     say(f"cluster up: {api_url} (nodes: {', '.join(nodes)}; home: {home})")
     return cluster
+
+
+# Edge worker states under which the API lets a new worker take the name.
+RELEASED_STATES = {"offline", "unknown", "offline maintenance"}
+
+
+def _stale_workers(client: ApiClient, nodes: list[str]) -> str | None:
+    """Nodes whose worker process is gone but whose registration still looks alive: the
+    API refuses a new worker of that name until the executor, missing five heartbeats,
+    marks it unknown. Waiting for that beats a worker that exits at once."""
+    try:
+        workers = {w["worker_name"]: w for w in client.edge_workers()}
+    except (httpx.HTTPError, ClusterError) as exc:
+        return f"the edge worker list is not available yet ({exc})"
+    stale = [n for n in nodes if n in workers and workers[n].get("state") not in RELEASED_STATES]
+    return (f"the scheduler has not yet noticed that the worker(s) {', '.join(stale)} died "
+            "(it needs five missed heartbeats)") if stale else None
 
 
 def _workers_missing(client: ApiClient, nodes: list[str]) -> str | None:

@@ -40,7 +40,10 @@ publish_dag = build_publish_dag(SWEEP, WAREHOUSE, DATA_DIR)
 FINAL_STATES = {"success", "failed"}
 PARSE_TIMEOUT_S = 120.0  # the DAG processor notices a new file within refresh_interval
 PUBLISH_TIMEOUT_S = 600.0  # the publish DAG may queue behind another sweep's
-UNSERVED_AFTER_S = 30.0  # a task queued this long on a queue no worker serves: fail
+# A task queued on a queue no live worker serves: said after UNSERVED_WARN_S (a worker
+# may be on its way back), the wait given up after UNSERVED_FAIL_S.
+UNSERVED_WARN_S = 30.0
+UNSERVED_FAIL_S = 600.0
 POLL_S = 1.0
 
 
@@ -150,8 +153,9 @@ def task_instances(client: ApiClient, dag_id: str, run_id: str) -> list[dict]:
 def follow(client: ApiClient, dag_id: str, run_id: str, say: Callable[[str], None],
            poll_s: float = POLL_S) -> tuple[str, list[dict]]:
     """Print `task_id: state` as states change until the run ends; (state, task instances).
-    A task queued on a queue no worker serves fails the wait, instead of waiting for ever."""
+    A task queued on a queue no worker serves is said, then fails the wait (bounded)."""
     seen: dict[str, str] = {}
+    warned: set[tuple[str, int]] = set()
     while True:
         run = client.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
         tis = task_instances(client, dag_id, run_id)
@@ -164,25 +168,33 @@ def follow(client: ApiClient, dag_id: str, run_id: str, say: Callable[[str], Non
                 say(f"{ti['task_id']}: {state}{where}{try_}")
         if run["state"] in FINAL_STATES:
             return run["state"], tis
-        _check_queued(client, tis)
+        _check_queued(client, tis, warned, say)
         time.sleep(poll_s)
 
 
-def _check_queued(client: ApiClient, tis: list[dict]) -> None:
+def _check_queued(client: ApiClient, tis: list[dict], warned: set[tuple[str, int]],
+                  say: Callable[[str], None]) -> None:
     now = datetime.now(UTC)
-    stuck = [ti for ti in tis if ti.get("state") == "queued" and ti.get("queued_when")
-             and (now - datetime.fromisoformat(ti["queued_when"])).total_seconds()
-             > UNSERVED_AFTER_S]
-    if not stuck:
+    waiting = [(ti, (now - datetime.fromisoformat(ti["queued_when"])).total_seconds())
+               for ti in tis if ti.get("state") == "queued" and ti.get("queued_when")]
+    waiting = [(ti, s) for ti, s in waiting if s > UNSERVED_WARN_S]
+    if not waiting:
         return
     served = served_queues(client)
-    unserved = [ti for ti in stuck if "*" not in served and ti.get("queue") not in served]
-    if unserved:
-        ti = unserved[0]
-        raise ClusterError(f"task {ti['task_id']} has waited on queue {ti.get('queue')!r} "
-                           f"for over {UNSERVED_AFTER_S:.0f}s and no live edge worker "
-                           f"serves it (served: {', '.join(sorted(served)) or 'none'}); "
-                           "the run is still queued in Airflow")
+    for ti, seconds in waiting:
+        if "*" in served or ti.get("queue") in served:
+            continue
+        what = (f"task {ti['task_id']} has waited {seconds:.0f}s on queue {ti.get('queue')!r}, "
+                f"which no live edge worker serves (served: "
+                f"{', '.join(sorted(served)) or 'none'})")
+        if seconds > UNSERVED_FAIL_S:
+            raise ClusterError(f"{what}; gave up waiting after {UNSERVED_FAIL_S:.0f}s (the "
+                               "run is still queued in Airflow)")
+        key = (ti["task_id"], ti.get("try_number") or 1)
+        if key not in warned:
+            warned.add(key)
+            say(f"{what}: start a worker for it (airflow edge worker -q {ti.get('queue')}); "
+                f"waiting up to {UNSERVED_FAIL_S:.0f}s")
 
 
 def failures(client: ApiClient, dag_id: str, run_id: str, tis: list[dict]) -> list[dict]:

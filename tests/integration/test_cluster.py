@@ -1,0 +1,377 @@
+"""A real Airflow deployment on loopback: API server, scheduler, DAG processor and two
+Edge workers (`benchledger cluster up`), sweeps run through `benchledger run --cluster`,
+and `cluster down` leaving nothing behind. Takes about 5 minutes (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import psutil
+import pytest
+
+from benchledger import cluster as local_cluster
+from benchledger.cluster import ApiClient, api_credentials
+
+pytestmark = pytest.mark.integration
+
+NODES = ["node-a", "node-b"]
+KEY = ["arm", "workload", "metric", "phase", "scope", "concurrency", "numerator", "statistic"]
+
+
+def sweep_text(name: str, arms: list[tuple[str, str]], schedule: str = "none",
+               requests: int = 15, step_ms: float = 2.0, extra: str = "") -> str:
+    """A small sweep: one (arm name, node) per arm, simulator servers, one workload."""
+    arm_blocks = "".join(textwrap.dedent(f"""
+        [[arms]]
+        name = "{arm}"
+        server = "simulator"
+        model = "sim-model"
+        node = "{node}"
+        [arms.simulator]
+        speculative = true
+        step_ms = {step_ms}
+        """) for arm, node in arms)
+    return textwrap.dedent(f"""
+        [sweep]
+        name = "{name}"
+        schedule = "{schedule}"
+        {extra}
+        [defaults]
+        requests = {requests}
+        warmup = 1
+        restarts = 2
+        max_tokens = 24
+        clock_source = "http"
+        clock_url = "{{base_url}}/clocks"
+        [[workloads]]
+        name = "code"
+        """) + arm_blocks
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchledger.cli", *args], text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+def deployment_processes(home: Path) -> list[psutil.Process]:
+    """Every live process that belongs to the deployment in `home` (by its AIRFLOW_HOME)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("AIRFLOW_HOME") == str(home):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    home = tmp_path_factory.mktemp("cluster")
+    lineage = home / "openlineage.json"
+    started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
+                  # a vanished worker's task is failed, then retried, within seconds
+                  "--config", "scheduler.task_instance_heartbeat_timeout=15",
+                  "--config", "openlineage.transport=" + json.dumps(
+                      {"type": "file", "log_file_path": str(lineage), "append": True}),
+                  timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "cluster up: http://127.0.0.1:" in started.stdout
+    yield home
+    local_cluster.down(home)  # idempotent; test_down_leaves_no_process checks it
+
+
+@pytest.fixture(scope="module")
+def api(deployment) -> ApiClient:
+    state = local_cluster.Cluster.load(deployment)
+    return ApiClient(state.api_url, *api_credentials(deployment))
+
+
+@pytest.fixture(scope="module")
+def two_arm_run(deployment, tmp_path_factory):
+    work = tmp_path_factory.mktemp("two-arm")
+    sweep = work / "two.toml"
+    sweep.write_text(sweep_text("cl-two", [("on-a", "node-a"), ("on-b", "node-b")]))
+    warehouse = work / "wh.duckdb"
+    done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster", str(deployment))
+    return done, warehouse
+
+
+def test_status_lists_every_process_healthy(deployment):
+    done = cli("cluster", "status", "--home", str(deployment))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("api-server", "scheduler", "dag-processor"):
+        assert any(line.startswith(name) and "health=healthy" in line
+                   for line in done.stdout.splitlines()), done.stdout
+    for node in NODES:
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith(f"edge-worker:{node}"))
+        assert "running" in line and f"queues={node},default" in line, line
+
+
+def test_two_arm_run_succeeds_and_publishes(two_arm_run):
+    done, warehouse = two_arm_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "DAG run manual__" in done.stdout and done.stdout.rstrip().endswith("success")
+    assert "published " in done.stdout and "validated entries" in done.stdout
+    # states were followed as they changed, with the worker each task ran on
+    assert "on-a__r0.measure_code: running on node-a" in done.stdout
+    assert "on-b__r1.measure_code: success on node-b" in done.stdout
+
+
+def _run_id(warehouse: Path) -> str:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return con.execute("SELECT run_id FROM runs WHERE sweep_name = 'cl-two'").fetchone()[0]
+
+
+def test_each_arm_ran_on_its_node(two_arm_run, api):
+    _, warehouse = two_arm_run
+    run_id = _run_id(warehouse)
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        rows = con.execute("SELECT arm, requested_node, worker_hostname FROM restarts "
+                           "WHERE run_id = ? ORDER BY restart_id", [run_id]).fetchall()
+        windows = con.execute("SELECT arm, worker_hostname FROM windows WHERE run_id = ?",
+                              [run_id]).fetchall()
+    assert rows == [("on-a", "node-a", "node-a")] * 2 + [("on-b", "node-b", "node-b")] * 2
+    assert sorted(set(windows)) == [("on-a", "node-a"), ("on-b", "node-b")]
+    tis = api.request("GET", f"/api/v2/dags/benchledger_cl-two/dagRuns/{run_id}/taskInstances",
+                      params={"limit": 1000})["task_instances"]
+    for ti in tis:
+        arm = ti["task_id"].split("__")[0]
+        if arm in ("on-a", "on-b"):
+            node = "node-a" if arm == "on-a" else "node-b"
+            assert (ti["queue"], ti["hostname"]) == (node, node), ti["task_id"]
+        else:  # load, validate, derive, finalize, plan: the default queue, in the pool
+            assert ti["queue"] == "default", ti["task_id"]
+    pooled = {ti["task_id"]: ti["pool"] for ti in tis}
+    assert {pooled[t] for t in ("load", "validate", "derive")} == {"benchledger_warehouse"}
+
+
+def test_publish_dag_ran_on_the_scheduler_asset_trigger(two_arm_run, api):
+    _, warehouse = two_arm_run
+    run_id = _run_id(warehouse)
+    runs = api.request("GET", "/api/v2/dags/benchledger_cl-two_publish/dagRuns")["dag_runs"]
+    assert [r["run_type"] for r in runs] == ["asset_triggered"]
+    assert runs[0]["state"] == "success"
+    events = api.request("GET", "/api/v2/dags/benchledger_cl-two_publish/dagRuns/"
+                                f"{runs[0]['dag_run_id']}/upstreamAssetEvents")["asset_events"]
+    assert [e["extra"]["run_id"] for e in events] == [run_id]
+
+
+def test_published_entries_match_an_embedded_derivation_of_the_same_raw_files(two_arm_run):
+    from benchledger.restart import RunLayout
+    from tests.synthetic import derived_warehouse
+
+    _, warehouse = two_arm_run
+    run_id = _run_id(warehouse)
+    cols = ", ".join(KEY + ["value", "ci95_low", "ci95_high", "n_requests", "n_restarts"])
+    query = f"SELECT {cols} FROM published_entries WHERE run_id = ? ORDER BY {', '.join(KEY)}"
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        on_cluster = con.execute(query, [run_id]).fetchall()
+    run_dir = RunLayout(warehouse.parent / "wh-data", run_id).run_dir
+    embedded = derived_warehouse(run_dir, run_id)
+    try:
+        again = embedded.execute(query, [run_id]).fetchall()
+    finally:
+        embedded.close()
+    assert len(on_cluster) > 20
+    # the same rows and counts; values equal up to the order DuckDB summed them in
+    assert [row[:len(KEY)] + row[-2:] for row in on_cluster] == \
+        [row[:len(KEY)] + row[-2:] for row in again]
+    for mine, theirs in zip(on_cluster, again, strict=True):
+        for a, b in zip(mine[len(KEY):-2], theirs[len(KEY):-2], strict=True):
+            assert a == b or (None not in (a, b) and a == pytest.approx(b, rel=1e-12)), mine
+
+
+def _runs_of(warehouse: Path, sweep_name: str) -> list[tuple[str, bool]]:
+    """(run_id, ended) of the sweep's runs in the warehouse; [] when it cannot be read yet."""
+    if not warehouse.exists():
+        return []
+    try:
+        with duckdb.connect(str(warehouse), read_only=True) as con:
+            return con.execute("SELECT run_id, ended_at IS NOT NULL FROM runs "
+                               "WHERE sweep_name = ? ORDER BY started_at",
+                               [sweep_name]).fetchall()
+    except duckdb.Error:  # being written: ask again
+        return []
+
+
+def test_openlineage_events_name_raw_files_tables_and_export(deployment, two_arm_run):
+    """The deployment's [openlineage] file transport (set by `cluster up --config`): the
+    COMPLETE events of the run's load, derive and publish, emitted by the workers."""
+    from benchledger.restart import RunLayout
+
+    _, warehouse = two_arm_run
+    run_id = _run_id(warehouse)
+    layout = RunLayout(warehouse.parent / "wh-data", run_id)
+    events = [json.loads(line) for line in
+              (deployment / "openlineage.json").read_text().splitlines() if line]
+
+    def complete(task_id: str, dag_id: str = "benchledger_cl-two") -> dict:
+        found = [e for e in events if e["eventType"] == "COMPLETE"
+                 and e["job"]["name"] == f"{dag_id}.{task_id}"]
+        assert len(found) == 1, [e["job"]["name"] for e in events]
+        return found[0]
+
+    def names(event: dict, side: str) -> set[tuple[str, str]]:
+        return {(d["namespace"], d["name"]) for d in event[side]}
+
+    table = f"duckdb://{warehouse}"
+    load = complete("load")
+    raw = {name for namespace, name in names(load, "inputs") if namespace == "file"}
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        catalogued = {path for path, in con.execute(
+            "SELECT path FROM raw_files WHERE starts_with(path, ?)",
+            [str(layout.run_dir)]).fetchall()}
+    assert raw == catalogued and any(p.endswith(".parquet") for p in raw)
+    assert (table, "wh.main.request_records") in names(load, "outputs")
+    derive = complete("derive")
+    assert {(table, "wh.main.entries"), (table, "wh.main.entry_lineage")} \
+        <= names(derive, "outputs")
+    publish = complete("publish", "benchledger_cl-two_publish")
+    assert (table, "wh.main.entries") in names(publish, "inputs")
+    assert ("file", str(layout.export_dir / "entries.json")) in names(publish, "outputs")
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything under it, as a host losing power would."""
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def test_a_worker_killed_mid_window_is_retried_without_a_duplicate(deployment, api, tmp_path):
+    """node-a's worker is killed (with its task process) while the second window of a
+    restart is being measured; the scheduler fails the task when its heartbeat stops and
+    retries it on the worker brought back: the first window is kept, the second is
+    measured again, once, and the lost attempt is on record."""
+    sweep = tmp_path / "kill.toml"
+    sweep.write_text(sweep_text("cl-kill", [("on-a", "node-a")], requests=40, step_ms=15.0,
+                                extra="retries = 1\nretry_delay_s = 1")
+                     .replace("restarts = 2", "restarts = 1")
+                     .replace("[[workloads]]", "concurrency = [1, 2]\n[[workloads]]"))
+    warehouse = tmp_path / "wh.duckdb"
+    run = subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
+                            "--warehouse", str(warehouse), "--cluster", str(deployment)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    mark = None
+    deadline = time.monotonic() + 180
+    while mark is None and time.monotonic() < deadline and run.poll() is None:
+        mark = next((tmp_path / "wh-data" / "raw").glob("*/on-a/r0/code-c2.started"), None) \
+            if (tmp_path / "wh-data" / "raw").exists() else None
+        time.sleep(0.2)
+    assert mark is not None, "the second window never started"
+    time.sleep(1.0)  # well inside the window (40 requests at c=2 take several seconds)
+    worker = next(p for p in local_cluster.Cluster.load(deployment).processes
+                  if p.name == "edge-worker:node-a")
+    _kill_tree(worker.pid)
+    restarted = cli("cluster", "up", "--home", str(deployment), "--nodes", ",".join(NODES),
+                    timeout=300)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode == 0, output[-4000:]
+    assert "on-a__r0.measure_code: running on node-a (try 2)" in output
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        windows = con.execute(
+            "SELECT concurrency, attempt, worker_hostname, submitted, completed, failed, "
+            "unresolved FROM windows ORDER BY concurrency").fetchall()
+        duplicates = con.execute("SELECT count(*) - count(DISTINCT request_id) "
+                                 "FROM requests").fetchone()[0]
+        per_window = con.execute("SELECT w.concurrency, count(*), any_value(w.submitted) "
+                                 "FROM requests q JOIN windows w USING (window_id) "
+                                 "WHERE NOT q.is_warmup GROUP BY 1 ORDER BY 1").fetchall()
+        interrupted = json.loads(con.execute(
+            "SELECT interrupted_windows FROM restarts").fetchone()[0])
+    assert [(c, a, h) for c, a, h, *_ in windows] == [(1, 1, "node-a"), (2, 2, "node-a")]
+    for _, _, _, submitted, completed, failed, unresolved in windows:
+        assert submitted == completed + failed + unresolved == 40
+    assert duplicates == 0
+    assert per_window == [(1, 40, 40), (2, 40, 40)]
+    assert [(w["window_id"].rsplit("/", 1)[1], w["attempt"]) for w in interrupted] == [
+        ("code-c2", 1)]
+
+
+def test_a_scheduled_sweep_gets_its_own_runs(deployment, api, tmp_path):
+    """Every minute, by the scheduler alone: after the triggered run, a scheduled one,
+    each a `runs` row of its own."""
+    sweep = tmp_path / "cron.toml"
+    sweep.write_text(sweep_text("cl-cron", [("on-b", "node-b")], schedule="* * * * *"))
+    warehouse = tmp_path / "wh.duckdb"
+    done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster", str(deployment))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    deadline = time.monotonic() + 240
+    runs = _runs_of(warehouse, "cl-cron")
+    while time.monotonic() < deadline and not any(
+            run_id.startswith("scheduled__") and ended for run_id, ended in runs):
+        time.sleep(2)
+        runs = _runs_of(warehouse, "cl-cron")
+    api.request("PATCH", "/api/v2/dags/benchledger_cl-cron", json={"is_paused": True})
+    ids = [run_id for run_id, _ in runs]
+    assert len(ids) == len(set(ids)) >= 2, runs
+    # the triggered run and the scheduler's own (which may come first: unpausing the DAG
+    # schedules the latest tick at once, and max_active_runs = 1 queues the other)
+    assert {run_id.split("__")[0] for run_id in ids} == {"manual", "scheduled"}
+    dag = api.request("GET", "/api/v2/dags/benchledger_cl-cron/details")
+    assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
+
+
+def test_two_sweeps_at_once_share_the_warehouse_and_sql_keeps_answering(deployment, api,
+                                                                       tmp_path):
+    """Two sweeps on two nodes finishing together: their load/validate/derive queue on
+    the one-slot pool instead of failing on DuckDB's file lock, and an auditor's
+    read-only `benchledger sql` answers all along (waiting, bounded, while a task writes)."""
+    warehouse = tmp_path / "shared.duckdb"
+    runs = {}
+    for name, node in (("cl-x", "node-a"), ("cl-y", "node-b")):
+        sweep = tmp_path / f"{name}.toml"
+        sweep.write_text(sweep_text(name, [(f"arm-{node}", node)]))
+        runs[name] = subprocess.Popen(
+            [sys.executable, "-m", "benchledger.cli", "run", str(sweep), "--warehouse",
+             str(warehouse), "--cluster", str(deployment)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    queries = []
+    while any(proc.poll() is None for proc in runs.values()):
+        if warehouse.exists():
+            t0 = time.time()
+            done = cli("sql", "--warehouse", str(warehouse), "SELECT count(*) FROM requests",
+                       timeout=120)
+            queries.append((t0, time.time(), done.returncode, done.stderr))
+        time.sleep(0.5)
+    outputs = {name: proc.communicate()[0] for name, proc in runs.items()}
+    for name, proc in runs.items():
+        assert proc.returncode == 0, outputs[name][-3000:]
+        assert "database is locked" not in outputs[name].lower()
+        assert "could not set lock" not in outputs[name].lower()
+    assert queries and all(rc == 0 for _, _, rc, _ in queries), queries
+    # some query overlapped a writer task of one of the runs (else this proved nothing)
+    writes = []
+    for name in runs:
+        for run in api.request("GET", f"/api/v2/dags/benchledger_{name}/dagRuns")["dag_runs"]:
+            tis = api.request("GET", f"/api/v2/dags/benchledger_{name}/dagRuns/"
+                                     f"{run['dag_run_id']}/taskInstances")["task_instances"]
+            writes += [(datetime.fromisoformat(ti["start_date"]).timestamp(),
+                        datetime.fromisoformat(ti["end_date"]).timestamp())
+                       for ti in tis if ti["task_id"] in ("load", "validate", "derive")]
+    assert any(q0 < w1 and w0 < q1 for q0, q1, _, _ in queries for w0, w1 in writes)
+    # the pool serialised the writers: no two writer tasks overlapped
+    writes.sort()
+    assert all(a[1] <= b[0] for a, b in zip(writes, writes[1:], strict=False)), writes
+
+
+def test_down_leaves_no_process(deployment, two_arm_run):
+    before = deployment_processes(deployment)
+    assert len(before) >= 5  # api-server, scheduler, dag-processor, two workers
+    done = cli("cluster", "down", "--home", str(deployment), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not [p for p in before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert deployment_processes(deployment) == []
+    status = cli("cluster", "status", "--home", str(deployment))
+    assert status.returncode == 1  # nothing running
