@@ -62,11 +62,15 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def deployment_processes(home: Path) -> list[psutil.Process]:
-    """Every live process that belongs to the deployment in `home` (by its AIRFLOW_HOME)."""
+    """Every live process of the deployment in `home`: started there (cluster up runs its
+    processes in the folder, and what they start inherits it) or pointed at it by
+    AIRFLOW_HOME (a process that retitles itself may garble its environment, so both)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("AIRFLOW_HOME") == str(home):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.cwd() == str(home) or proc.environ().get("AIRFLOW_HOME") == str(home):
                 found.append(proc)
         except psutil.Error:
             continue
