@@ -196,3 +196,45 @@ def test_run_refuses_an_object_store_data_dir(tmp_path, capsys):
                  "--data-dir", "gs://bucket/bench"])
     assert code == 2
     assert "gs:// is not supported" in capsys.readouterr().err
+
+
+class FakeRunApi(FakeApi):
+    """A run whose one task sits queued on `gpu-1` for `queued_for` seconds."""
+
+    def __init__(self, workers, queued_for: float):
+        super().__init__(workers)
+        from datetime import UTC, datetime, timedelta
+
+        self.queued_when = (datetime.now(UTC) - timedelta(seconds=queued_for)).isoformat()
+
+    def request(self, method, path, **kwargs):
+        if path.endswith("/taskInstances"):
+            return {"task_instances": [{"task_id": "a__r0.launch_server", "state": "queued",
+                                        "queue": "gpu-1", "try_number": 1,
+                                        "queued_when": self.queued_when}]}
+        return {"state": "queued"}
+
+
+class OneRound(Exception):
+    """Ends follow() after one round of its loop."""
+
+
+def _one_round(seconds):
+    raise OneRound
+
+
+def test_a_task_waiting_on_an_unserved_queue_is_said_then_given_up(monkeypatch):
+    said = []
+    monkeypatch.setattr(cluster_run.time, "sleep", _one_round)
+    offline = [{"worker_name": "gpu-1", "state": "unknown", "queues": ["gpu-1"]}]
+    with pytest.raises(OneRound):
+        cluster_run.follow(FakeRunApi(offline, queued_for=45), "d", "r", said.append)
+    assert said[-1].startswith("task a__r0.launch_server has waited 45s on queue 'gpu-1', "
+                               "which no live edge worker serves")
+    with pytest.raises(cluster.ClusterError, match="gave up waiting after 600s"):
+        cluster_run.follow(FakeRunApi(offline, queued_for=700), "d", "r", said.append)
+    served = [{"worker_name": "gpu-1", "state": "idle", "queues": ["gpu-1"]}]
+    said.clear()
+    with pytest.raises(OneRound):
+        cluster_run.follow(FakeRunApi(served, queued_for=700), "d", "r", said.append)
+    assert said == ["a__r0.launch_server: queued"]
