@@ -14,7 +14,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -156,6 +156,29 @@ def _load_earlier_runs(data_dir: Path, warehouse: Path, sweep_name: str) -> None
         print(line, flush=True)
 
 
+def _progress_interval_s() -> float | None:
+    """BENCHLEDGER_PROGRESS_S (None: progress off), checked before anything runs."""
+    from benchledger.progress import interval_s
+
+    try:
+        return interval_s()
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _progress_shown(data_dir: Path, sweep_name: str, every: float | None) -> Iterator[None]:
+    """While the body waits on the runner: the progress its measure tasks report, from
+    their files in the data dir (benchledger/progress_view.py)."""
+    if every is None:
+        yield
+        return
+    from benchledger.progress_view import run_watcher, watching
+
+    with watching(run_watcher(data_dir / "raw", sweep_name), every):
+        yield
+
+
 def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
                   publish: bool = False) -> SweepOutcome:
     """Run one sweep through its Airflow DAG (then, with publish, its publish DAG), under
@@ -164,6 +187,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
 
     sweep = load_sweep(sweep_path)  # fails here, before Airflow starts, on a bad file
     name = sweep.sweep.name
+    every = _progress_interval_s()
     warehouse = warehouse.resolve()
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
     with sweep_lock(data_dir, name) as lock_fd:
@@ -178,8 +202,9 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
         started = datetime.now(UTC)
         previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed run cleans up too
         try:
-            result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf, log_file,
-                                       keep_fds=(lock_fd,))
+            with _progress_shown(data_dir, name, every):
+                result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf,
+                                           log_file, keep_fds=(lock_fd,))
         except KeyboardInterrupt:
             # The run's teardown tasks did not get to run: stop what they would have stopped.
             _stop_leftovers(data_dir, name, started, "interrupted")
@@ -362,13 +387,15 @@ def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     from benchledger.restart import RunLayout
 
     sweep = load_sweep(sweep_path)
+    every = _progress_interval_s()
     warehouse = warehouse.resolve()
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
     print(f"running sweep {sweep.sweep.name!r} ({sweep_path}) on the Airflow deployment "
           f"in {cluster_home}", flush=True)
     try:
-        result = run_on_cluster(cluster_home, sweep_path, sweep, warehouse, data_dir,
-                                say=lambda line: print(line, flush=True))
+        with _progress_polled(data_dir, sweep.sweep.name, every) as poll:
+            result = run_on_cluster(cluster_home, sweep_path, sweep, warehouse, data_dir,
+                                    say=lambda line: print(line, flush=True), on_poll=poll)
     except ClusterError as exc:
         raise CliError(str(exc)) from exc
     outcome = SweepOutcome(result.run_id, result.state, result.failures,
@@ -378,6 +405,24 @@ def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
         outcome.published = _entry_counts(warehouse, result.run_id)
         outcome.export_dir = RunLayout(data_dir, result.run_id).export_dir
     return outcome
+
+
+@contextlib.contextmanager
+def _progress_polled(data_dir: Path, sweep_name: str,
+                     every: float | None) -> Iterator[Callable[[], None] | None]:
+    """For run --cluster: what follow() calls on each poll to show the windows' progress
+    (their files are on the shared data dir; where this machine does not see it, none
+    show). None when progress is off."""
+    if every is None:
+        yield None
+        return
+    from benchledger.progress_view import run_watcher
+
+    watcher = run_watcher(data_dir / "raw", sweep_name)
+    try:
+        yield watcher.poll
+    finally:
+        watcher.close()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -541,6 +586,36 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """Load one file of another tool, or a historical report, as labelled evidence."""
+    from benchledger.imports import EvidenceFileError, parse_evidence
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.imports import import_evidence
+
+    try:
+        evidence = parse_evidence(args.tool, Path(args.file), args.name)
+    except EvidenceFileError as exc:
+        raise CliError(f"{exc}; nothing was loaded") from exc
+    with connect(Path(args.warehouse)) as con:
+        result = import_evidence(con, evidence)
+    source = evidence.files[0]
+    if result.already_loaded:
+        print(f"{source.path} (sha256 {source.sha256[:12]}) is already loaded as run "
+              f"{result.run_id}; nothing was added")
+        return 0
+    loaded = (f"{result.windows} windows, {result.requests} request records"
+              if evidence.requests is not None else f"{result.report_rows} report rows")
+    print(f"loaded {source.path} as run {result.run_id} (evidence {evidence.evidence}, "
+          f"{evidence.tool} {evidence.tool_version or 'version not recorded'}): {loaded}")
+    for flag in evidence.flags:
+        print(f"flagged: {flag}")
+    print(f"{result.entries} entries, {result.published} publishable under evidence "
+          f"{evidence.evidence}; why the others are blocked: benchledger sql --warehouse "
+          f"{args.warehouse} \"SELECT * FROM entry_blocks JOIN entries USING (entry_id) "
+          f"WHERE run_id = '{result.run_id}'\"")
+    return 0
+
+
 def cmd_simulator(args: argparse.Namespace) -> int:
     from benchledger.simulator.server import main as simulator_main
 
@@ -598,6 +673,17 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--warehouse", required=True)
     explain.add_argument("--limit", type=int, default=20, help="requests listed")
     explain.set_defaults(func=cmd_explain)
+
+    imports = sub.add_parser("import", help="load another tool's results, or a historical "
+                                            "report's rows, as labelled evidence")
+    imports.add_argument("tool", choices=["guidellm", "aiperf", "vllm-bench", "report"])
+    imports.add_argument("file", help="guidellm: its JSON report; aiperf: profile_export.jsonl, "
+                                      "its _aiperf.json summary or their folder; vllm-bench: "
+                                      "the --save-detailed result JSON; report: a CSV")
+    imports.add_argument("--warehouse", required=True, help="DuckDB warehouse file")
+    imports.add_argument("--name", help="what the import is called (the run's sweep_name "
+                                        "and its entries' arm; default: the file's name)")
+    imports.set_defaults(func=cmd_import)
 
     simulator = sub.add_parser("simulator", add_help=False,
                                help="the built-in vLLM-like server (see --help)")

@@ -151,9 +151,11 @@ def task_instances(client: ApiClient, dag_id: str, run_id: str) -> list[dict]:
 
 
 def follow(client: ApiClient, dag_id: str, run_id: str, say: Callable[[str], None],
-           poll_s: float = POLL_S) -> tuple[str, list[dict]]:
+           poll_s: float = POLL_S, on_poll: Callable[[], None] | None = None
+           ) -> tuple[str, list[dict]]:
     """Print `task_id: state` as states change until the run ends; (state, task instances).
-    A task queued on a queue no worker serves is said, then fails the wait (bounded)."""
+    A task queued on a queue no worker serves is said, then fails the wait (bounded).
+    `on_poll` runs on every poll (the CLI shows the windows' progress there)."""
     seen: dict[str, str] = {}
     warned: set[tuple[str, int]] = set()
     while True:
@@ -166,6 +168,8 @@ def follow(client: ApiClient, dag_id: str, run_id: str, say: Callable[[str], Non
                 where = f" on {ti['hostname']}" if ti.get("hostname") else ""
                 try_ = f" (try {ti['try_number']})" if (ti.get("try_number") or 1) > 1 else ""
                 say(f"{ti['task_id']}: {state}{where}{try_}")
+        if on_poll is not None:
+            on_poll()
         if run["state"] in FINAL_STATES:
             return run["state"], tis
         _check_queued(client, tis, warned, say)
@@ -256,8 +260,10 @@ def _publish_run_for(client: ApiClient, publish_dag_id: str, run_id: str,
 
 
 def run_on_cluster(home: Path, sweep_path: Path, sweep: Sweep, warehouse: Path,
-                   data_dir: Path, say: Callable[[str], None] = print) -> ClusterRunResult:
-    """Install, trigger and follow one run of the sweep; then its publish DAG run."""
+                   data_dir: Path, say: Callable[[str], None] = print,
+                   on_poll: Callable[[], None] | None = None) -> ClusterRunResult:
+    """Install, trigger and follow one run of the sweep (on_poll: see follow); then its
+    publish DAG run."""
     from benchledger.cluster import Cluster
 
     cluster = Cluster.load(home)
@@ -275,7 +281,7 @@ def run_on_cluster(home: Path, sweep_path: Path, sweep: Sweep, warehouse: Path,
     run_id = trigger(client, sweep.dag_id, {"warehouse": str(warehouse),
                                            "data_dir": str(data_dir)})
     say(f"triggered {sweep.dag_id} run {run_id} on {cluster.api_url}")
-    state, tis = follow(client, sweep.dag_id, run_id, say)
+    state, tis = follow(client, sweep.dag_id, run_id, say, on_poll=on_poll)
     result = ClusterRunResult(run_id=run_id, state=state,
                               tasks={ti["task_id"]: ti.get("state") for ti in tis},
                               failures=failures(client, sweep.dag_id, run_id, tis))

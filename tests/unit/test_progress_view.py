@@ -1,0 +1,172 @@
+"""What `benchledger run` shows of its windows' progress: plain lines or a live display,
+picked by whether stdout is a terminal, from the progress files of the sweep's new run."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+from benchledger.progress import Snapshot, progress_line
+from benchledger.progress_view import (
+    LiveDisplay,
+    PlainDisplay,
+    RunWatcher,
+    choose_display,
+    read_snapshot,
+    stopped_line,
+)
+
+WINDOW = "manual__2/sim/r0/code-c2"
+
+
+def snapshot(**overrides) -> Snapshot:
+    values = dict(window_id=WINDOW, phase="measuring", to_submit=100, submitted=40,
+                  finished=37, failed=0, unresolved=0, elapsed_s=12.3, output_tokens=9990,
+                  drain_left_s=None, interval_s=5.0)
+    values.update(overrides)
+    return Snapshot(**values)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_live_display_anything_else_plain_lines():
+    assert isinstance(choose_display(Terminal(), print), LiveDisplay)
+    assert isinstance(choose_display(io.StringIO(), print), PlainDisplay)
+    assert isinstance(choose_display(object(), print), PlainDisplay)  # no isatty at all
+
+
+def test_plain_lines_come_at_most_every_half_interval_and_the_last_always():
+    said, clock = [], Clock()
+    display = PlainDisplay(said.append, clock)
+    display.show("a", snapshot(finished=1))
+    clock.now += 2.0  # a report seen early (it came 2 s after the last one shown)
+    display.show("a", snapshot(finished=2))
+    clock.now += 2.6
+    display.show("a", snapshot(finished=3))
+    display.show("b", snapshot(window_id="other", finished=1))  # its own pace
+    display.show("a", snapshot(phase="done", submitted=100, finished=100))
+    assert said == [progress_line(snapshot(finished=1)), progress_line(snapshot(finished=3)),
+                    progress_line(snapshot(window_id="other", finished=1)),
+                    progress_line(snapshot(phase="done", submitted=100, finished=100))]
+
+
+def test_a_window_whose_reports_stop_is_said_once_and_dropped():
+    said, clock = [], Clock()
+    display = PlainDisplay(said.append, clock)
+    display.show("a", snapshot())
+    clock.now += 24.0  # three intervals and the slack have not passed
+    display.tick()
+    assert said == [progress_line(snapshot())]
+    clock.now += 2.0
+    display.tick()
+    display.tick()
+    assert said[1:] == [stopped_line(snapshot(), 26.0)]
+    assert "no report for 26 s" in said[1]
+
+
+def test_the_live_display_draws_bars_and_leaves_each_finished_window_as_a_line():
+    screen, clock = Terminal(), Clock()
+    display = LiveDisplay(screen, clock)
+    display.show("a", snapshot())
+    assert display.live
+    display.show("a", snapshot(phase="done", submitted=100, finished=100))
+    assert not display.live  # nothing runs: the terminal is left to others
+    text = screen.getvalue()
+    assert "sim/r0/code-c2 measuring" in text and "37/100" in text
+    assert "3 in flight" in text and "812 tok/s delivered" in text
+    assert progress_line(snapshot(phase="done", submitted=100, finished=100)) in text
+    display.show("b", snapshot(window_id="again"))
+    clock.now += 30
+    display.tick()
+    assert not display.live and stopped_line(snapshot(window_id="again"), 30) in \
+        screen.getvalue().replace("\n", "")
+    display.close()
+
+
+def write_run(raw: Path, run: str, sweep: str) -> Path:
+    (raw / run).mkdir(parents=True)
+    (raw / run / "run.json").write_text(json.dumps({"sweep_name": sweep, "run_id": run}))
+    return raw / run
+
+
+def write_report(run_dir: Path, name: str, snap: Snapshot, mtime_ns: int) -> Path:
+    path = run_dir / "sim" / "r0" / f"{name}.progress"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**snap.as_dict(), "attempt": 1}))
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    return path
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, Snapshot]] = []
+        self.ticks = 0
+
+    def show(self, key: str, snap: Snapshot) -> None:
+        self.shown.append((Path(key).name, snap))
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_watcher_shows_each_new_report_of_this_sweeps_new_run_only(tmp_path):
+    raw = tmp_path / "raw"
+    earlier = write_run(raw, "manual__1", "mine")
+    write_report(earlier, "code-c1", snapshot(window_id="old"), 1)
+    shown = Recorder()
+    watcher = RunWatcher(raw, "mine", shown)
+    new = write_run(raw, "manual__2", "mine")
+    other = write_run(raw, "manual__3", "someone-else")
+    write_report(other, "code-c1", snapshot(window_id="theirs"), 1)
+    path = write_report(new, "code-c2", snapshot(), 10**18)
+    (new / "sim" / "r0" / "code-c4.progress").write_text("{half a rep")  # being replaced
+    watcher.poll()
+    watcher.poll()  # unchanged: not shown again
+    assert shown.shown == [("code-c2.progress", snapshot())] and shown.ticks == 2
+    write_report(new, "code-c2", snapshot(finished=40), 10**18 + 1)
+    watcher.poll()
+    assert shown.shown[-1] == ("code-c2.progress", snapshot(finished=40))
+    assert read_snapshot(path) == snapshot(finished=40)
+
+
+def test_a_run_folder_without_its_manifest_yet_is_asked_again(tmp_path):
+    raw = tmp_path / "raw"
+    shown = Recorder()
+    watcher = RunWatcher(raw, "mine", shown)  # no raw folder at all yet
+    run = raw / "manual__2"
+    write_report(run, "code-c1", snapshot(), 1)
+    watcher.poll()
+    assert shown.shown == []
+    (run / "run.json").write_text(json.dumps({"sweep_name": "mine"}))
+    watcher.poll()
+    assert [name for name, _ in shown.shown] == ["code-c1.progress"]
+
+
+def test_a_display_that_fails_is_said_once_and_the_run_goes_on(tmp_path, capsys):
+    raw = tmp_path / "raw"
+
+    class Broken(Recorder):
+        def show(self, key, snap):
+            raise RuntimeError("terminal gone")
+
+    watcher = RunWatcher(raw, "mine", Broken())
+    write_report(write_run(raw, "manual__2", "mine"), "code-c1", snapshot(), 1)
+    watcher.poll()
+    watcher.poll()
+    assert capsys.readouterr().err == "progress display stopped: RuntimeError: terminal gone\n"
