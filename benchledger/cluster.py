@@ -43,6 +43,10 @@ METADATA_DB = "airflow-metadata.db"
 UP_TIMEOUT_S = 180.0  # API server, scheduler, DAG processor and workers healthy by then
 STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL what is left
 POLL_S = 0.5
+# Set in the environment of every process of the deployment, and so inherited by what they
+# start: `down` finds by it the servers under test that tasks launched and that outlived
+# their task process (reparented to init, they are in no recorded process tree).
+HOME_ENV = "BENCHLEDGER_CLUSTER_HOME"
 
 # What the local deployment needs, whatever else the folder's airflow.cfg says. The rest of
 # the file is the user's (kept across `up`).
@@ -221,7 +225,7 @@ def airflow_env(home: Path) -> dict[str, str]:
     folder's airflow.cfg is the whole truth about the deployment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env.update({"AIRFLOW_HOME": str(home), "AIRFLOW_CONFIG": str(home / CONFIG_FILE),
-                "PYTHONUNBUFFERED": "1"})
+                HOME_ENV: str(home), "PYTHONUNBUFFERED": "1"})
     return env
 
 
@@ -410,9 +414,40 @@ def down(home: Path, grace_s: float = STOP_GRACE_S) -> list[str]:
         stopped = _stop_trees([proc for proc in running.values() if proc], grace_s)
         lines += [f"{record.name} (pid {record.pid}): {stopped[record.pid]}"
                   for record in group if running[record.name]]
+    leftovers = deployment_processes(cluster.home)
+    if leftovers:
+        _stop_trees(leftovers, grace_s)
+        lines.append(f"stopped {len(leftovers)} more process(es) the deployment's tasks had "
+                     "started (servers under test): "
+                     + ", ".join(f"{p.pid} {_name(p)}" for p in leftovers))
     cluster.processes = []
     cluster.save()
     return lines
+
+
+def deployment_processes(home: Path) -> list[psutil.Process]:
+    """Live processes that belong to the deployment in `home`: by the HOME_ENV they
+    inherited, or by their working folder (cluster up starts everything in `home`; a
+    process that retitles itself may garble its own environment, so both)."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.cwd() == str(home) or proc.environ().get(HOME_ENV) == str(home):
+                found.append(proc)
+        except psutil.Error:  # gone, or not ours to read
+            continue
+    return found
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:80]
+    except psutil.Error:
+        return "?"
 
 
 def _stop_trees(roots: list[psutil.Process], grace_s: float) -> dict[int, str]:

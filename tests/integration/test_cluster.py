@@ -61,22 +61,6 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           capture_output=True, timeout=timeout, check=False)
 
 
-def deployment_processes(home: Path) -> list[psutil.Process]:
-    """Every live process of the deployment in `home`: started there (cluster up runs its
-    processes in the folder, and what they start inherits it) or pointed at it by
-    AIRFLOW_HOME (a process that retitles itself may garble its environment, so both)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.cwd() == str(home) or proc.environ().get("AIRFLOW_HOME") == str(home):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster")
@@ -371,11 +355,11 @@ def test_two_sweeps_at_once_share_the_warehouse_and_sql_keeps_answering(deployme
 
 
 def test_down_leaves_no_process(deployment, two_arm_run):
-    before = deployment_processes(deployment)
+    before = local_cluster.deployment_processes(deployment)
     assert len(before) >= 5  # api-server, scheduler, dag-processor, two workers
     done = cli("cluster", "down", "--home", str(deployment), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not [p for p in before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert deployment_processes(deployment) == []
+    assert local_cluster.deployment_processes(deployment) == []
     status = cli("cluster", "status", "--home", str(deployment))
     assert status.returncode == 1  # nothing running

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -99,6 +100,10 @@ def test_down_stops_the_recorded_tree_and_never_a_stranger(tmp_path):
               "'import time; time.sleep(60)'], start_new_session=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # a server a task started, orphaned when its task process ended: in no recorded tree
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, cluster.HOME_ENV: str(tmp_path)},
+                              start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
@@ -114,11 +119,13 @@ def test_down_stops_the_recorded_tree_and_never_a_stranger(tmp_path):
         assert "dag-processor" in lines[0] and "was not running" in lines[0]
         assert parent.wait(timeout=5) is not None
         assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert "stopped 1 more process(es)" in lines[2] and str(orphan.pid) in lines[2]
+        assert orphan.wait(timeout=5) is not None
         assert stranger.poll() is None  # untouched
         assert json.loads((tmp_path / "cluster.json").read_text())["processes"] == []
     finally:
-        stranger.kill()
-        parent.kill()
+        for proc in (stranger, parent, orphan):
+            proc.kill()
 
 
 SWEEP = textwrap.dedent("""
