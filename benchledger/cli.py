@@ -607,7 +607,7 @@ def cmd_import(args: argparse.Namespace) -> int:
               if evidence.requests is not None else f"{result.report_rows} report rows")
     print(f"loaded {source.path} as run {result.run_id} (evidence {evidence.evidence}, "
           f"{evidence.tool} {evidence.tool_version or 'version not recorded'}): {loaded}")
-    for flag in evidence.flags:
+    for flag in result.flags:
         print(f"flagged: {flag}")
     print(f"{result.entries} entries, {result.published} publishable under evidence "
           f"{evidence.evidence}; why the others are blocked: benchledger sql --warehouse "

@@ -1,0 +1,278 @@
+"""AIPerf's per-request export and its summary, as evidence.
+
+AIPerf (`aiperf profile --output-artifact-dir D`) writes D/profile_export.jsonl (one JSON
+record per request) and D/profile_export_aiperf.json (the summary: its configuration,
+version, command line, window and totals). An import reads both; either file, or the
+folder, may be named. One window (the profiling phase), one request row per record.
+
+Times are AIPerf's own: request_start_ns and request_end_ns (epoch ns), time_to_first_token
+after the start, and inter_chunk_latency, the gaps between streamed chunks, which become
+the request's content events (event gaps, never a per-token latency). Output tokens are
+the server's usage when AIPerf ran with --use-server-token-count (the summary's
+input_config.endpoint.use_server_token_count), else AIPerf's client-side tokenizer count;
+token_source says which. docs/imports.md has the field table.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchledger.imports.evidence import (
+    CLIENT_TOKENIZER,
+    Evidence,
+    EvidenceFileError,
+    SourceFile,
+    from_epoch,
+    need,
+    read_json,
+    request_table,
+    window_id_for,
+)
+from benchledger.records import file_sha256
+from benchledger.rules import MIN_REQUESTS_PLAIN
+
+RECORDS_SUFFIX, SUMMARY_SUFFIX = ".jsonl", "_aiperf.json"
+DEFAULT_STEM = "profile_export"
+# ns per unit of AIPerf's time metrics
+_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "sec": 1_000_000_000, "s": 1_000_000_000}
+
+
+def files_of(path: Path) -> tuple[Path, Path]:
+    """(records, summary) for a named folder, records file or summary file."""
+    if path.is_dir():
+        return path / f"{DEFAULT_STEM}{RECORDS_SUFFIX}", path / f"{DEFAULT_STEM}{SUMMARY_SUFFIX}"
+    if path.name.endswith(SUMMARY_SUFFIX):
+        stem = path.name[: -len(SUMMARY_SUFFIX)]
+        return path.with_name(stem + RECORDS_SUFFIX), path
+    return path, path.with_name(path.name.removesuffix(RECORDS_SUFFIX) + SUMMARY_SUFFIX)
+
+
+def identity(path: Path) -> Path:
+    """The file an AIPerf import is known by: its per-request records."""
+    return files_of(path)[0]
+
+
+def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
+    records_path, summary_path = files_of(path)
+    for needed, what in ((records_path, "per-request records"), (summary_path, "summary")):
+        if not needed.is_file():
+            raise EvidenceFileError(needed, f"AIPerf's {what} file is missing (an AIPerf "
+                                            "import needs profile_export.jsonl and "
+                                            "profile_export_aiperf.json side by side)")
+    summary = read_json(summary_path)
+    config = need(summary_path, summary, "input_config", dict, "input_config")
+    endpoint = need(summary_path, config, "endpoint", dict, "input_config.endpoint")
+    records = _read_records(records_path)
+    server_counts = bool(endpoint.get("use_server_token_count"))
+    phase = _profiling_phase(config)
+    label = _label(phase)
+    window_id = window_id_for(run_id, 0, label)
+    requests = _requests(records_path, window_id, records, endpoint, server_counts)
+    window = _window(summary_path, summary, window_id, label, phase, requests)
+    window["warmup_submitted"] = _warmup_submitted(config, requests)
+    _check_counts(records_path, summary, window)
+    return Evidence(
+        tool="aiperf", run_id=run_id, name=name,
+        files=[SourceFile(records_path, sha256, "aiperf-records", len(records)),
+               SourceFile(summary_path, file_sha256(summary_path), "aiperf-summary", 1)],
+        tool_version=summary.get("aiperf_version"),
+        command=(summary.get("run_info") or {}).get("cli_command"),
+        model=_model(config), started_at=_first_start(requests),
+        windows=[window], requests=requests)
+
+
+def _read_records(path: Path) -> list[dict]:
+    records = []
+    with path.open(encoding="utf-8", errors="strict") as lines:
+        try:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise EvidenceFileError(path, f"line {number}: not valid JSON, truncated "
+                                                  f"or malformed: {exc.msg}") from exc
+                if not isinstance(record, dict) or not isinstance(record.get("metadata"),
+                                                                  dict):
+                    raise EvidenceFileError(path, f"line {number}: not an AIPerf request "
+                                                  "record (no metadata object)")
+                records.append(record)
+        except UnicodeDecodeError as exc:
+            raise EvidenceFileError(path, f"not UTF-8 text ({exc})") from exc
+    if not records:
+        raise EvidenceFileError(path, "no request records")
+    return records
+
+
+def _profiling_phase(config: dict) -> dict:
+    phases = [p for p in config.get("phases") or [] if isinstance(p, dict)]
+    profiling = [p for p in phases if p.get("kind") == "profiling"]
+    return profiling[0] if profiling else {}
+
+
+def _label(phase: dict) -> str:
+    if phase.get("concurrency") is not None and phase.get("request_rate") is None:
+        return f"concurrency@{phase['concurrency']}"
+    if phase.get("request_rate") is not None:
+        return f"request_rate@{phase['request_rate']}"
+    return str(phase.get("name") or "profiling")
+
+
+def _model(config: dict) -> str | None:
+    items = (config.get("models") or {}).get("items") or []
+    names = [item.get("name") for item in items if isinstance(item, dict)]
+    return names[0] if len(names) == 1 else None
+
+
+def _metric(records: list[dict], name: str, scale_to_ns: bool = False) -> list:
+    """One metric's value per record (None where a record lacks it); times in ns."""
+    values = []
+    for record in records:
+        metric = (record.get("metrics") or {}).get(name)
+        if not isinstance(metric, dict) or metric.get("value") is None:
+            values.append(None)
+        elif scale_to_ns:
+            values.append(_to_ns(metric["value"], metric.get("unit", "ms")))
+        else:
+            values.append(metric["value"])
+    return values
+
+
+def _to_ns(value: Any, unit: str) -> Any:
+    factor = _NS.get(unit)
+    if factor is None:
+        return None  # a unit not known here: not a time this import can place
+    if isinstance(value, list):
+        return [round(v * factor) for v in value]
+    return round(value * factor)
+
+
+def _requests(path: Path, window_id: str, records: list[dict], endpoint: dict,
+              server_counts: bool) -> pa.Table:
+    meta = [r["metadata"] for r in records]
+    status = ["failed" if r.get("error") else "unresolved" if m.get("was_cancelled")
+              else "completed" for r, m in zip(records, meta, strict=True)]
+    start = [m.get("request_start_ns") for m in meta]
+    ttft = _metric(records, "time_to_first_token", scale_to_ns=True)
+    gaps = _metric(records, "inter_chunk_latency", scale_to_ns=True)
+    events = _content_events(start, ttft, gaps)
+    if server_counts:
+        output = _metric(records, "usage_completion_tokens")
+        prompt = _metric(records, "usage_prompt_tokens")
+        source = ["usage" if o is not None else "missing" for o in output]
+    else:
+        output = _metric(records, "output_token_count")
+        prompt = _metric(records, "input_sequence_length")
+        source = [CLIENT_TOKENIZER if o is not None else "missing" for o in output]
+    extra = endpoint.get("extra") or {}
+    n = len(records)
+    return request_table({
+        "request_id": [f"{window_id}/m{i:05d}" for i in range(n)],
+        "window_id": [window_id] * n, "seq": list(range(n)),
+        "source_request_id": [m.get("x_request_id") for m in meta],
+        "is_warmup": [m.get("benchmark_phase") == "warmup" for m in meta],
+        "status": status,
+        "error": [json.dumps(r["error"]) if r.get("error") else None for r in records],
+        "max_tokens": [extra.get("max_tokens", extra.get("max_completion_tokens"))] * n,
+        "temperature": [extra.get("temperature")] * n,
+        "prompt_tokens": prompt, "output_tokens": output,
+        "cached_tokens": _metric(records, "usage_prompt_cache_read_tokens"),
+        "token_source": source,
+        "chunks": [len(e) if e is not None else 0 for e in events],
+        "t_submit_ns": start,
+        "t_first_ns": [e[0] if e else None for e in events],
+        "t_last_ns": [e[-1] if e else None for e in events],
+        "t_done_ns": [m.get("request_end_ns") if s != "unresolved" else None
+                      for m, s in zip(meta, status, strict=True)],
+        "content_event_ns": events,
+    })
+
+
+def _content_events(start: list, ttft: list, gaps: list) -> list[list[int] | None]:
+    """Each request's content events: the first at start + TTFT, each later one a chunk gap
+    after the one before (AIPerf's inter_chunk_latency); None without a first token."""
+    out: list[list[int] | None] = []
+    for s, first, between in zip(start, ttft, gaps, strict=True):
+        if s is None or first is None:
+            out.append(None)
+            continue
+        offsets = np.cumsum([0, *(between or [])], dtype=np.int64)
+        out.append((s + first + offsets).tolist())
+    return out
+
+
+def _window(path: Path, summary: dict, window_id: str, label: str, phase: dict,
+            requests: pa.Table) -> dict:
+    measured = requests.filter(pc.invert(requests.column("is_warmup")))
+    status = measured.column("status").to_pylist()
+    counts = {s: status.count(s) for s in ("completed", "failed", "unresolved")}
+    elapsed = _phase_window_s(path, summary)
+    duration = (summary.get("benchmark_duration") or {}).get("avg")
+    extra_rate = phase.get("request_rate")
+    return {
+        "window_id": window_id, "workload": label, "load_pattern": label,
+        "concurrency": phase.get("concurrency") if extra_rate is None else None,
+        "arrival": "closed" if phase.get("concurrency") is not None and extra_rate is None
+        else ("poisson" if phase.get("arrival_pattern") == "poisson" else None),
+        "requested_rate_rps": extra_rate,
+        "submitted": len(status), **counts,
+        "drain_status": "incomplete" if counts["unresolved"] else "complete",
+        # AIPerf writes its window's start and end as local times without a zone: only
+        # their difference is used, as elapsed_s
+        "window_start": None, "window_end": None,
+        "elapsed_s": elapsed,
+        "denominator": ("AIPerf's profiling window (end_time - start_time of the summary), "
+                        "the denominator of its output_token_throughput"
+                        + (f"; its benchmark_duration, first request to last response, is "
+                           f"{duration:.6g} s" if isinstance(duration, int | float) else "")),
+        "min_requests": MIN_REQUESTS_PLAIN,
+        "max_tokens": measured.column("max_tokens")[0].as_py() if len(status) else None,
+        "temperature": measured.column("temperature")[0].as_py() if len(status) else None,
+        "reported_output_tok_s": _avg(summary, "output_token_throughput"),
+        "reported_total_tok_s": _avg(summary, "total_token_throughput"),
+    }
+
+
+def _warmup_submitted(config: dict, requests: pa.Table) -> int | None:
+    """Warm-up requests: those exported, or 0 when the run had no warm-up phase; None when
+    it had one whose requests the export left out."""
+    exported = pc.sum(requests.column("is_warmup")).as_py() or 0
+    had_warmup = any(isinstance(p, dict) and p.get("kind") == "warmup"
+                     for p in config.get("phases") or [])
+    return exported if exported or not had_warmup else None
+
+
+def _phase_window_s(path: Path, summary: dict) -> float:
+    start, end = (need(path, summary, key, str, key) for key in ("start_time", "end_time"))
+    try:
+        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except ValueError as exc:
+        raise EvidenceFileError(path, f"start_time/end_time: not ISO times ({exc})") from exc
+
+
+def _avg(summary: dict, name: str) -> float | None:
+    value = (summary.get(name) or {}).get("avg")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _check_counts(path: Path, summary: dict, window: dict) -> None:
+    """The records must be the summary's requests: fewer is a truncated export."""
+    counted = _avg(summary, "request_count")
+    if counted is not None and counted != window["completed"]:
+        raise EvidenceFileError(path, (
+            f"{window['completed']} completed request records, but the summary counts "
+            f"{counted:g} (a truncated or mismatched export; benchledger imports complete "
+            "exports only)"))
+
+
+def _first_start(requests: pa.Table):
+    starts = [s for s in requests.column("t_submit_ns").to_pylist() if s is not None]
+    return from_epoch(min(starts) / 1e9) if starts else None
