@@ -87,7 +87,7 @@ class LiveDisplay:
         from rich.live import Live
 
         self._clock = clock
-        self._live = Live(console=Console(file=stream), refresh_per_second=2)
+        self._live = Live(console=Console(file=stream), refresh_per_second=2, transient=True)
         self._running: dict[str, tuple[float, Snapshot]] = {}  # key -> (seen at, report)
 
     @property
@@ -156,13 +156,14 @@ def read_snapshot(path: Path) -> Snapshot | None:
 
 class RunWatcher:
     """The progress files of the runs of one sweep that begin after it was created (a run
-    folder that already existed is never this run), each shown once per new report."""
+    folder that already existed is never this run), each report shown once."""
 
     def __init__(self, raw_root: Path, sweep_name: str, display: Display):
         self._raw_root, self._sweep_name, self._display = Path(raw_root), sweep_name, display
         self._earlier = {p.name for p in self._run_dirs()}
         self._ours: dict[Path, bool] = {}
-        self._shown: dict[Path, int] = {}  # progress file -> mtime_ns of the report shown
+        self._shown: dict[Path, Snapshot] = {}  # progress file -> the report last shown
+        self._done_at: dict[Path, int] = {}  # progress file -> mtime_ns of its done report
         self._broken = False
 
     def _run_dirs(self) -> list[Path]:
@@ -194,20 +195,28 @@ class RunWatcher:
             print(f"progress display stopped: {type(exc).__name__}: {exc}",
                   file=sys.stderr, flush=True)
 
+    def _progress_files(self) -> list[Path]:
+        # Only inside new run folders: a data dir of years of runs is not walked each poll.
+        return sorted(path for run_dir in self._run_dirs() if self._is_ours(run_dir)
+                      for path in run_dir.glob(f"*/r*/*{FILE_SUFFIX}"))
+
     def _show_changes(self) -> None:
-        for path in sorted(self._raw_root.glob(f"*/*/r*/*{FILE_SUFFIX}")):
-            if not self._is_ours(path.parents[2]):
-                continue
+        # A running window's file is read on every poll (a coarse mtime, as on NFS, could
+        # hide a report); a finished one again only when it changes (a retry measures it).
+        for path in self._progress_files():
             try:
                 mtime_ns = path.stat().st_mtime_ns
             except OSError:
                 continue
-            if self._shown.get(path) == mtime_ns:
+            if self._done_at.get(path) == mtime_ns:
                 continue
             snapshot = read_snapshot(path)
-            if snapshot is not None:
-                self._shown[path] = mtime_ns
-                self._display.show(str(path), snapshot)
+            if snapshot is None or snapshot == self._shown.get(path):
+                continue
+            self._shown[path] = snapshot
+            if snapshot.phase == "done":
+                self._done_at[path] = mtime_ns
+            self._display.show(str(path), snapshot)
         self._display.tick()
 
     def close(self) -> None:

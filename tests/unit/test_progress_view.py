@@ -139,10 +139,19 @@ def test_the_watcher_shows_each_new_report_of_this_sweeps_new_run_only(tmp_path)
     watcher.poll()
     watcher.poll()  # unchanged: not shown again
     assert shown.shown == [("code-c2.progress", snapshot())] and shown.ticks == 2
-    write_report(new, "code-c2", snapshot(finished=40), 10**18 + 1)
+    # a new report in the same mtime tick (a coarse file system clock) is still seen
+    write_report(new, "code-c2", snapshot(finished=40), 10**18)
     watcher.poll()
     assert shown.shown[-1] == ("code-c2.progress", snapshot(finished=40))
     assert read_snapshot(path) == snapshot(finished=40)
+    done = snapshot(phase="done", submitted=100, finished=100)
+    write_report(new, "code-c2", done, 10**18 + 1)
+    watcher.poll()
+    watcher.poll()
+    assert [snap.phase for _, snap in shown.shown] == ["measuring", "measuring", "done"]
+    write_report(new, "code-c2", snapshot(phase="warm-up"), 10**18 + 2)  # a retry
+    watcher.poll()
+    assert shown.shown[-1] == ("code-c2.progress", snapshot(phase="warm-up"))
 
 
 def test_a_run_folder_without_its_manifest_yet_is_asked_again(tmp_path):
