@@ -574,6 +574,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return 0
         if args.action == "status":
             rows = cluster.status(home)
+            if not any("pid" in row for row in rows):
+                print(f"nothing of the deployment in {home} is running (start it with: "
+                      f"benchledger cluster up --home {home})")
+                return 1
             for row in rows:
                 extra = "  ".join(f"{k}={row[k]}" for k in ("health", "queues") if row.get(k))
                 print(f"{row['name']:<24} pid {row.get('pid', '-'):<8} {row['state']:<12} "
