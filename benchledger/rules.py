@@ -35,6 +35,11 @@ REFUSE_COMPARISON = "refuse_comparison"  # the comparison's verdict is 'not deci
 LIMIT_VERDICT = "limit_verdict"  # no improvement/regression claim: at best 'no finding'
 Effect = Literal["block_entries", "exclude_restart", "refuse_comparison", "limit_verdict"]
 
+# What an entry rests on (docs/protocol.md, warehouse relations; docs/imports.md): measured
+# by this pipeline, another tool's file, a recovered report, or a recovered value that was
+# itself derived from other runs. Only `rerun` comes from the pipeline's own measurements.
+EVIDENCE_KINDS = ("rerun", "imported", "historical", "derived_comparison")
+
 # Thresholds the protocol fixes (a sweep may raise the n floor, never lower it).
 MIN_REQUESTS_SPECULATIVE = 15  # T4: measured requests per workload per restart
 MIN_REQUESTS_PLAIN = 5
@@ -244,6 +249,31 @@ PREFILL_RATE_COLD_PROMPTS = Rule(
     check=_gx("entries", "ExpectColumnValuesToBeInSet",
               column="prefill_rate_check", value_set=["cold"]))
 
+# Evidence from elsewhere is checked for what it claims (docs/imports.md): its kind, the
+# denominator of its rates, and its request counts where it records them.
+EVIDENCE_LABELLED = Rule(
+    name="evidence_labelled", traps=("T16",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="every entry names its evidence kind: rerun (measured by this pipeline), "
+            "imported (another tool's file), historical (a recovered report) or "
+            "derived_comparison (a recovered value that was derived from other runs)",
+    check=_gx("entries", "ExpectColumnValuesToBeInSet", column="evidence_or_null",
+              value_set=list(EVIDENCE_KINDS)))
+
+RATE_DENOMINATOR_STATED = Rule(
+    name="rate_denominator_stated", traps=("T12", "T16"), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="every rate states its denominator, or says that its source did not record it",
+    check=_gx("entries", "ExpectColumnValuesToBeInSet", column="rate_denominator_check",
+              value_set=["stated"]))
+
+REQUEST_COUNTS_BALANCE = Rule(
+    name="request_counts_balance", traps=("T14", "T16"), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="where an entry records all four request counts, submitted == completed + "
+            "failed + unresolved (counts that do not add up are not taken at their word)",
+    check=_gx("entries", "ExpectColumnValuesToBeInSet", column="counts_check",
+              value_set=["balanced"]))
+
 SERVER_LOG_KEPT_APART = Rule(
     name="server_log_kept_apart", traps=("T2",), applies_to="entry", effect=BLOCK_ENTRIES,
     summary="server log values (peak, mean) stay under server_log_* metric names with a "
@@ -287,7 +317,8 @@ CATALOGUE: tuple[Rule, ...] = (
     GENERATION_TOKENS_RECONCILE, PROMPT_TOKENS_RECONCILE, FINISHED_REQUESTS_RECONCILE,
     TOKEN_SOURCE_IS_USAGE, TEMPERATURE_IS_ZERO, TTFT_NOT_ABOVE_E2E, USAGE_PLAUSIBLE,
     ENTRY_HAS_VALIDATED_VALUE, INCOMPLETE_RATE_LABELLED, LATENCY_POPULATION_LABELLED,
-    RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, SERVER_LOG_KEPT_APART,
+    RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, EVIDENCE_LABELLED,
+    RATE_DENOMINATOR_STATED, REQUEST_COUNTS_BALANCE, SERVER_LOG_KEPT_APART,
     AB_ARMS_DIFFER, AB_RESTARTS_REPLICATED, AB_BEYOND_CONTROL,
 )
 BY_NAME: Mapping[str, Rule] = MappingProxyType({rule.name: rule for rule in CATALOGUE})

@@ -304,7 +304,40 @@ def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
     out["rate_numerator_check"] = _or_null(out["numerator"]).where(rate)
     out["prefill_rate_check"] = _or_null(out["prompt_cache"]).where(
         out["metric"] == "prefill_rate")
+    _prepare_evidence(out, rate)
     return out
+
+
+def _prepare_evidence(out: pd.DataFrame, rate: pd.Series) -> None:
+    """The columns of the evidence rules. A column the caller did not give (an older
+    frame) makes its rule not applicable; a NULL in a given column fails it."""
+    if "evidence" in out.columns:
+        out["evidence_or_null"] = _or_null(out["evidence"])
+    else:
+        out["evidence_or_null"] = None
+    if "denominator" in out.columns:
+        stated = pd.Series("stated", index=out.index, dtype=object)
+        out["rate_denominator_check"] = stated.where(out["denominator"].notna(),
+                                                     _NULL).where(rate)
+    else:
+        out["rate_denominator_check"] = None
+    out["counts_check"] = _counts_verdicts(out)
+
+
+_COUNTS = ("n_submitted", "n_completed", "n_failed", "n_unresolved")
+
+
+def _counts_verdicts(out: pd.DataFrame) -> pd.Series:
+    """'balanced' or not where all four request counts are recorded; None elsewhere."""
+    if any(c not in out.columns for c in _COUNTS):
+        return pd.Series(None, index=out.index, dtype=object)
+    submitted, completed, failed, unresolved = (_as_float(out[c]) for c in _COUNTS)
+    known = ~(np.isnan(submitted) | np.isnan(completed) | np.isnan(failed)
+              | np.isnan(unresolved))
+    verdict = np.where(submitted == completed + failed + unresolved, "balanced",
+                       "unbalanced").astype(object)
+    verdict[~known] = None
+    return pd.Series(verdict, index=out.index, dtype=object)
 
 
 def _prepare_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
@@ -763,6 +796,17 @@ def _observe_clock(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
             found)
 
 
+def _observe_counts(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    checked = [row for row in rows if isinstance(frame.at[row, kw["column"]], str)]
+    found = "; ".join(f"{_show_count(frame.at[row, 'n_submitted'])} "
+                      f"{'!=' if row in bad else '=='} "
+                      f"{_show_count(frame.at[row, 'n_completed'])} + "
+                      f"{_show_count(frame.at[row, 'n_failed'])} + "
+                      f"{_show_count(frame.at[row, 'n_unresolved'])}" for row in checked)
+    return ("n_submitted == n_completed + n_failed + n_unresolved where all are recorded",
+            found or "rule not applicable (counts not recorded)")
+
+
 def _observe_value(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
     found = "no value: no window behind it passed every rule" if len(bad) else _join(
         frame.loc[rows, "value"])
@@ -809,6 +853,9 @@ _OBSERVE: dict[str, Observer] = {
     R.LATENCY_POPULATION_LABELLED.name: _observe_check("population"),
     R.RATE_NUMERATOR_LABELLED.name: _observe_check("numerator"),
     R.PREFILL_RATE_COLD_PROMPTS.name: _observe_check("prompt_cache"),
+    R.EVIDENCE_LABELLED.name: _observe_check("evidence"),
+    R.RATE_DENOMINATOR_STATED.name: _observe_check("denominator"),
+    R.REQUEST_COUNTS_BALANCE.name: _observe_counts,
     R.SERVER_LOG_KEPT_APART.name: _observe_check("metric / statistic"),
     R.RESTART_HEALTHY.name: _observe_status,
     R.ACCOUNTING_BALANCES.name: _observe_accounting,

@@ -2,8 +2,13 @@
 
 One folder per publication:
 
-    entries.json, entries.csv   every published entry, every label (the benchmark line)
-    entries.md                  a Markdown table for a methodology page
+    entries.json, entries.csv   every published entry measured by this pipeline (evidence
+                                rerun), every label (the benchmark line)
+    <kind>_entries.json, .csv   evidence from elsewhere, one pair per kind present
+                                (imported, historical, derived_comparison), never merged
+                                with the reruns (publishing/evidence.py)
+    entries.md                  a Markdown table for a methodology page, and a section
+                                per other evidence kind
     comparisons.json            every verdict, refuted hypotheses included
     report.html                 a static page with plots; blocked entries in their own section
     gx-data-docs/               the run's GX Data Docs, linked from the report
@@ -33,6 +38,7 @@ from pathlib import Path, PurePosixPath
 import duckdb
 import pandas as pd
 
+from benchledger.publishing.evidence import evidence_markdown, other_evidence, rerun_entries
 from benchledger.publishing.read import (
     comparisons,
     published_entries,
@@ -125,17 +131,24 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
     """Every file of one run's publication, by relative path (the manifest aside)."""
     files = _data_docs_files(con, run_id)
     data_docs = Path(DATA_DOCS) / "index.html" if files else None
-    entries = published_entries(con, run_id)
+    published = published_entries(con, run_id)
+    entries = rerun_entries(published)  # other evidence: its own files and sections
     csv = io.StringIO()
     _stable(entries).to_csv(csv, index=False)
     files.update({
         "entries.json": _json_records(entries).encode(),
         "entries.csv": csv.getvalue().encode(),
-        "entries.md": entries_markdown(entries, run_id).encode(),
+        "entries.md": (entries_markdown(entries, run_id)
+                       + evidence_markdown(published)).encode(),
         # Verdicts are published like entries, refuted hypotheses included.
         "comparisons.json": _json_records(comparisons(con, run_id)).encode(),
         "report.html": render_report(con, run_id, data_docs).encode(),
     })
+    for kind, frame in other_evidence(published):
+        kind_csv = io.StringIO()
+        _stable(frame).to_csv(kind_csv, index=False)
+        files[f"{kind}_entries.json"] = _json_records(frame).encode()
+        files[f"{kind}_entries.csv"] = kind_csv.getvalue().encode()
     return files
 
 

@@ -13,6 +13,12 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from benchledger.publishing.evidence import (
+    TITLES,
+    other_evidence,
+    rerun_entries,
+    section_rows,
+)
 from benchledger.publishing.read import (
     blocks,
     comparisons,
@@ -204,11 +210,27 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
+def _evidence_sections(entries: pd.DataFrame) -> list[str]:
+    """One section per evidence kind from elsewhere (imports, historical rows), never in
+    the plots or tables of this pipeline's own entries; a label its source did not record
+    reads 'not recorded'."""
+    parts = []
+    for kind, frame in other_evidence(entries):
+        rows = section_rows(frame)
+        parts += [f"<h2>{html.escape(TITLES[kind])} (evidence {html.escape(kind)})</h2>",
+                  "<p class='note'>Published under this label only, never compared with "
+                  "another kind of evidence.</p>",
+                  _table(rows, list(rows.columns))]
+    return parts
+
+
 def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                   data_docs: Path | None = None) -> str:
-    entries = published_entries(con, run_id)
+    published = published_entries(con, run_id)
+    entries = rerun_entries(published)  # plots and headline: this pipeline's own entries
     requests = query_frame(con, "report_requests", run_id=run_id,
                            per_restart=DOTS_PER_RESTART)
+    requests = requests[requests["entry_id"].isin(entries["entry_id"])]
     delivered = delivered_vs_server(con, run_id)
     headline = entries[(entries["statistic"] == "mean")
                        & entries["metric"].isin(["decode_rate", "e2e_rate", "ttft",
@@ -255,6 +277,7 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                ["role", "a", "b", "workload", "metric", "concurrency", "difference",
                 "ci95_low", "ci95_high", "ratio", "control_difference", "verdict",
                 "reason"]),
+        *_evidence_sections(published),
         "<h2>Blocked entries (not published)</h2>",
         # One row per entry and failed rule (entry_blocks), not the blocked_by text.
         _table(blocks(con, run_id),

@@ -19,10 +19,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# What an entry rests on (docs/protocol.md, warehouse relations: evidence).
-RERUN, IMPORTED, HISTORICAL, DERIVED_COMPARISON = (
-    "rerun", "imported", "historical", "derived_comparison")
-EVIDENCE_KINDS = (RERUN, IMPORTED, HISTORICAL, DERIVED_COMPARISON)
+from benchledger.rules import EVIDENCE_KINDS
+
+# What an entry rests on (docs/protocol.md, warehouse relations: evidence); the catalogue
+# declares the kinds (rule evidence_labelled checks them).
+RERUN, IMPORTED, HISTORICAL, DERIVED_COMPARISON = EVIDENCE_KINDS
 
 # Where an imported request's token counts came from, besides the pipeline's own
 # (usage, missing): a tokenizer of the benchmarking client, the requested length, or a count

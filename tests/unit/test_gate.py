@@ -28,7 +28,8 @@ SUITE_RULES = {
 }
 ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "latency_population_labelled", "rate_numerator_labelled",
-               "prefill_rate_cold_prompts", "server_log_kept_apart"]
+               "prefill_rate_cold_prompts", "evidence_labelled", "rate_denominator_stated",
+               "request_counts_balance", "server_log_kept_apart"]
 COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
 
 
@@ -289,6 +290,12 @@ def test_entry_rules_pass_on_honest_labels():
     # a server log peak dressed up as the delivered decode rate (the 40.7 vs 27.8 trap)
     (dict(statistic="server_log_peak"), "server_log_kept_apart",
      "'decode_rate / server_log_peak'"),
+    # evidence from elsewhere (issue #14): its kind, its denominator, its counts
+    (dict(evidence="measured elsewhere"), "evidence_labelled", "'measured elsewhere'"),
+    (dict(evidence=None), "evidence_labelled", "NULL"),
+    (dict(denominator=None), "rate_denominator_stated", "NULL"),
+    (dict(n_submitted=128, n_completed=120, n_failed=2), "request_counts_balance",
+     "128 != 120 + 2 + 0"),
 ])
 def test_entry_rule_failures_name_what_was_found(overrides, rule, found):
     results = run_entry_gate(pd.DataFrame([entry(**overrides)]))

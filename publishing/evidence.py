@@ -1,0 +1,86 @@
+"""Published entries by evidence kind: each kind in its own section of every export.
+
+The pipeline's own entries (`rerun`) are the publication's main tables (entries.json,
+entries.csv, the report's plots and headline). Evidence from elsewhere (docs/imports.md)
+is never merged into them: each other kind gets its own files (<kind>_entries.json and
+.csv) and its own section of entries.md and report.html, where a label its source did not
+record reads `not recorded` and `not_recorded` lists them all.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from benchledger.imports.evidence import EVIDENCE_KINDS, NOT_RECORDED, RERUN
+
+TITLES = {
+    "imported": "Imported evidence: another tool's results, not measured by this pipeline",
+    "historical": "Historical evidence: rows recovered from old reports",
+    "derived_comparison": "Derived comparisons: recovered values that were derived from "
+                          "other runs",
+}
+# Labels only evidence from elsewhere has (NULL on every rerun entry): left out of the
+# rerun files, so their columns stay what they were.
+EVIDENCE_ONLY_COLUMNS = ("source_tool", "profile", "record_id", "runtime", "backend",
+                         "hardware", "notes", "not_recorded")
+# The columns of an evidence section, in reading order.
+SECTION_COLUMNS = ("source_tool", "arm", "record_id", "workload", "metric", "statistic",
+                   "scope", "concurrency", "numerator", "value", "unit", "denominator",
+                   "n_requests", "population", "token_source", "hardware", "runtime",
+                   "not_recorded", "warning")
+
+
+def rerun_entries(entries: pd.DataFrame) -> pd.DataFrame:
+    """The pipeline's own entries, without the columns only imports fill."""
+    reruns = entries[entries["evidence"] == RERUN] if "evidence" in entries else entries
+    return reruns.drop(columns=[c for c in EVIDENCE_ONLY_COLUMNS if c in reruns.columns])
+
+
+def other_evidence(entries: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(kind, its entries) for every kind but rerun that has entries, in protocol order."""
+    if "evidence" not in entries:
+        return []
+    return [(kind, entries[entries["evidence"] == kind]) for kind in EVIDENCE_KINDS
+            if kind != RERUN and (entries["evidence"] == kind).any()]
+
+
+# Columns whose NULL is not a gap: no warning, nothing missing.
+NULL_IS_NONE = ("warning", "not_recorded")
+# Labels only a rate has: NULL on a latency or fraction is "not applicable", not a gap.
+RATE_ONLY = ("numerator", "denominator")
+
+
+def section_rows(entries: pd.DataFrame) -> pd.DataFrame:
+    """An evidence section's table: its columns, a NULL label shown as `not recorded`
+    (where it is a gap), '-' (a rate's label on a non-rate) or '' (no warning)."""
+    columns = [c for c in SECTION_COLUMNS if c in entries.columns]
+    shown = entries[columns].astype(object)
+    rate = entries["unit"].eq("tok/s") if "unit" in entries else True
+    filled = shown.where(shown.notna(), NOT_RECORDED)
+    for column in columns:
+        if column in NULL_IS_NONE:
+            filled[column] = shown[column].where(shown[column].notna(), "")
+        elif column in RATE_ONLY:
+            filled[column] = filled[column].where(rate | shown[column].notna(), "-")
+    return filled
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def evidence_markdown(entries: pd.DataFrame) -> str:
+    """entries.md's sections for evidence from elsewhere ('' when there is none)."""
+    parts = []
+    for kind, frame in other_evidence(entries):
+        rows = section_rows(frame)
+        parts += ["", f"## {TITLES[kind]} (evidence `{kind}`)", "",
+                  "Published under this label only; never compared with another kind. A "
+                  f"label its source did not record reads `{NOT_RECORDED}` (docs/imports.md "
+                  "of the benchledger project).", "",
+                  "| " + " | ".join(rows.columns) + " |", "|" + "---|" * len(rows.columns)]
+        parts += ["| " + " | ".join(_cell(v) for v in row) + " |"
+                  for row in rows.itertuples(index=False)]
+    return "\n".join(parts) + ("\n" if parts else "")
