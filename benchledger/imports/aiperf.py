@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,10 +27,13 @@ from benchledger.imports.evidence import (
     Evidence,
     EvidenceFileError,
     SourceFile,
+    content_events,
     from_epoch,
+    lists_to_ns,
     need,
     read_json,
     request_table,
+    seconds_to_ns,
     window_id_for,
 )
 from benchledger.records import file_sha256
@@ -132,27 +133,18 @@ def _model(config: dict) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def _metric(records: list[dict], name: str, scale_to_ns: bool = False) -> list:
-    """One metric's value per record (None where a record lacks it); times in ns."""
-    values = []
-    for record in records:
-        metric = (record.get("metrics") or {}).get(name)
-        if not isinstance(metric, dict) or metric.get("value") is None:
-            values.append(None)
-        elif scale_to_ns:
-            values.append(_to_ns(metric["value"], metric.get("unit", "ms")))
-        else:
-            values.append(metric["value"])
-    return values
+def _metric(records: list[dict], name: str) -> list:
+    """One metric's value per record, None where a record lacks it."""
+    return [((r.get("metrics") or {}).get(name) or {}).get("value") for r in records]
 
 
-def _to_ns(value: Any, unit: str) -> Any:
-    factor = _NS.get(unit)
-    if factor is None:
-        return None  # a unit not known here: not a time this import can place
-    if isinstance(value, list):
-        return [round(v * factor) for v in value]
-    return round(value * factor)
+def _time_metric(path: Path, records: list[dict], name: str) -> tuple[list, float]:
+    """A time metric's values and the ns in its unit (one unit for all records)."""
+    units = {((r.get("metrics") or {}).get(name) or {}).get("unit") for r in records} - {None}
+    if len(units) > 1 or not units <= set(_NS):
+        raise EvidenceFileError(path, f"{name}: units {sorted(units)}, expected one of "
+                                      f"{', '.join(_NS)}")
+    return _metric(records, name), _NS[units.pop()] if units else 1
 
 
 def _requests(path: Path, window_id: str, records: list[dict], endpoint: dict,
@@ -160,10 +152,11 @@ def _requests(path: Path, window_id: str, records: list[dict], endpoint: dict,
     meta = [r["metadata"] for r in records]
     status = ["failed" if r.get("error") else "unresolved" if m.get("was_cancelled")
               else "completed" for r, m in zip(records, meta, strict=True)]
-    start = [m.get("request_start_ns") for m in meta]
-    ttft = _metric(records, "time_to_first_token", scale_to_ns=True)
-    gaps = _metric(records, "inter_chunk_latency", scale_to_ns=True)
-    events = _content_events(start, ttft, gaps)
+    start = pa.array([m.get("request_start_ns") for m in meta], pa.int64())
+    ttft, ttft_unit = _time_metric(path, records, "time_to_first_token")
+    gaps, gaps_unit = _time_metric(path, records, "inter_chunk_latency")
+    first = pc.add(start, seconds_to_ns(ttft, ttft_unit))
+    events, last, chunks = content_events(first, lists_to_ns(gaps, gaps_unit))
     if server_counts:
         output = _metric(records, "usage_completion_tokens")
         prompt = _metric(records, "usage_prompt_tokens")
@@ -185,28 +178,13 @@ def _requests(path: Path, window_id: str, records: list[dict], endpoint: dict,
         "temperature": [extra.get("temperature")] * n,
         "prompt_tokens": prompt, "output_tokens": output,
         "cached_tokens": _metric(records, "usage_prompt_cache_read_tokens"),
-        "token_source": source,
-        "chunks": [len(e) if e is not None else 0 for e in events],
-        "t_submit_ns": start,
-        "t_first_ns": [e[0] if e else None for e in events],
-        "t_last_ns": [e[-1] if e else None for e in events],
+        "token_source": source, "chunks": chunks,
+        "t_submit_ns": start, "t_first_ns": first, "t_last_ns": last,
+        # an unresolved request was cancelled: its end was never seen
         "t_done_ns": [m.get("request_end_ns") if s != "unresolved" else None
                       for m, s in zip(meta, status, strict=True)],
         "content_event_ns": events,
     })
-
-
-def _content_events(start: list, ttft: list, gaps: list) -> list[list[int] | None]:
-    """Each request's content events: the first at start + TTFT, each later one a chunk gap
-    after the one before (AIPerf's inter_chunk_latency); None without a first token."""
-    out: list[list[int] | None] = []
-    for s, first, between in zip(start, ttft, gaps, strict=True):
-        if s is None or first is None:
-            out.append(None)
-            continue
-        offsets = np.cumsum([0, *(between or [])], dtype=np.int64)
-        out.append((s + first + offsets).tolist())
-    return out
 
 
 def _window(path: Path, summary: dict, window_id: str, label: str, phase: dict,

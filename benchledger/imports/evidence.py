@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -156,10 +157,14 @@ REQUEST_SCHEMA = pa.schema([
 def request_table(columns: dict[str, Any]) -> pa.Table:
     """The request rows as an Arrow table of REQUEST_SCHEMA (absent columns are NULL)."""
     length = len(columns["request_id"])
-    arrays = [pa.array(columns[f.name], f.type) if f.name in columns
+    arrays = [_array(columns[f.name], f.type) if f.name in columns
               else pa.nulls(length, f.type) for f in REQUEST_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
 
+
+
+def _array(values: Any, kind: pa.DataType) -> pa.Array:
+    return values.cast(kind) if isinstance(values, pa.Array) else pa.array(values, kind)
 
 
 def token_source_flags(requests: pa.Table | None) -> list[str]:
@@ -178,3 +183,44 @@ def token_source_flags(requests: pa.Table | None) -> list[str]:
                          f"{source or NOT_RECORDED}): no token rate of this import is "
                          "published as delivered tokens")
     return flags
+
+
+def content_events(first_ns: pa.Array, gaps_ns: pa.Array) -> tuple[pa.Array, pa.Array,
+                                                                   pa.Array]:
+    """(content_event_ns, t_last_ns, chunks) of requests whose tool recorded the first
+    content event and the gaps between streamed chunks: each request's events are the
+    first, then each gap after the one before; no first event: NULL events, 0 chunks.
+    Set-based over flat arrays: no loop over requests."""
+    valid = first_ns.is_valid().to_numpy(zero_copy_only=False)
+    n_gaps = pc.fill_null(pc.list_value_length(gaps_ns), 0).to_numpy()
+    counts = np.where(valid, n_gaps + 1, 0)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    kept = counts[valid]
+    starts = np.cumsum(kept) - kept
+    steps = np.zeros(int(kept.sum()), dtype=np.int64)  # 0 at each first event, then gaps
+    later = np.ones(len(steps), dtype=bool)
+    later[starts] = False
+    flat = pc.list_flatten(gaps_ns.filter(pa.array(valid))).to_numpy(zero_copy_only=False)
+    steps[later] = flat
+    elapsed = np.cumsum(steps)
+    firsts = first_ns.filter(pa.array(valid)).to_numpy(zero_copy_only=False)
+    values = (elapsed - np.repeat(elapsed[starts], kept) + np.repeat(firsts, kept)
+              if len(steps) else np.zeros(0, dtype=np.int64))
+    events = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()),
+                                      mask=pa.array(~valid))
+    last = np.zeros(len(valid), dtype=np.int64)
+    last[valid] = values[offsets[1:][valid] - 1] if len(values) else 0
+    return events, pa.array(last, pa.int64(), mask=~valid), pa.array(counts, pa.int32())
+
+
+def seconds_to_ns(values: Any, per_unit_ns: float = 1e9) -> pa.Array:
+    """Times (a list, None for missing) in a unit worth per_unit_ns ns, as int64 ns."""
+    array = pa.array(values, pa.float64())
+    return pc.round(pc.multiply(array, per_unit_ns)).cast(pa.int64())
+
+
+def lists_to_ns(values: Any, per_unit_ns: float = 1e9) -> pa.Array:
+    """Lists of times (None for a missing list), each element to int64 ns."""
+    lists = pa.array(values, pa.list_(pa.float64()))
+    flat = seconds_to_ns(lists.flatten(), per_unit_ns)
+    return pa.ListArray.from_arrays(lists.offsets, flat, mask=lists.is_null())

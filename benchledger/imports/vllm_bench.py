@@ -19,15 +19,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from benchledger.imports.evidence import (
     Evidence,
     EvidenceFileError,
     SourceFile,
+    content_events,
+    lists_to_ns,
     need,
     read_json,
     request_table,
+    seconds_to_ns,
     window_id_for,
 )
 from benchledger.rules import MIN_REQUESTS_PLAIN
@@ -79,17 +83,15 @@ def _infinite(rate: Any) -> bool:
 def _requests(window_id: str, lists: dict[str, list]):
     n = len(lists["errors"])
     failed = [bool(e) for e in lists["errors"]]
+    ok = pa.array([not bad for bad in failed])
     starts = lists.get("start_times")
-    submit = [round(s * 1e9) for s in starts] if starts else [0] * n
-    ttft = [None if bad else round(t * 1e9) for t, bad in zip(lists["ttfts"], failed,
-                                                               strict=True)]
-    events = [None if first is None else
-              (s + first + np.cumsum([0, *(round(g * 1e9) for g in gaps)],
-                                     dtype=np.int64)).tolist()
-              for s, first, gaps in zip(submit, ttft, lists["itls"], strict=True)]
+    # without start_times (older vLLM) each request's clock starts at its own submission
+    submit = seconds_to_ns(starts) if starts else pa.array([0] * n, pa.int64())
+    first = pc.if_else(ok, pc.add(submit, seconds_to_ns(lists["ttfts"])), None)
+    events, last, chunks = content_events(first, lists_to_ns(lists["itls"]))
     latencies = lists.get("latencies")
-    done = [None if bad or latencies is None else s + round(latencies[i] * 1e9)
-            for i, (s, bad) in enumerate(zip(submit, failed, strict=True))]
+    done = (pc.if_else(ok, pc.add(submit, seconds_to_ns(latencies)), None) if latencies
+            else pa.nulls(n, pa.int64()))
     return request_table({
         "request_id": [f"{window_id}/m{i:05d}" for i in range(n)],
         "window_id": [window_id] * n, "seq": list(range(n)),
@@ -98,14 +100,9 @@ def _requests(window_id: str, lists: dict[str, list]):
         "error": [e or None for e in lists["errors"]],
         "prompt_tokens": lists["input_lens"],
         # a failed request's 0 in output_lens is a placeholder, not a count
-        "output_tokens": [None if bad else o for o, bad in zip(lists["output_lens"], failed,
-                                                               strict=True)],
-        "chunks": [0 if e is None else len(e) for e in events],
-        "t_submit_ns": submit,
-        "t_first_ns": [None if e is None else e[0] for e in events],
-        "t_last_ns": [None if e is None else e[-1] for e in events],
-        "t_done_ns": done,
-        "content_event_ns": events,
+        "output_tokens": pc.if_else(ok, pa.array(lists["output_lens"], pa.int64()), None),
+        "chunks": chunks, "t_submit_ns": submit, "t_first_ns": first, "t_last_ns": last,
+        "t_done_ns": done, "content_event_ns": events,
     })
 
 

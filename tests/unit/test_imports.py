@@ -364,3 +364,14 @@ def test_each_request_row_is_one_record_of_the_file():
     assert evidence.requests.column("source_request_id").to_pylist() == [
         r["metadata"]["x_request_id"] for r in records]
     assert pc.all(pc.equal(evidence.requests.column("status"), "completed")).as_py()
+
+
+def test_content_events_are_the_first_event_then_each_gap_after_the_one_before():
+    from benchledger.imports.evidence import content_events
+
+    first = pa.array([100, None, 200, 50], pa.int64())
+    gaps = pa.array([[1, 2, 3], [5], [], None], pa.list_(pa.int64()))
+    events, last, chunks = content_events(first, gaps)
+    assert events.to_pylist() == [[100, 101, 103, 106], None, [200], [50]]
+    assert last.to_pylist() == [106, None, 200, 50]
+    assert chunks.to_pylist() == [4, 0, 1, 1]
