@@ -45,7 +45,9 @@ def parse_evidence(tool: str, path: Path, name: str | None = None) -> Evidence:
     path = Path(path)
     sha256 = source_sha256(tool, path)
     identity = identity_file(tool, path)
-    return PARSERS[tool](path, sha256, run_id_for(tool, sha256), name or identity.stem)
+    # an AIPerf export is a folder of fixed file names: the folder names the import
+    default = identity.parent.name if tool == "aiperf" else identity.stem
+    return PARSERS[tool](path, sha256, run_id_for(tool, sha256), name or default)
 
 
 __all__ = ["TOOLS", "Evidence", "EvidenceFileError", "identity_file", "parse_evidence",
