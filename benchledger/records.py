@@ -34,10 +34,15 @@ REQUEST_SCHEMA = pa.schema(
         # Token counts exactly as the server reported them (even negative or absurd: a gate
         # rule blocks those); NULL when not reported or not an integer in int64 range.
         pa.field("prompt_tokens", pa.int64()),  # usage.prompt_tokens
-        pa.field("output_tokens", pa.int64()),  # usage.completion_tokens
+        # From where token_source says: usage.completion_tokens, the entries of the streamed
+        # logprobs, or the server tokenizer's count of the received text.
+        pa.field("output_tokens", pa.int64()),
         pa.field("cached_tokens", pa.int64()),  # usage.prompt_tokens_details.cached_tokens
-        # usage | missing (no usable usage.completion_tokens)
+        # usage | logprobs | server_tokenizer | missing (the arm's token_count gave no count)
         pa.field("token_source", pa.string(), nullable=False),
+        # usage.completion_tokens as reported, whatever token_source is: where the count
+        # comes from elsewhere, a gate rule holds the two together.
+        pa.field("usage_output_tokens", pa.int64()),
         pa.field("chunks", pa.int32(), nullable=False),  # content-bearing stream events
         pa.field("finish_reason", pa.string()),
         pa.field("t_submit_ns", pa.int64(), nullable=False),
@@ -46,6 +51,10 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("t_done_ns", pa.int64()),
         # perf_counter_ns of every content-bearing event: per-event gaps derive from it.
         pa.field("content_event_ns", pa.list_(pa.int64())),
+        # The tokens each of those events carried (token_source 'logprobs': the entries of
+        # its logprobs), parallel to content_event_ns; NULL where unknown. Per-token gaps
+        # derive from both.
+        pa.field("content_event_tokens", pa.list_(pa.int32())),
     ]
 )
 

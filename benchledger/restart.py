@@ -41,7 +41,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from benchledger import __version__, lifecycle
-from benchledger.client import Target, WindowResult, WindowSpec, measure_window
+from benchledger.client import (
+    Target,
+    TokenCountUnavailable,
+    WindowResult,
+    WindowSpec,
+    measure_window,
+)
 from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_all, same_origin
 from benchledger.prompts import load_prompt_set
 from benchledger.records import file_sha256, requests_table
@@ -299,7 +305,8 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     server = lifecycle.ServerHandle.from_dict(handle)
     api_key = _api_key(layout, plan.arm, k)
     target = Target(base_url=server.base_url, model=plan.arm.model, endpoint=plan.endpoint,
-                    api_key=api_key)
+                    api_key=api_key, token_count=plan.arm.token_count,
+                    tokenize_path=plan.arm.tokenize_path)
     summaries = []
     for concurrency in plan.concurrency:
         window_id = layout.window_id(arm_name, k, workload_name, concurrency)
@@ -319,6 +326,8 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             arrival=plan.arrival, rate_rps=plan.rate_rps,
             prompt_cache=workload.prompt_cache or plan.prompt_cache,
             input_tokens=workload.input_tokens, seed=plan.seed,
+            calibration_requests=(plan.arm.calibration_requests
+                                  if plan.arm.token_count == "server_tokenizer" else 0),
         )
         result, observations, gone = _run_window(layout, arm_name, k, plan, server, target,
                                                  spec)
@@ -442,6 +451,14 @@ def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: 
     observers = _observers(plan, server, target.api_key)
     try:
         result = measure_window(target, spec, *observe_all(list(observers.values())))
+    except TokenCountUnavailable as exc:
+        # Said at once (the task log, then the terminal's failure line), not after a run
+        # whose every entry would be blocked; a retry finds the same server, so says so too.
+        error = lifecycle.redact(f"{arm_name} r{k}: window {spec.window_id} not measured: "
+                                 f"{exc}", target.api_key)
+        log.warning("%s", error)
+        _record_unwritten(layout, arm_name, k, spec.window_id, error, gone=None)
+        raise TokenCountUnavailable(error) from exc
     except Exception as exc:
         error = lifecycle.redact(f"window {spec.window_id}: the measurement raised "
                                  f"{type(exc).__name__}: {exc} (no raw files for it)",

@@ -167,15 +167,46 @@ FINISHED_REQUESTS_RECONCILE = _reconcile(
     "finished_requests_reconcile", "vllm:request_success_total",
     "the completed requests", "success_error")
 
+# Where the output tokens of a request may come from (docs/protocol.md, tokens and chunks):
+# the server's usage, the entries of its streamed logprobs, or its tokenizer's count of the
+# received text (calibrated). `missing` and the import-only sources (client_tokenizer,
+# requested, chunks) never count as delivered tokens.
+COUNTED_TOKEN_SOURCES = ("usage", "logprobs", "server_tokenizer")
+
+TOKENIZER_CALIBRATED = Rule(
+    name="tokenizer_calibrated", traps=("T1", "T3"), applies_to="window",
+    effect=BLOCK_ENTRIES,
+    summary="a window whose output tokens the server's tokenizer counted (token_count = "
+            "'server_tokenizer') was calibrated: on its non-streamed calibration requests "
+            "the tokenizer's count of the returned text matches their usage within the "
+            "tolerance (no calibration: the rule fails)",
+    threshold=f"relative error of the totals <= reconcile_tolerance (default "
+              f"{DEFAULT_RECONCILE_TOLERANCE})",
+    threshold_source="sweep key reconcile_tolerance; the arm's calibration_requests",
+    check=_gx("windows", "ExpectColumnValuesToBeInSet", column="calibration_check",
+              value_set=["within reconcile_tolerance"]))
+
 # --- measured requests (results per window) --------------------------------------------
 
 TOKEN_SOURCE_IS_USAGE = Rule(
     name="token_source_is_usage", traps=("T1", "T13"), applies_to="request",
     effect=BLOCK_ENTRIES,
     summary="every completed measured request's output tokens come from the usage the "
-            "server reported for it, never from chunks or max_tokens",
+            "server reported for it, or from the source its arm's token_count names and "
+            "its own rule checks (logprobs, server_tokenizer); never from chunks, "
+            "characters or max_tokens",
     check=_gx("measured_requests", "ExpectColumnValuesToBeInSet",
-              column="completed_token_source", value_set=["usage"]))
+              column="completed_token_source", value_set=list(COUNTED_TOKEN_SOURCES)))
+
+LOGPROBS_MATCH_USAGE = Rule(
+    name="logprobs_match_usage", traps=("T1", "T3"), applies_to="request",
+    effect=BLOCK_ENTRIES,
+    summary="every completed measured request counted from its streamed logprobs, whose "
+            "server also reported usage, lists exactly as many tokens as "
+            "usage.completion_tokens says",
+    threshold="output_tokens == usage_output_tokens", threshold_source="exact counts",
+    check=_gx("measured_requests", "ExpectColumnValuesToBeInSet",
+              column="logprobs_usage_check", value_set=["agree"]))
 
 TEMPERATURE_IS_ZERO = Rule(
     name="temperature_is_zero", traps=("T9",), applies_to="request", effect=BLOCK_ENTRIES,
@@ -274,6 +305,15 @@ REQUEST_COUNTS_BALANCE = Rule(
     check=_gx("entries", "ExpectColumnValuesToBeInSet", column="counts_check",
               value_set=["balanced"]))
 
+ENTRY_TOKEN_SOURCE_SINGLE = Rule(
+    name="entry_token_source_single", traps=("T1",), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="an entry rests on one token source: the completed measured requests of its "
+            "windows all count their output tokens the same way (never usage mixed with "
+            "logprobs or a tokenizer's counts)",
+    check=_gx("entries", "ExpectColumnValuesToBeInSet", column="token_source_check",
+              value_set=list(COUNTED_TOKEN_SOURCES)))
+
 SERVER_LOG_KEPT_APART = Rule(
     name="server_log_kept_apart", traps=("T2",), applies_to="entry", effect=BLOCK_ENTRIES,
     summary="server log values (peak, mean) stay under server_log_* metric names with a "
@@ -315,10 +355,12 @@ CATALOGUE: tuple[Rule, ...] = (
     RESTART_HEALTHY, CLOCK_UNDER_LOAD,
     WINDOWS_PRESENT, ACCOUNTING_BALANCES, N_AT_LEAST_MIN,
     GENERATION_TOKENS_RECONCILE, PROMPT_TOKENS_RECONCILE, FINISHED_REQUESTS_RECONCILE,
+    TOKENIZER_CALIBRATED,
     TOKEN_SOURCE_IS_USAGE, TEMPERATURE_IS_ZERO, TTFT_NOT_ABOVE_E2E, USAGE_PLAUSIBLE,
+    LOGPROBS_MATCH_USAGE,
     ENTRY_HAS_VALIDATED_VALUE, INCOMPLETE_RATE_LABELLED, LATENCY_POPULATION_LABELLED,
-    RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, EVIDENCE_LABELLED,
-    RATE_DENOMINATOR_STATED, REQUEST_COUNTS_BALANCE, SERVER_LOG_KEPT_APART,
+    RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, ENTRY_TOKEN_SOURCE_SINGLE,
+    EVIDENCE_LABELLED, RATE_DENOMINATOR_STATED, REQUEST_COUNTS_BALANCE, SERVER_LOG_KEPT_APART,
     AB_ARMS_DIFFER, AB_RESTARTS_REPLICATED, AB_BEYOND_CONTROL,
 )
 BY_NAME: Mapping[str, Rule] = MappingProxyType({rule.name: rule for rule in CATALOGUE})

@@ -184,6 +184,17 @@ class Arm(_PerArmKeys):
     # `Authorization: Bearer <value>`). Read when the run starts; the value itself is
     # never written to raw files, the warehouse or exports (only the name is).
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    # Where output token counts come from (T1): the server's per-request usage, the
+    # tokens listed in its streamed logprobs (exact, per event), or the received text
+    # counted by its tokenizer endpoint (calibrated against non-streamed usage). Never
+    # chunks, characters or max_tokens.
+    token_count: Literal["usage", "logprobs", "server_tokenizer"] = "usage"
+    # token_count = "server_tokenizer": the server's tokenizer endpoint (vLLM and llama.cpp's
+    # server: /tokenize; llama-cpp-python: /extras/tokenize).
+    tokenize_path: URLPath = "/tokenize"
+    # token_count = "server_tokenizer": non-streamed requests per window whose usage checks
+    # the tokenizer's counts (their disagreement blocks the window beyond reconcile_tolerance).
+    calibration_requests: int = Field(5, ge=1, le=1000)
     simulator: SimulatorOptions | None = None
 
     @model_validator(mode="after")

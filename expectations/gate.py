@@ -65,8 +65,17 @@ _REQUIRED_COLUMNS = {
     "comparisons": ("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
                     "difference", "control_difference"),
 }  # fmt: skip
+# Columns a frame may lack (raw rows from before they were recorded): NULL, so the rules
+# that read them find nothing to check there.
+_OPTIONAL_COLUMNS = {
+    "windows": ("token_count", "calibration_rel_error", "calibration_detail"),
+    "requests": ("usage_output_tokens",),
+    "entries": ("token_source",),
+}
 # The columns of the requests frame run_gate reads (callers may select just these).
-REQUEST_COLUMNS: tuple[str, ...] = _REQUIRED_COLUMNS["requests"]
+REQUEST_COLUMNS: tuple[str, ...] = (*_REQUIRED_COLUMNS["requests"],
+                                    *_OPTIONAL_COLUMNS["requests"])
+
 
 
 @dataclass(frozen=True)
@@ -173,10 +182,13 @@ def _check_columns(**frames: pd.DataFrame) -> None:
             raise ValueError(f"run_gate: {name} frame lacks columns {missing}")
 
 
-def _base(frame: pd.DataFrame, subject_column: str) -> pd.DataFrame:
+def _base(frame: pd.DataFrame, subject_column: str, kind: str | None = None) -> pd.DataFrame:
     # A fresh RangeIndex makes GX's unexpected_index_list usable as row positions.
     out = frame.reset_index(drop=True).copy()
     out[_SUBJECT] = out[subject_column]
+    for column in _OPTIONAL_COLUMNS.get(kind, ()):
+        if column not in out.columns:
+            out[column] = None
     return out
 
 
@@ -207,16 +219,30 @@ def _prepare_restarts(restarts: pd.DataFrame) -> pd.DataFrame:
 
 
 def _prepare_windows(windows: pd.DataFrame) -> pd.DataFrame:
-    out = _base(windows, "window_id")
+    out = _base(windows, "window_id", "windows")
     # GX compares two columns, not a column with a sum, so the sum becomes a column.
     out["accounted"] = out["completed"] + out["failed"] + out["unresolved"]
     _optional(out, "reconcile_tolerance", "generation_error", "prompt_error", "success_error",
               "generation_detail", "prompt_detail", "success_detail")
+    out["calibration_check"] = _calibration_verdicts(out)
     return out
 
 
+def _calibration_verdicts(out: pd.DataFrame) -> pd.Series:
+    """Per window counted by the server's tokenizer: whether its calibration's relative
+    error is within reconcile_tolerance; None for every other window (GX skips it)."""
+    counted = _equals(out["token_count"], "server_tokenizer")
+    error = _as_float(out["calibration_rel_error"])
+    tolerance = _as_float(out["reconcile_tolerance"])
+    with np.errstate(invalid="ignore"):
+        verdict = np.where(np.isnan(error), "no calibration",
+                           np.where(error <= tolerance, "within reconcile_tolerance",
+                                    "above reconcile_tolerance"))
+    return pd.Series(verdict, index=out.index, dtype=object).where(counted)
+
+
 def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
-    out = _base(requests, "window_id")
+    out = _base(requests, "window_id", "requests")
     # A failed or unresolved request has no usage by nature; the rule is that every
     # completed one's tokens come from usage (its NULL elsewhere is skipped by GX).
     completed = out["status"] == "completed"
@@ -231,7 +257,19 @@ def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     # token_source_is_usage's business, and a count it never had is not implausible.
     with_usage = out[_IS_COMPLETED] & _equals(out["token_source"], "usage")
     out["completed_usage_check"] = _usage_verdicts(out, with_usage)
+    out["logprobs_usage_check"] = _logprobs_verdicts(out)
     return out
+
+
+def _logprobs_verdicts(out: pd.DataFrame) -> pd.Series:
+    """Per completed row counted from logprobs whose server also reported usage: 'agree'
+    when both counts are equal, else 'disagree'; None elsewhere (GX skips it)."""
+    output, usage = _as_float(out["output_tokens"]), _as_float(out["usage_output_tokens"])
+    checked = (out[_IS_COMPLETED] & _equals(out["token_source"], "logprobs")
+               & ~np.isnan(usage))
+    verdict = np.where(output == usage, "agree", "disagree").astype(object)
+    verdict[~checked] = None
+    return pd.Series(verdict, index=out.index, dtype=object)
 
 
 def _equals(column: pd.Series, value: str) -> np.ndarray:
@@ -287,7 +325,10 @@ def _fractional(values: np.ndarray) -> np.ndarray:
 
 
 def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
-    out = _base(entries, "entry_id")
+    out = _base(entries, "entry_id", "entries")
+    # NULL (no window behind the entry, or derived before sources were named): not checked.
+    out["token_source_check"] = out["token_source"].astype(object).where(
+        out["token_source"].notna())
     log_metric = out["metric"].astype(str).str.startswith("server_log_")
     log_statistic = out["statistic"].astype(str).str.startswith("server_log_")
     # The delivered-rate rules are about delivered rates; server log values have their own.
@@ -789,6 +830,38 @@ def _observe_reconcile(prefix: str, counter: str) -> Observer:
     return observe
 
 
+def _observe_calibration(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    tolerance = _join(frame.loc[rows, "reconcile_tolerance"])
+    expected = (f"the server tokenizer's counts within {tolerance} (relative) of usage on "
+                "the calibration requests")
+    checked = [row for row in rows if isinstance(frame.at[row, kw["column"]], str)]
+    if not checked:
+        counts = _join(frame.loc[rows, "token_count"]) if len(rows) else "NULL"
+        return expected, f"rule not applicable (token_count {counts})"
+    found = "; ".join(f"{frame.at[row, kw['column']]}: "
+                      f"{_detail(frame.at[row, 'calibration_detail'])}" for row in checked)
+    return expected, found
+
+
+def _detail(value: Any) -> str:
+    """A sentence the pipeline wrote (shown as it is), or 'no detail'."""
+    return value if isinstance(value, str) and value else "no detail"
+
+
+def _observe_logprobs(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
+    """How many logprob counts could be held against usage, and the first that disagree."""
+    checked = int(frame[kw["column"]].iloc[rows].notna().to_numpy().sum())
+    found = f"{len(bad)} of {checked} completed rows counted from logprobs with usage disagree"
+    if len(bad):
+        listed = ", ".join(
+            f"{frame.at[row, 'request_id']} (logprobs {_show_count(frame.at[row, 'output_tokens'])}"
+            f", usage {_show_count(frame.at[row, 'usage_output_tokens'])})"
+            for row in bad[:_MAX_LISTED])
+        found += f": {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
+    return ("output_tokens (logprobs) == usage.completion_tokens on completed requests that "
+            "have both"), found
+
+
 def _observe_clock(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
     details = [frame.at[row, "clock_detail"] for row in rows]
     found = "; ".join(str(d) for d in details if isinstance(d, str)) or "no clock samples"
@@ -848,6 +921,9 @@ _OBSERVE: dict[str, Observer] = {
     R.FINISHED_REQUESTS_RECONCILE.name: _observe_reconcile("success",
                                                            "vllm:request_success_total"),
     R.CLOCK_UNDER_LOAD.name: _observe_clock,
+    R.TOKENIZER_CALIBRATED.name: _observe_calibration,
+    R.LOGPROBS_MATCH_USAGE.name: _observe_logprobs,
+    R.ENTRY_TOKEN_SOURCE_SINGLE.name: _observe_check("token_source"),
     R.ENTRY_HAS_VALIDATED_VALUE.name: _observe_value,
     R.INCOMPLETE_RATE_LABELLED.name: _observe_check("population"),
     R.LATENCY_POPULATION_LABELLED.name: _observe_check("population"),

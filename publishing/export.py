@@ -84,11 +84,12 @@ def _md_number(value) -> str:
 def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
     """A Markdown table of the published entries, every label a reader needs."""
     header = ("| arm | workload | metric | statistic | phase | scope | c | numerator | value "
-              "| 95% CI | n | restarts | population | prompts | drain | counters | evidence |")
+              "| 95% CI | n | restarts | population | prompts | drain | tokens from "
+              "| counters | evidence |")
     lines = [f"# Published entries of run `{run_id}`", "",
              "Validated entries only; see docs/protocol.md of the benchledger project for "
              "what each label means.", "",
-             header, "|" + "---|" * 17]
+             header, "|" + "---|" * 18]
     for e in entries.itertuples():
         interval = ("–" if e.ci95_low is None or pd.isna(e.ci95_low)
                     else f"[{_md_number(e.ci95_low)}, {_md_number(e.ci95_high)}]")
@@ -97,8 +98,14 @@ def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
             f"| {e.arm} | {e.workload} | {e.metric} | {e.statistic} | {e.phase} | {e.scope} "
             f"| {e.concurrency} | {numerator} | {_md_number(e.value)} {e.unit} | {interval} "
             f"| {e.n_requests} | {e.n_restarts} | {e.population} | {e.prompt_cache or ''} "
-            f"| {e.drain_status or ''} | {e.counter_check or ''} | {e.evidence} |")
+            f"| {e.drain_status or ''} | {_text(getattr(e, 'token_source', None))} "
+            f"| {e.counter_check or ''} | {e.evidence} |")
     return "\n".join(lines) + "\n"
+
+
+def _text(value) -> str:
+    """A label that may be NULL (older entries): empty then."""
+    return value if isinstance(value, str) else ""
 
 
 def manifest_text(files: dict[str, bytes]) -> bytes:

@@ -61,6 +61,7 @@ class RequestMetric:
     numerator: str | None  # rates: output_tokens | prompt_tokens (T12); None for latencies
     denominator: str | None
     extra: tuple[str, ...] = ()  # statistics besides the mean: p50/p90/p99, min/max
+    optional: bool = False  # no entry at all where no request has it (not applicable)
 
 
 REQUEST_METRICS = (
@@ -78,6 +79,12 @@ REQUEST_METRICS = (
     RequestMetric("tokens_per_chunk", "tokens_per_chunk", "tokens/chunk", "decode", None,
                   "output_tokens / content-bearing stream events, per request",
                   ("min", "max")),
+    # Only where each event's tokens are known (token_source 'logprobs'): a gap between
+    # events spread over the later event's tokens, never a gap taken as one token's.
+    RequestMetric("itl_per_token", "itl_per_token_s", "s", "decode", None,
+                  "each event's gap divided over its tokens; per request the mean over its "
+                  "tokens after the first event: (t_last - t_first) / those tokens",
+                  optional=True),
 )
 CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
 
@@ -251,6 +258,17 @@ NO_COUNTER = "no counter"  # no counter checked any of its windows
 MISMATCH = "mismatch"  # a counter disagreed (its rule blocks the entry)
 
 
+def token_source(window_sources: pd.Series) -> str | None:
+    """The token source an entry rests on, from its windows' (derive_window_sums.sql
+    token_sources: each a ', '-joined list): the one source, 'mixed (a, b)' when they
+    differ (a rule blocks it), None when no completed request backs it."""
+    sources = sorted({source for joined in window_sources.dropna()
+                      for source in str(joined).split(", ")})
+    if not sources:
+        return None
+    return sources[0] if len(sources) == 1 else f"mixed ({', '.join(sources)})"
+
+
 def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
     """The counter_check label of an entry resting on these windows (None: no window).
     checks: counter_checks_for_run.sql's rows; a window without rows was never reconciled,
@@ -323,6 +341,7 @@ class Cell:
             "mean_prompt_tokens": _pooled_mean(w, "prompt_tokens"),
             "mean_output_tokens": _pooled_mean(w, "output_tokens"),
             "mean_cached_tokens": _pooled_mean(w, "cached_tokens"),
+            "token_source": token_source(w["token_sources"]) if len(w) else None,
             "evidence": "rerun", "harness_version": __version__,
             "clock_check": self.clock_check(),
             "counter_check": counter_check(w["window_id"], self.counter_checks),
@@ -477,6 +496,8 @@ def _request_entries(cell: Cell, pooled: pd.DataFrame, per_restart: pd.DataFrame
     for spec in REQUEST_METRICS:
         key = (cell.index, spec.column)
         have = key in pooled.index
+        if spec.optional and not have:
+            continue
         p = pooled.loc[key] if have else None
         rows = per_restart[(per_restart["cell"] == cell.index)
                            & (per_restart["metric_column"] == spec.column)]

@@ -41,7 +41,10 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
                   "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
                   "prompt_cache", "input_tokens_target", "seed", "denominator", "attempt",
-                  "worker_hostname")
+                  "worker_hostname", "token_count", "calibration_requests",
+                  "calibration_compared", "calibration_rel_error",
+                  "calibration_max_rel_error", "calibration_detail",
+                  "tokenizer_special_tokens")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
 JSON_COLUMNS = ("effective_config", "interrupted_windows")
 # kind of manifest -> (its table, its columns; the first is the table's key)

@@ -27,6 +27,8 @@ def _client_values(requests: pd.DataFrame) -> dict[str, float]:
         "vllm:generation_tokens_total": float(measured["output_tokens"].fillna(0).sum()),
         "vllm:prompt_tokens_total": float(measured["prompt_tokens"].fillna(0).sum()),
         "vllm:request_success_total": float((measured["status"] == "completed").sum()),
+        "prompt_unknown": float(((measured["status"] == "completed")
+                                 & measured["prompt_tokens"].isna()).sum()),
     }
 
 
@@ -37,13 +39,14 @@ _CLIENT_VALUES_SQL = """
 SELECT r.window_id,
        sum(coalesce(r.output_tokens, 0))::DOUBLE AS generation,
        sum(coalesce(r.prompt_tokens, 0))::DOUBLE AS prompt,
-       count_if(r.status = 'completed')::DOUBLE AS success
+       count_if(r.status = 'completed')::DOUBLE AS success,
+       count_if(r.status = 'completed' AND r.prompt_tokens IS NULL)::DOUBLE AS prompt_unknown
 FROM request_records AS r
 JOIN windows AS w USING (window_id)
 WHERE w.run_id = ? AND NOT r.is_warmup
 GROUP BY r.window_id
 """
-_NO_REQUESTS = dict.fromkeys(COUNTERS, 0.0)
+_NO_REQUESTS = {**dict.fromkeys(COUNTERS, 0.0), "prompt_unknown": 0.0}
 
 
 def _server_delta(metrics: pd.DataFrame, counter: str) -> float | None:
@@ -79,8 +82,13 @@ def _reconcile(window: pd.Series, client: dict[str, float],
         base = {"window_id": window["window_id"], "run_id": window["run_id"],
                 "counter": counter, "client_value": value, "server_delta": server,
                 "tolerance": tolerance}
-        if server is None:
-            why = ("the server exposes no such counter" if scraped
+        # A server without usage (its output tokens counted from logprobs or its
+        # tokenizer) gives no prompt count: nothing to hold its counter against.
+        no_prompts = counter == "vllm:prompt_tokens_total" and client.get("prompt_unknown")
+        if server is None or no_prompts:
+            why = (f"{client['prompt_unknown']:g} completed measured requests reported no "
+                   "usage.prompt_tokens, so the client has no prompt count" if no_prompts
+                   else "the server exposes no such counter" if scraped
                    else "no /metrics scrape before and after the window")
             rows.append({**base, "relative_error": None, "status": "no counter",
                          "detail": f"{counter}: not reconciled ({why})"})
@@ -105,8 +113,9 @@ def reconcile_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     windows = con.execute("SELECT * FROM windows WHERE run_id = ?", [run_id]).df()
     client = {window_id: {"vllm:generation_tokens_total": generation,
                           "vllm:prompt_tokens_total": prompt,
-                          "vllm:request_success_total": success}
-              for window_id, generation, prompt, success
+                          "vllm:request_success_total": success,
+                          "prompt_unknown": prompt_unknown}
+              for window_id, generation, prompt, success, prompt_unknown
               in con.execute(_CLIENT_VALUES_SQL, [run_id]).fetchall()}
     metrics = con.execute(
         "SELECT m.window_id, m.phase, m.name, m.labels, m.value FROM server_metrics m "

@@ -50,6 +50,17 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         parse = protocol.parse_chat if chat else protocol.parse_completion
         return await _serve(engine, parse(body, config))
 
+    async def tokenize(request: Request) -> Response:
+        """vLLM's and llama.cpp's /tokenize, llama-cpp-python's /extras/tokenize."""
+        require_ready()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"invalid JSON body: {exc}") from exc
+        extras = request.url.path == "/extras/tokenize"
+        tokens = protocol.tokenize_request(body, config, extras)
+        return JSONResponse(protocol.tokenize_response(tokens, config, extras))
+
     async def health(_request: Request) -> Response:
         ready = time.monotonic() >= ready_at[0]
         return Response(status_code=200 if ready else 503)
@@ -78,6 +89,8 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         Route("/v1/chat/completions", completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/extras/tokenize", tokenize, methods=["POST"]),
         Route("/health", health),
         Route("/version", version),
         Route("/metrics", metrics),
@@ -92,7 +105,7 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
 async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
     request = engine.submit(parsed.prompt, parsed.max_tokens, parsed.temperature,
                             ignore_eos=parsed.ignore_eos, tokens=parsed.tokens)
-    builder = ResponseBuilder(parsed.chat, engine.config.model)
+    builder = ResponseBuilder(parsed.chat, engine.config.model, parsed.logprobs)
     if parsed.stream:
         events = _stream_events(engine, request, parsed, builder)
         return StreamingResponse(events, media_type="text/event-stream")
@@ -106,7 +119,8 @@ async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
     usage = protocol.usage_body(request.prompt_tokens, request.generated,
                                 request.cached_tokens)
     body = builder.full_response("".join(c.text for c in chunks), chunks[-1].finish_reason,
-                                 usage if engine.config.usage else None)
+                                 usage if engine.config.usage else None,
+                                 tuple(piece for c in chunks for piece in c.pieces))
     return JSONResponse(body)
 
 
@@ -121,10 +135,10 @@ async def _stream_events(engine: Engine, request: SimRequest, parsed: ParsedRequ
             if first and parsed.chat:
                 yield sse(builder.role_event())
             first = False
-            yield sse(builder.content_event(chunk.text, chunk.finish_reason))
+            yield sse(builder.content_event(chunk.text, chunk.finish_reason, chunk.pieces))
         if request.aborted:
             return
-        if parsed.include_usage and engine.config.usage:
+        if parsed.include_usage and engine.config.usage and engine.config.stream_usage:
             yield sse(builder.usage_event(request.prompt_tokens, request.generated,
                                           request.cached_tokens))
         yield sse("[DONE]")

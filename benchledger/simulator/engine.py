@@ -116,6 +116,9 @@ class Chunk:
     tokens: int
     accepted: int  # draft tokens accepted (and delivered) in this step
     finish_reason: str | None = None  # "length"/"stop" on the request's last chunk
+    # The text of each token, in order ("".join(pieces) == text): streamed logprobs list
+    # one entry per token, several per chunk under speculation.
+    pieces: tuple[str, ...] = ()
 
 
 class SimRequest:
@@ -168,10 +171,10 @@ class SimRequest:
         n = 1 + accepted
         self.generated += n
         self.steps += 1
-        text = "".join(self._text_rng.choice(self._vocab) for _ in range(n))
+        pieces = tuple(self._text_rng.choice(self._vocab) for _ in range(n))
         if self.generated >= self.limit:
             self.finish_reason = self._final_reason
-        chunk = Chunk(text, n, accepted, self.finish_reason)
+        chunk = Chunk("".join(pieces), n, accepted, self.finish_reason, pieces)
         self._queue.put_nowait(chunk)
         return chunk
 

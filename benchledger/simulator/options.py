@@ -115,6 +115,10 @@ class SimConfig:
     usage: bool = setting(
         True, "never report usage (models a server without usage reporting)", sweep=True,
         flag="--no-usage")
+    stream_usage: bool = setting(
+        True, "ignore stream_options.include_usage: streams never carry usage, while "
+              "non-streamed answers still do (models llama-cpp-python's server; --no-usage "
+              "turns both off)", sweep=True, flag="--no-stream-usage")
     max_model_len: int = setting(
         65536, "context length: prompt plus max_tokens must fit (room for a 32K-token "
                "prompt plus a long answer)", ge=2)

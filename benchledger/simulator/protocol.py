@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,8 @@ CHAT_END = "<|im_end|>"
 CHAT_NEWLINE = "<|nl|>"
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_TEMPERATURE = 1.0
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
+VOCAB_SIZE = 151_936  # token ids are a hash of the token's text into this range
 
 
 class ApiError(Exception):
@@ -56,6 +59,9 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool
+    # Streamed/returned logprobs: None when not asked for, else the number of top
+    # alternatives per token (chat: top_logprobs; completions: the logprobs integer).
+    logprobs: int | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -70,7 +76,23 @@ def parse_chat(body: Any, config: SimConfig) -> ParsedRequest:
     contents = [_message_text(m) for m in messages]
     tokens = render_chat([m["role"] for m in messages], contents)
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    return _finish_parse(body, config, True, "\n".join(contents), tokens, max_tokens)
+    return _finish_parse(body, config, True, "\n".join(contents), tokens, max_tokens,
+                         _chat_logprobs(body))
+
+
+def _chat_logprobs(body: dict[str, Any]) -> int | None:
+    """Chat: `logprobs` (a boolean) asks for them, `top_logprobs` for alternatives."""
+    wanted = _bool_field(body, "logprobs")
+    top = body.get("top_logprobs")
+    if top is not None and not wanted:
+        raise ApiError(400, "when using `top_logprobs`, `logprobs` must be set to true")
+    return _logprobs_count(top if top is not None else 0, "top_logprobs") if wanted else None
+
+
+def _logprobs_count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOGPROBS:
+        raise ApiError(400, f"'{name}' must be an integer between 0 and {MAX_LOGPROBS}")
+    return value
 
 
 def render_chat(roles: list[str], contents: list[str]) -> list[str]:
@@ -107,8 +129,11 @@ def parse_completion(body: Any, config: SimConfig) -> ParsedRequest:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise ApiError(400, "'prompt' must be a string (a single prompt)")
+    # Completions: `logprobs` is an integer (alternatives per token), null for none.
+    logprobs = body.get("logprobs")
     return _finish_parse(body, config, False, prompt, tokenize(prompt),
-                         body.get("max_tokens"))
+                         body.get("max_tokens"),
+                         None if logprobs is None else _logprobs_count(logprobs, "logprobs"))
 
 
 def _common_checks(body: Any, config: SimConfig) -> dict[str, Any]:
@@ -138,7 +163,7 @@ def _message_text(message: Any) -> str:
 
 
 def _finish_parse(body: dict[str, Any], config: SimConfig, chat: bool, prompt: str,
-                  tokens: list[str], max_tokens: Any) -> ParsedRequest:
+                  tokens: list[str], max_tokens: Any, logprobs: int | None) -> ParsedRequest:
     prompt_tokens = len(tokens)
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
@@ -164,7 +189,7 @@ def _finish_parse(body: dict[str, Any], config: SimConfig, chat: bool, prompt: s
         raise ApiError(400, "'stream_options' must be an object")
     include_usage = _bool_field(options or {}, "include_usage")
     return ParsedRequest(chat, prompt, tuple(tokens), max_tokens, float(temperature), stream,
-                         include_usage, ignore_eos)
+                         include_usage, ignore_eos, logprobs)
 
 
 def _bool_field(body: dict[str, Any], name: str) -> bool:
@@ -187,11 +212,13 @@ def usage_body(prompt_tokens: int, completion_tokens: int,
 class ResponseBuilder:
     """Builds the bodies of one response (one id and creation time for all its events)."""
 
-    def __init__(self, chat: bool, model: str) -> None:
+    def __init__(self, chat: bool, model: str, logprobs: int | None = None) -> None:
         self.chat = chat
         self.model = model
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
+        self.logprobs = logprobs  # None: not asked for (every "logprobs" is null)
+        self._text_offset = 0  # completions: where the next token starts in the output
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -203,16 +230,35 @@ class ResponseBuilder:
                   "finish_reason": None}
         return self._envelope("chat.completion.chunk", [choice])
 
-    def content_event(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+    def content_event(self, text: str, finish_reason: str | None,
+                      pieces: tuple[str, ...] = ()) -> dict[str, Any]:
+        """One step's output; `pieces` are its tokens (listed in logprobs when asked for)."""
+        logprobs = self.logprobs_of(pieces)
         if self.chat:
             choice: dict[str, Any] = {"index": 0, "delta": {"content": text},
-                                      "logprobs": None, "finish_reason": finish_reason}
+                                      "logprobs": logprobs, "finish_reason": finish_reason}
             if finish_reason is not None:
                 choice["stop_reason"] = None
             return self._envelope("chat.completion.chunk", [choice])
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                  "stop_reason": None}
+        choice = {"index": 0, "text": text, "logprobs": logprobs,
+                  "finish_reason": finish_reason, "stop_reason": None}
         return {**self._envelope("text_completion", [choice]), "usage": None}
+
+    def logprobs_of(self, pieces: tuple[str, ...]) -> dict[str, Any] | None:
+        """The logprobs of these tokens, one entry per token, as vLLM writes them: chat
+        `{"content": [{token, logprob, bytes, top_logprobs}]}`, completions `{"tokens",
+        "token_logprobs", "top_logprobs", "text_offset"}`; None when not asked for."""
+        if self.logprobs is None:
+            return None
+        if self.chat:
+            return {"content": [_chat_logprob(piece, self.logprobs) for piece in pieces]}
+        offsets = []
+        for piece in pieces:
+            offsets.append(self._text_offset)
+            self._text_offset += len(piece)
+        return {"text_offset": offsets, "token_logprobs": [pretend_logprob(p) for p in pieces],
+                "tokens": list(pieces),
+                "top_logprobs": [{p: pretend_logprob(p)} for p in pieces]}
 
     def usage_event(self, prompt_tokens: int, completion_tokens: int,
                     cached_tokens: int = 0) -> dict[str, Any]:
@@ -220,20 +266,87 @@ class ResponseBuilder:
         usage = usage_body(prompt_tokens, completion_tokens, cached_tokens)
         return {**self._envelope(obj, []), "usage": usage}
 
-    def full_response(self, text: str, finish_reason: str,
-                      usage: dict[str, Any] | None) -> dict[str, Any]:
+    def full_response(self, text: str, finish_reason: str, usage: dict[str, Any] | None,
+                      pieces: tuple[str, ...] = ()) -> dict[str, Any]:
         """Non-streaming body; `usage` None (server without usage reporting) omits it."""
+        logprobs = self.logprobs_of(pieces)
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
+                      "logprobs": logprobs, "finish_reason": finish_reason,
+                      "stop_reason": None}
             body = self._envelope("chat.completion", [choice])
         else:
-            choice = {"index": 0, "text": text, "logprobs": None,
+            choice = {"index": 0, "text": text, "logprobs": logprobs,
                       "finish_reason": finish_reason, "stop_reason": None}
             body = self._envelope("text_completion", [choice])
         if usage is not None:
             body["usage"] = usage
         return body
+
+
+def pretend_logprob(token: str) -> float:
+    """A made-up but stable log probability of a token (nothing here samples by it)."""
+    return -round((zlib.crc32(token.encode()) % 2000) / 1000, 3)
+
+
+def token_id(token: str) -> int:
+    """A made-up but stable id of a token's text (the simulator has no vocabulary file)."""
+    return zlib.crc32(token.encode()) % VOCAB_SIZE
+
+
+def _chat_logprob(token: str, top: int) -> dict[str, Any]:
+    """OpenAI's ChatCompletionTokenLogprob; the alternatives are the token itself (the
+    simulator knows no others), as many as asked for, at most one."""
+    entry = {"token": token, "logprob": pretend_logprob(token),
+             "bytes": list(token.encode())}
+    return {**entry, "top_logprobs": [entry] if top else []}
+
+
+# --- tokenizer endpoints ----------------------------------------------------------------
+
+
+def tokenize_request(body: Any, config: SimConfig, extras: bool) -> list[str]:
+    """The tokens a tokenize request asks for, as each server reads its body:
+
+    - vLLM `POST /tokenize`: `{"prompt": text}` or `{"messages": [...]}` (the rendered chat
+      prompt), `add_special_tokens` (default true) puts the BOS token in front;
+    - llama.cpp's server `POST /tokenize`: `{"content": text}`, `add_special` (default false);
+    - llama-cpp-python `POST /extras/tokenize` (`extras`): `{"input": text}`, always with BOS
+      (its Llama.tokenize adds it).
+    """
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    _common_checks({"model": body.get("model")}, config)
+    if extras:
+        return [CHAT_BOS, *tokenize(_text_field(body, "input"))]
+    if "messages" in body:
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "'messages' must be a non-empty list")
+        contents = [_message_text(m) for m in messages]
+        return render_chat([m["role"] for m in messages], contents)
+    if "prompt" in body:  # vLLM
+        bos = _bool_field(body, "add_special_tokens") if "add_special_tokens" in body else True
+        return [CHAT_BOS] * bos + tokenize(_text_field(body, "prompt"))
+    bos = _bool_field(body, "add_special")  # llama.cpp's server
+    return [CHAT_BOS] * bos + tokenize(_text_field(body, "content"))
+
+
+def _text_field(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise ApiError(400, f"'{name}' must be a string")
+    return value
+
+
+def tokenize_response(tokens: list[str], config: SimConfig, extras: bool) -> dict[str, Any]:
+    """vLLM's answer (`count`, `max_model_len`, `tokens`, `token_strs`), or llama-cpp-python's
+    (`tokens` only) for /extras/tokenize."""
+    ids = [token_id(token) for token in tokens]
+    if extras:
+        return {"tokens": ids}
+    return {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids,
+            "token_strs": None}
 
 
 def sse(event: dict[str, Any] | str) -> bytes:

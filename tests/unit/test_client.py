@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from benchledger.client import Target, WindowSpec, measure_window
+from benchledger.client import Target, TokenCountUnavailable, WindowSpec, measure_window
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
 
@@ -56,10 +56,21 @@ def test_completions_endpoint_reads_text_field(scripted_server):
 
 def test_missing_usage_is_recorded_never_guessed(scripted_server):
     _, base = scripted_server
-    rows = measured(measure_window(Target(base, "no-usage"), spec()))
+    # Without a warm-up nothing tells in advance: each row says it has no count.
+    rows = measured(measure_window(Target(base, "no-usage"), spec(warmup=0)))
     assert len(rows) == 3
     assert all(r["token_source"] == "missing" and r["output_tokens"] is None for r in rows)
     assert all(r["chunks"] == 5 and r["status"] == "completed" for r in rows)
+
+
+def test_warmup_without_usage_stops_the_window_naming_the_options(scripted_server):
+    server, base = scripted_server
+    with pytest.raises(TokenCountUnavailable) as caught:
+        measure_window(Target(base, "no-usage"), spec(warmup=2))
+    message = str(caught.value)
+    assert "no usage for any of the 2 completed warm-up requests" in message
+    assert 'token_count = "logprobs"' in message and '"server_tokenizer"' in message
+    assert len(server.bodies) == 2  # the measured part never started
 
 
 def test_http_error_is_a_failed_row(scripted_server):

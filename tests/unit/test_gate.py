@@ -22,14 +22,15 @@ N_MEASURED = 15
 SUITE_RULES = {
     "restarts": ["restart_healthy", "clock_under_load"],
     "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
-                "prompt_tokens_reconcile", "finished_requests_reconcile"],
+                "prompt_tokens_reconcile", "finished_requests_reconcile",
+                "tokenizer_calibrated"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e",
-                          "usage_plausible"],
+                          "usage_plausible", "logprobs_match_usage"],
 }
 ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "latency_population_labelled", "rate_numerator_labelled",
-               "prefill_rate_cold_prompts", "evidence_labelled", "rate_denominator_stated",
-               "request_counts_balance", "server_log_kept_apart"]
+               "prefill_rate_cold_prompts", "entry_token_source_single", "evidence_labelled",
+               "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart"]
 COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
 
 
@@ -129,8 +130,8 @@ def test_missing_token_source_fails_only_that_window():
     results = run_gate(restarts, windows, requests)
     assert failures(results) == {("r1-w0", "token_source_is_usage")}
     observed = by_key(results)[("r1-w0", "token_source_is_usage")].observed
-    assert observed == ("expected token_source in ['usage'] on completed requests, "
-                        "found 15 of 15 completed rows 'missing'")
+    assert observed == ("expected token_source in ['usage', 'logprobs', 'server_tokenizer'] "
+                        "on completed requests, found 15 of 15 completed rows 'missing'")
 
 
 def test_null_token_source_is_not_silently_accepted():

@@ -159,6 +159,7 @@ def test_every_simulator_key_launches_the_same_command_as_before():
 SWEEP_KEYS = {
     "speculative": False, "num_speculative_tokens": 3, "step_ms": 4.0,
     "prefill_tok_s": 20000.0, "batch_penalty": 0.08, "speed_spread": 0.03, "usage": True,
+    "stream_usage": True,
     "acceptance_code": 0.8, "acceptance_prose": 0.45, "startup_delay_s": 0.0,
     "prefix_cache": True, "stall_every": 0, "stall_s": 600.0, "log_interval_s": 1.0,
     "low_clock_restarts": [], "metrics_generation_scale": 1.0,
@@ -191,6 +192,7 @@ def test_boolean_flags_keep_their_spellings():
     assert spellings["speculative"] == ["--speculative", "--no-speculative"]
     assert spellings["prefix_cache"] == ["--prefix-cache", "--no-prefix-cache"]
     assert spellings["usage"] == ["--no-usage"]
+    assert spellings["stream_usage"] == ["--no-stream-usage"]
     assert spellings["low_clock"] == ["--low-clock"]
 
 

@@ -12,6 +12,8 @@ SELECT d.window_id,
        sum(r.prompt_tokens) AS prompt_tokens_sum, count(r.prompt_tokens) AS prompt_tokens_n,
        sum(r.output_tokens) AS output_tokens_sum, count(r.output_tokens) AS output_tokens_n,
        sum(r.cached_tokens) AS cached_tokens_sum, count(r.cached_tokens) AS cached_tokens_n,
+       -- where the window's output token counts came from (one value when all agree)
+       string_agg(DISTINCT r.token_source, ', ' ORDER BY r.token_source) AS token_sources,
        -- The aggregate decode rate: tokens after each request's first, over the span from
        -- the earliest first token to the latest last token of the window's timed requests.
        min(r.t_first_ns) FILTER (WHERE r.t_last_ns IS NOT NULL) AS decode_start_ns,

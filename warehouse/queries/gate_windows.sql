@@ -2,7 +2,8 @@
 -- reconciliation (NULL error = not reconciled: no counter, or no scrape).
 SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        w.completed, w.failed, w.unresolved, w.drain_status, w.min_requests,
-       w.reconcile_tolerance,
+       w.reconcile_tolerance, w.token_count, w.calibration_rel_error,
+       w.calibration_detail,
        g.relative_error AS generation_error, g.detail AS generation_detail,
        p.relative_error AS prompt_error,     p.detail AS prompt_detail,
        s.relative_error AS success_error,    s.detail AS success_detail

@@ -17,6 +17,7 @@ WHERE NOT r.is_warmup AND r.status = 'completed'
           WHEN 'tpot_s' THEN r.tpot_s IS NOT NULL
           WHEN 'e2e_s' THEN r.e2e_s IS NOT NULL
           WHEN 'tokens_per_chunk' THEN r.tokens_per_chunk IS NOT NULL
+          WHEN 'itl_per_token_s' THEN r.itl_per_token_s IS NOT NULL
           ELSE l.request_metric IS NULL
       END
 UNION ALL
