@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from benchledger import __version__, lifecycle
+from benchledger import __version__, lifecycle, progress
 from benchledger.client import (
     Target,
     TokenCountUnavailable,
@@ -166,6 +166,12 @@ class RunLayout:
                       concurrency: int) -> Path:
         """Present while an attempt measures the window (not a .json: never a manifest)."""
         return self.slot_dir(arm, restart_index) / f"{workload}-c{concurrency}.started"
+
+    def window_progress(self, arm: str, restart_index: int, workload: str,
+                        concurrency: int) -> Path:
+        """The window's latest progress report (not a .json either: never a raw file)."""
+        return (self.slot_dir(arm, restart_index)
+                / f"{workload}-c{concurrency}{progress.FILE_SUFFIX}")
 
 
 def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict:
@@ -329,8 +335,14 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             calibration_requests=(plan.arm.calibration_requests
                                   if plan.arm.token_count == "server_tokenizer" else 0),
         )
-        result, observations, gone = _run_window(layout, arm_name, k, plan, server, target,
-                                                 spec)
+        progress_file = layout.window_progress(arm_name, k, workload_name, concurrency)
+        try:
+            result, observations, gone = _run_window(layout, arm_name, k, plan, server,
+                                                     target, spec,
+                                                     _progress_reports(progress_file, attempt))
+        except BaseException:
+            _remove_quietly(progress_file)  # no window to show as done
+            raise
         manifest = _write_window_recorded(layout, arm_name, k, workload_name,
                                           workload.prompts, plan.min_requests, result,
                                           observations, gone, api_key, attempt)
@@ -444,13 +456,16 @@ def _refuse_after_crash(layout: RunLayout, arm: str, k: int) -> None:
 
 
 def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: Target,
-                spec: WindowSpec) -> tuple[WindowResult, dict, str | None]:
+                spec: WindowSpec, reports: tuple = ()
+                ) -> tuple[WindowResult, dict, str | None]:
     """One window with its observers, then the check whether the server survived it:
     (result, observations, evidence of death or None). A window that raises instead of
     returning rows fails the restart, recorded."""
     observers = _observers(plan, server, target.api_key)
     try:
-        result = measure_window(target, spec, *observe_all(list(observers.values())))
+        # Positional, after on_start and on_stop: (on_progress, progress_interval_s) or ().
+        result = measure_window(target, spec, *observe_all(list(observers.values())),
+                                *reports)
     except TokenCountUnavailable as exc:
         # Said at once (the task log, then the terminal's failure line), not after a run
         # whose every entry would be blocked; a retry finds the same server, so says so too.
@@ -478,6 +493,30 @@ def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: 
     observations["server_after_window"] = {"checked_at": utc_now(), "alive": gone is None,
                                            "evidence": gone}
     return result, observations, gone
+
+
+def _progress_reports(path: Path, attempt: Attempt) -> tuple:
+    """measure_window's progress arguments for one window: (on_progress,
+    progress_interval_s), or () for none. Each snapshot becomes a line in the task log and
+    the window's progress file (replaced whole), which `benchledger run` shows. A file
+    that cannot be written is logged once and never fails the window;
+    BENCHLEDGER_PROGRESS_S=0 turns both off, and a bad value is said, then ignored (a
+    display setting never costs a measurement)."""
+    try:
+        every = progress.interval_s()
+    except ValueError as exc:
+        log.warning("%s; reporting every %g s instead", exc, progress.DEFAULT_INTERVAL_S)
+        every = progress.DEFAULT_INTERVAL_S
+    if every is None:
+        return ()
+
+    def report(snapshot: progress.Snapshot) -> None:
+        log.info("%s", progress.progress_line(snapshot))
+        write_json(path, {**snapshot.as_dict(), "attempt": attempt.number,
+                          "worker_hostname": attempt.worker_hostname,
+                          "updated_at": utc_now()})
+
+    return report, every
 
 
 def _write_window_recorded(layout: RunLayout, arm: str, k: int, workload: str,
