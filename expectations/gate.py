@@ -77,7 +77,6 @@ REQUEST_COLUMNS: tuple[str, ...] = (*_REQUIRED_COLUMNS["requests"],
                                     *_OPTIONAL_COLUMNS["requests"])
 
 
-
 @dataclass(frozen=True)
 class RuleResult:
     suite: str  # the rule's suite (benchledger.rules: Rule.suite)
@@ -235,9 +234,9 @@ def _calibration_verdicts(out: pd.DataFrame) -> pd.Series:
     error = _as_float(out["calibration_rel_error"])
     tolerance = _as_float(out["reconcile_tolerance"])
     with np.errstate(invalid="ignore"):
-        verdict = np.where(np.isnan(error), "no calibration",
-                           np.where(error <= tolerance, "within reconcile_tolerance",
-                                    "above reconcile_tolerance"))
+        verdict = np.select([np.isnan(error), np.isnan(tolerance), error <= tolerance],
+                            ["no calibration", "no reconcile_tolerance",
+                             "within reconcile_tolerance"], "above reconcile_tolerance")
     return pd.Series(verdict, index=out.index, dtype=object).where(counted)
 
 

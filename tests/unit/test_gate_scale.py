@@ -76,9 +76,12 @@ def share(values: list, bad: list, what: str) -> str:
 def reference_requests(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
     completed = [r for r in rows if r["status"] == "completed"]
     if rule == "token_source_is_usage":
-        bad = [r["token_source"] for r in completed if r["token_source"] != "usage"]
-        return (not bad, "token_source in ['usage'] on completed requests",
+        counted = ("usage", "logprobs", "server_tokenizer")
+        bad = [r["token_source"] for r in completed if r["token_source"] not in counted]
+        return (not bad, f"token_source in {list(counted)} on completed requests",
                 share([r["token_source"] for r in completed], bad, "completed rows"))
+    if rule == "logprobs_match_usage":
+        return reference_logprobs(completed)
     if rule == "temperature_is_zero":
         bad = [r["temperature"] for r in rows if null(r["temperature"]) or r["temperature"] != 0]
         return (not bad, "temperature == 0.0",
@@ -94,6 +97,19 @@ def reference_requests(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
                                   f"e2e_s {show(r['e2e_s'])})" for r in bad[:3])
         found += ", ..." if len(bad) > 3 else ""
     return not bad, "ttft_s <= e2e_s on completed requests", found
+
+
+def reference_logprobs(completed: list[dict]) -> tuple[bool, str, str]:
+    checked = [r for r in completed if r["token_source"] == "logprobs"
+               and not null(r.get("usage_output_tokens"))]
+    bad = [r for r in checked if r["output_tokens"] != r["usage_output_tokens"]]
+    found = f"{len(bad)} of {len(checked)} completed rows counted from logprobs with usage disagree"
+    if bad:
+        found += ": " + ", ".join(f"{r['request_id']} (logprobs {count(r['output_tokens'])}, "
+                                  f"usage {count(r['usage_output_tokens'])})" for r in bad[:3])
+        found += ", ..." if len(bad) > 3 else ""
+    return (not bad, "output_tokens (logprobs) == usage.completion_tokens on completed requests "
+                     "that have both", found)
 
 
 def usage_fault(r: dict) -> str | None:
@@ -174,12 +190,33 @@ def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
         return (all(r["completed"] >= r["min_requests"] for r in rows),
                 f"completed >= {join(r['min_requests'] for r in rows)}",
                 join(r["completed"] for r in rows))
+    if rule == "tokenizer_calibrated":
+        return reference_calibration(rows)
     prefix, counter = RECONCILED[rule]
     ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
              or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
     details = [r[f"{prefix}_detail"] for r in rows if isinstance(r[f"{prefix}_detail"], str)]
     return (ok, f"{counter} delta within {join(r['reconcile_tolerance'] for r in rows)} "
                 "(relative) of the client's count", "; ".join(details) or "not reconciled")
+
+
+def reference_calibration(rows: list[dict]) -> tuple[bool, str, str]:
+    tolerances = join(r["reconcile_tolerance"] for r in rows)
+    expected = (f"the server tokenizer's counts within {tolerances} (relative) of usage on "
+                "the calibration requests")
+    checked = [r for r in rows if r.get("token_count") == "server_tokenizer"]
+    if not checked:
+        return True, expected, ("rule not applicable (token_count "
+                                f"{join(r.get('token_count') for r in rows) or 'NULL'})")
+    verdicts = ["no calibration" if null(r["calibration_rel_error"])
+                else "no reconcile_tolerance" if null(r["reconcile_tolerance"])
+                else "within reconcile_tolerance"
+                if r["calibration_rel_error"] <= r["reconcile_tolerance"]
+                else "above reconcile_tolerance" for r in checked]
+    details = [r["calibration_detail"] if isinstance(r["calibration_detail"], str)
+               else "no detail" for r in checked]
+    found = "; ".join(f"{v}: {d}" for v, d in zip(verdicts, details, strict=True))
+    return all(v == "within reconcile_tolerance" for v in verdicts), expected, found
 
 
 def reference_restarts(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
@@ -247,9 +284,22 @@ def random_usage(rng: np.random.Generator, n: int, p_bad: float, *,
             "cached_tokens": cached}
 
 
+def random_calibration(rng: np.random.Generator, w: int) -> dict:
+    """A window's token_count and calibration: a few counted by the server's tokenizer,
+    calibrated within the tolerance, beyond it, or not at all."""
+    if w not in (1, 6, 10, 14):
+        return {"token_count": rng.choice(np.array(["usage", None], dtype=object)),
+                "calibration_rel_error": np.nan, "calibration_detail": None}
+    error = rng.choice([0.0, 0.004, 0.05, np.nan])
+    return {"token_count": "server_tokenizer", "calibration_rel_error": error,
+            "calibration_detail": None if np.isnan(error) else f"5 of 5 calibration requests: "
+                                                             f"{error:+.2%}"}
+
+
 def random_run(seed: int, *, object_strings: bool = False,
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(seed)
+    extra = np.random.default_rng(seed + 1000)  # issue #13's columns
     n_restarts = 5
     restarts = pd.DataFrame({
         "restart_id": [f"r{i}" for i in range(n_restarts)],
@@ -283,6 +333,13 @@ def random_run(seed: int, *, object_strings: bool = False,
         ttft[rng.random(n) < 0.01] = np.nan
         e2e[rng.random(n) < 0.01] = np.nan
         usage = random_usage(rng, n, p_bad, everything_absurd=w == 9)
+        # Issue #13, from its own generator (the draws above stay as they were): windows
+        # counted from logprobs, whose usage mostly agrees; elsewhere usage's own count.
+        usage["usage_output_tokens"] = usage["output_tokens"].copy()
+        if w in (3, 12):
+            token = np.where(token == "usage", "logprobs", token)
+            off = extra.random(n) < 0.05
+            usage["usage_output_tokens"][off] += extra.choice([1, -2, np.nan], off.sum())
         request_rows += [{"request_id": f"{window_id}-q{i}", "window_id": window_id,
                           "status": statuses[i], "token_source": token[i],
                           "temperature": temperature[i], "ttft_s": ttft[i], "e2e_s": e2e[i],
@@ -301,6 +358,7 @@ def random_run(seed: int, *, object_strings: bool = False,
             "success_error": np.nan,
             "generation_detail": None if np.isnan(error) else f"delta vs usage ({error:+.1%})",
             "prompt_detail": "prompt delta", "success_detail": None,
+            **random_calibration(extra, w),
         })
     windows = pd.DataFrame(window_rows)
     windows = pd.concat([windows, windows.iloc[[2]].assign(submitted=0)],
@@ -340,7 +398,10 @@ def test_reference_sees_the_troubles_it_was_given():
                     "'crashed'", "output_tokens 1000000000 above max_tokens 8",
                     "output_tokens -5 below 0", "prompt_tokens NULL", "cached_tokens 4000 above",
                     "output_tokens 2.5 not an integer", "max_tokens NULL",
-                    "prompt_tokens 1000000000 above 16777216"):
+                    "prompt_tokens 1000000000 above 16777216",
+                    # issue #13: logprobs against usage, tokenizer calibrations
+                    "with usage disagree: ", "above reconcile_tolerance: ",
+                    "no calibration: no detail"):
         assert trouble in text, trouble
 
 

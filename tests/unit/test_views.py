@@ -203,6 +203,20 @@ def test_views_moved_unchanged_from_the_old_migrations(file_sql):
         assert old_views[name] == file_sql[name], name
 
 
+def test_changed_views_keep_every_column_they_had(tmp_path):
+    """A view named in CHANGED_SINCE_MOVE gained columns; every column the old migrations
+    gave it is still there, in the same order, with the same type."""
+    raw = duckdb.connect()
+    build_old_warehouse(raw)
+    old = {name: raw.execute(f"DESCRIBE {name}").fetchall() for name in CHANGED_SINCE_MOVE}
+    raw.close()
+    with connect(tmp_path / "new.duckdb") as con:
+        for name, columns in old.items():
+            new = con.execute(f"DESCRIBE {name}").fetchall()
+            kept = [column[:2] for column in new if column[0] in {c[0] for c in columns}]
+            assert kept == [column[:2] for column in columns], name
+
+
 def test_read_only_connection_does_not_migrate(tmp_path, file_sql):
     path = tmp_path / "old.duckdb"
     with duckdb.connect(str(path)) as raw:
