@@ -62,6 +62,8 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         return JSONResponse(protocol.tokenize_response(tokens, config, extras))
 
     async def health(_request: Request) -> Response:
+        if not config.health:  # a server without a health endpoint (--no-health)
+            return Response(status_code=404)
         ready = time.monotonic() >= ready_at[0]
         return Response(status_code=200 if ready else 503)
 

@@ -21,12 +21,15 @@ import dataclasses
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 # When the launch command passes a setting's flag (see launch_flags):
 ALWAYS = "always"  # every time
 CHANGED = "changed"  # only when the sweep's value differs from the default
 # ... or the name of an earlier setting: whenever that one's flag is passed.
+
+# The servers whose /metrics names the simulator can export (see metrics.py).
+MetricsFamily = Literal["vllm", "sglang", "llamacpp", "tgi"]
 
 # Flag groups of --help: key -> (title, description).
 GROUPS = {
@@ -155,9 +158,19 @@ class SimConfig:
         494, "GPU 0's clock under load with --low-clock", gt=0, group="clocks")
     metrics_generation_scale: float = setting(
         1.0, "models a server whose counters disagree with what it delivered: /metrics "
-             "reports vllm:generation_tokens_total as the true count times F, rounded (1.10 "
-             "over-counts by 10%, 0.9 under-counts); usage and log lines stay true",
+             "reports its generation counter (vllm:generation_tokens_total, or that of the "
+             "metrics family) as the true count times F, rounded (1.10 over-counts by 10%, "
+             "0.9 under-counts); usage and log lines stay true",
         gt=0, sweep=True, metavar="F")
+    metrics_family: MetricsFamily = setting(
+        "vllm", "whose names /metrics exports, with that server's meaning: vllm, sglang, "
+                "llamacpp (llama.cpp's server: its prompt counter leaves out prefix-cache "
+                "hits, and it counts no finished requests) or tgi (token counts as "
+                "histogram sums)", sweep=True)
+    health: bool = setting(
+        True, "answer 404 at /health (models a server without a health endpoint, like "
+              "llama-cpp-python's: readiness must then come from /v1/models)", sweep=True,
+        flag="--no-health")
 
     def __post_init__(self) -> None:
         # Checks between settings; each field's own range comes from its Setting.
@@ -214,7 +227,14 @@ class Option:
             return (self.setting.flag,)
         return (plain, "--no-" + plain.removeprefix("--"))
 
+    @property
+    def choices(self) -> tuple[Any, ...] | None:
+        """The values a Literal-typed setting allows (None: any value of its type)."""
+        return typing.get_args(self.type) if typing.get_origin(self.type) is Literal else None
+
     def in_range(self, value: Any) -> bool:
+        if self.choices is not None:
+            return value in self.choices
         s = self.setting
         return ((s.ge is None or value >= s.ge) and (s.gt is None or value > s.gt)
                 and (s.le is None or value <= s.le))
@@ -256,9 +276,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             target.add_argument(option.flags[0], dest=option.name, action=action,
                                 default=option.default, help=help_text)
         else:
-            target.add_argument(option.flags[0], dest=option.name, type=option.type,
-                                default=option.default, metavar=s.metavar,
-                                help=help_text + " (default %(default)s)")
+            target.add_argument(option.flags[0], dest=option.name,
+                                type=str if option.choices else option.type,
+                                choices=option.choices, default=option.default,
+                                metavar=s.metavar, help=help_text + " (default %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:

@@ -73,6 +73,8 @@ stall_s = 2
 log_interval_s = 0.5
 low_clock_restarts = [0, 2]
 metrics_generation_scale = 0.9
+metrics_family = "llamacpp"
+health = false
 [[arms]]
 name = "stall-default-s"
 server = "simulator"
@@ -111,7 +113,8 @@ def _all_flags(low_clock: bool) -> list[str]:
             "--acceptance-code", "0.7", "--acceptance-prose", "0.3",
             "--startup-delay-s", "1.5", "--no-usage", "--no-prefix-cache",
             "--stall-every", "4", "--stall-s", "2.0", "--log-interval-s", "0.5",
-            *(["--low-clock"] if low_clock else []), "--metrics-generation-scale", "0.9"]
+            *(["--low-clock"] if low_clock else []), "--metrics-generation-scale", "0.9",
+            "--metrics-family", "llamacpp", "--no-health"]
 
 
 EVERY_KEY_ARGV = {
@@ -163,6 +166,7 @@ SWEEP_KEYS = {
     "acceptance_code": 0.8, "acceptance_prose": 0.45, "startup_delay_s": 0.0,
     "prefix_cache": True, "stall_every": 0, "stall_s": 600.0, "log_interval_s": 1.0,
     "low_clock_restarts": [], "metrics_generation_scale": 1.0,
+    "metrics_family": "vllm", "health": True,
 }
 
 
@@ -193,6 +197,7 @@ def test_boolean_flags_keep_their_spellings():
     assert spellings["prefix_cache"] == ["--prefix-cache", "--no-prefix-cache"]
     assert spellings["usage"] == ["--no-usage"]
     assert spellings["stream_usage"] == ["--no-stream-usage"]
+    assert spellings["health"] == ["--no-health"]
     assert spellings["low_clock"] == ["--low-clock"]
 
 
@@ -270,6 +275,8 @@ def test_simulator_table_rejects_unknown_keys_and_wrong_types_naming_the_key():
             ("stall_s = 0", "arms[0].simulator.stall_s: Input should be greater than 0"),
             ("metrics_generation_scale = 0", "arms[0].simulator.metrics_generation_scale: "
                                              "Input should be greater than 0"),
+            ('metrics_family = "ollama"', "arms[0].simulator.metrics_family: Input should "
+                                          "be 'vllm', 'sglang', 'llamacpp' or 'tgi'"),
             ("low_clock_restarts = [-1]",
              "arms[0].simulator.low_clock_restarts[0]: Input should be greater"),
             ("low_clock_restarts = 1",
