@@ -14,8 +14,10 @@ as written. A shell is used only when the command names one on purpose (`sh -c '
 
 Readiness waits while the answer means "not yet" (connection refused, 5xx, a timeout) and
 fails at once on a definite refusal (401/403, or 404 on every readiness path), naming the
-URL, the answer and how long it waited. A server with an API key (arms.api_key_env) gets
-it on every request benchledger sends; its value is never recorded.
+URL, the answer and how long it waited. A health path that answers 404 is followed by
+GET /v1/models (servers without /health); which of the two declared the server ready is
+returned (Readiness.probe) and recorded per restart. A server with an API key
+(arms.api_key_env) gets it on every request benchledger sends; its value is never recorded.
 """
 
 from __future__ import annotations
@@ -249,6 +251,16 @@ class Probe:
     detail: str  # the URL(s) asked and what each answered
     # It ran out of time only because the overall deadline came: says little of the server.
     cut_short: bool = False
+    path: str | None = None  # the path that answered 200 (state `ready` only)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How a server became ready: after how long, and which probe said so (the health
+    path, or /v1/models for a server without one); restart.json records both."""
+
+    waited_s: float
+    probe: str
 
 
 def _ask(url: str, headers: dict[str, str], deadline: float) -> tuple[int | None, str, bool]:
@@ -280,25 +292,27 @@ def probe_readiness(base_url: str, health_path: str, deadline: float,
     headers = auth_headers(api_key)
     details = []
     # dict.fromkeys: in order, once (a health_path of /v1/models is asked once)
-    for url in dict.fromkeys([_url(base_url, health_path), _url(base_url, FALLBACK_READY_PATH)]):
-        status, answer, cut = _ask(url, headers, deadline)
+    for path in dict.fromkeys([health_path, FALLBACK_READY_PATH]):
+        status, answer, cut = _ask(_url(base_url, path), headers, deadline)
         details.append(answer)
         detail = "; ".join(details)
         if status == 200:
-            return Probe("ready", detail)
+            return Probe("ready", detail, path=path)
         if status in (401, 403):
             return _auth_refused(detail, api_key_env, bool(api_key))
         if status != 404:
             return Probe("not_yet", detail, cut)
-    return Probe("refused", f"{detail}: no readiness path answers (set arms.health_path to "
-                            "the server's health endpoint)")
+    return Probe("refused", f"{detail}: no readiness path answers: neither the health path "
+                            f"{health_path} (arms.health_path) nor {FALLBACK_READY_PATH} "
+                            "exists on this server; set arms.health_path to its readiness "
+                            "endpoint")
 
 
 def wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
-               api_key: str | None = None, api_key_env: str | None = None) -> float:
-    """Probe until ready (returns the seconds waited); raise ServerNotReady when the
-    process ends, on a definite refusal (at once) or after `timeout_s` (every probe is
-    bounded by what is left of it)."""
+               api_key: str | None = None, api_key_env: str | None = None) -> Readiness:
+    """Probe until ready (returns the seconds waited and the path that answered); raise
+    ServerNotReady when the process ends, on a definite refusal (at once) or after
+    `timeout_s` (every probe is bounded by what is left of it)."""
     url = _url(handle.base_url, health_path)
     started = time.monotonic()
     deadline = started + timeout_s
@@ -313,7 +327,7 @@ def wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
             break
         probe = probe_readiness(handle.base_url, health_path, deadline, api_key, api_key_env)
         if probe.state == "ready":
-            return time.monotonic() - started
+            return Readiness(time.monotonic() - started, probe.path or health_path)
         if probe.state == "refused":
             raise ServerNotReady(
                 f"{redact(probe.detail, api_key)} (after {time.monotonic() - started:.1f} s; "

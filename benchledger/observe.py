@@ -12,6 +12,10 @@ Three observers bracket the measured window (warm-up stays outside):
 
 Observers never raise into the measurement: what failed is recorded in their result, and
 every wait is bounded (bounded_get for HTTP, a timeout on nvidia-smi, a join timeout).
+
+Once a server is ready, `server_family` says whose counters its /metrics carries (vLLM,
+SGLang, llama.cpp's server or TGI, by their metric-name prefixes), unless the arm says so
+itself (arms.server_family); the warehouse reconciles that family's own counters.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchledger.sweep import SERVER_FAMILIES
+
 LOG_SLICE_LIMIT = 4_000_000  # bytes of server log kept per window
 METRICS_LIMIT = 16_000_000  # bytes of one /metrics answer kept (vLLM's is ~100 kB)
 METRICS_TIMEOUT_S = 10.0
@@ -38,6 +44,10 @@ NVIDIA_SMI_TIMEOUT_S = 10.0
 MAX_RECORDED_ERRORS = 20  # per observer and window: a broken clock must not grow the file
 NVIDIA_SMI_QUERY = ("index,clocks.sm,clocks.max.sm,pstate,clocks_throttle_reasons.active,"
                     "utilization.gpu")
+# How each server family names its /metrics (tests/fixtures/metrics/<family>.txt cite the
+# sources): vLLM "vllm:", SGLang "sglang:", llama.cpp's server "llamacpp:", TGI "tgi_".
+FAMILY_PREFIXES = dict(zip(SERVER_FAMILIES, ("vllm:", "sglang:", "llamacpp:", "tgi_"),
+                           strict=True))
 
 
 def _now() -> str:
@@ -154,6 +164,43 @@ class MetricsScrape:
 
     def stop(self) -> None:
         self._fetch("after")
+
+
+def families_named(text: str) -> list[str]:
+    """The server families whose metric-name prefix appears in a Prometheus text page
+    (families without samples count: SGLang declares its counters before any request)."""
+    names = [family.name for family in text_string_to_metric_families(text)]
+    return [family for family, prefix in FAMILY_PREFIXES.items()
+            if any(name.startswith(prefix) for name in names)]
+
+
+def detect_family(url: str, headers: dict[str, str] | None = None,
+                  timeout_s: float = METRICS_TIMEOUT_S) -> tuple[str | None, str]:
+    """Whose counters the /metrics at `url` carries: (family or None, how that was found
+    or why not). Never raises: a server without /metrics is simply of no known family."""
+    try:
+        answer = bounded_get(url, timeout_s, headers, METRICS_LIMIT)
+    except Exception as exc:
+        return None, f"{url}: {error_text(exc)}"
+    problem = _metrics_problem(answer)
+    if problem:
+        return None, f"{url}: {problem}"
+    found = families_named(answer.text)
+    if len(found) == 1:
+        return found[0], f"{url}: {FAMILY_PREFIXES[found[0]]}* metric names"
+    if found:
+        return None, (f"{url}: metric names of several families ({', '.join(found)}); set "
+                      "arms.server_family")
+    return None, (f"{url}: no metric name of a known family "
+                  f"({', '.join(p + '*' for p in FAMILY_PREFIXES.values())})")
+
+
+def server_family(declared: str, url: str, headers: dict[str, str] | None = None
+                  ) -> tuple[str | None, str]:
+    """The arm's own arms.server_family, or (for "auto") the family its /metrics names."""
+    if declared != "auto":
+        return declared, "arms.server_family"
+    return detect_family(url, headers)
 
 
 class LogSlice:

@@ -48,7 +48,14 @@ from benchledger.client import (
     WindowSpec,
     measure_window,
 )
-from benchledger.observe import ClockSampler, LogSlice, MetricsScrape, observe_all, same_origin
+from benchledger.observe import (
+    ClockSampler,
+    LogSlice,
+    MetricsScrape,
+    observe_all,
+    same_origin,
+    server_family,
+)
 from benchledger.prompts import load_prompt_set
 from benchledger.records import file_sha256, requests_table
 from benchledger.sweep import Arm, Sweep, load_sweep, sweep_sha256
@@ -277,22 +284,27 @@ def _handle_of(manifest: dict, pid: int) -> lifecycle.ServerHandle:
 
 
 def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, handle: dict) -> dict:
-    """Wait until healthy, then record version and effective config."""
+    """Wait until healthy, then record version, effective config, which probe declared
+    the server ready and whose counters its /metrics carries (its server family)."""
     plan = sweep.arm(arm_name)
     server = lifecycle.ServerHandle.from_dict(handle)
     api_key = _api_key(layout, plan.arm, k)
     try:
-        waited = lifecycle.wait_ready(server, plan.arm.health_path, plan.ready_timeout_s,
-                                      api_key, plan.arm.api_key_env)
+        ready = lifecycle.wait_ready(server, plan.arm.health_path, plan.ready_timeout_s,
+                                     api_key, plan.arm.api_key_env)
     except lifecycle.ServerNotReady as exc:
         _update_restart(layout, arm_name, k, status="failed", error=str(exc))
         raise
     config = lifecycle.describe(server, plan.arm, api_key)
+    family, family_source = server_family(
+        plan.arm.server_family, server.base_url.rstrip("/") + plan.arm.metrics_path,
+        lifecycle.auth_headers(api_key))
     return _update_restart(
         layout, arm_name, k, status="external" if plan.arm.server == "external" else "ok",
-        ready_at=utc_now(), ready_after_s=waited, effective_config=config,
-        effective_config_sha256=lifecycle.config_sha256(config),
-        server_version=lifecycle.server_version(config),
+        ready_at=utc_now(), ready_after_s=ready.waited_s, ready_probe=ready.probe,
+        effective_config=config, effective_config_sha256=lifecycle.config_sha256(config),
+        server_version=lifecycle.server_version(config), server_family=family,
+        server_family_source=lifecycle.redact(family_source, api_key),
     )
 
 

@@ -56,6 +56,9 @@ MAX_RETRY_DELAY_S = 3600.0
 
 
 BUILTIN_PROMPT_SETS = ("code", "prose")
+# Servers whose /metrics names benchledger knows (arms.server_family; benchledger.observe
+# recognises them, benchledger.warehouse.reconcile knows their counters).
+SERVER_FAMILIES = ("vllm", "sglang", "llamacpp", "tgi")
 
 
 class SweepError(ValueError):
@@ -179,6 +182,10 @@ class Arm(_PerArmKeys):
     base_url: URL | None = None  # server = "external" (required) or "command" (default loopback)
     health_path: URLPath = "/health"
     metrics_path: URLPath = "/metrics"
+    # Whose counter names /metrics carries (vLLM, SGLang, llama.cpp's server, TGI): "auto"
+    # recognises them from the names when the server is ready; reconciliation then checks
+    # that family's own counters (warehouse/reconcile.py).
+    server_family: Literal["auto", *SERVER_FAMILIES] = "auto"  # type: ignore[valid-type]
     node: Text = "local"
     # The NAME of an environment variable holding the server's API key (sent as
     # `Authorization: Bearer <value>`). Read when the run starts; the value itself is

@@ -34,7 +34,8 @@ RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "serv
                    "single_instance", "status", "error", "base_url", "pid", "command",
                    "log_path", "effective_config", "effective_config_sha256",
                    "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
-                   "requested_node", "worker_hostname", "interrupted_windows")
+                   "requested_node", "worker_hostname", "interrupted_windows",
+                   "ready_probe", "server_family")
 WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
                   "concurrency", "submitted", "completed", "failed", "unresolved",
                   "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",

@@ -1,34 +1,100 @@
 """Reconcile what the client received with the server's own counters, per window (T3).
 
 The before/after scrapes bracket the measured window only (warm-up is outside), so a
-counter's delta must equal the client's usage sum within the sweep's tolerance. When a
+counter's delta must equal the client's count within the sweep's tolerance. When a
 window had failed or unresolved requests the server also counted work whose usage the
 client never saw, so then the client's count is only a lower bound of the delta.
+
+Each server family names its counters differently and counts slightly different things
+(FAMILY_COUNTERS; tests/fixtures/metrics/<family>.txt say where each name comes from). A
+window is checked against the counters of its restart's family (restarts.server_family:
+the arm's server_family, or what /metrics named when the server was ready). A restart
+without one (raw files from before, or no family recognised then) takes the family whose
+counters the window's own scrapes show, else vLLM's names. A family that has no counter for
+a quantity (llama.cpp's server counts no finished requests) gets no row for it: there is
+nothing it could have said.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import duckdb
 import pandas as pd
 
-# server counter -> (client column it is checked against, how to sum it)
-COUNTERS = {
-    "vllm:generation_tokens_total": "delivered output tokens (usage.completion_tokens)",
-    "vllm:prompt_tokens_total": "prompt tokens (usage.prompt_tokens)",
-    "vllm:request_success_total": "completed requests",
+# What a window is reconciled on, whatever a family calls its counter: one *_reconcile rule
+# each (benchledger.rules), reconciliations.quantity.
+QUANTITIES = ("generation_tokens", "prompt_tokens", "finished_requests")
+# (the name warehouse/derive.py counts a never-reconciled window's missing checks with)
+COUNTERS = QUANTITIES
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One server counter and the client count it must equal."""
+
+    name: str  # the sample name as the warehouse stores it (prometheus_client's parser)
+    client: str  # the client count it is checked against (a key of _client_values)
+    meaning: str  # that client count in words, for the detail
+    left_out: tuple[str, str] | None = None  # a label value whose samples do not count
+
+
+OUTPUT = "delivered output tokens (usage.completion_tokens)"
+PROMPT = "prompt tokens (usage.prompt_tokens)"
+COMPLETED = "completed requests"
+FAMILY_COUNTERS: dict[str, dict[str, Counter]] = {
+    "vllm": {
+        "generation_tokens": Counter("vllm:generation_tokens_total", "output_tokens", OUTPUT),
+        "prompt_tokens": Counter("vllm:prompt_tokens_total", "prompt_tokens", PROMPT),
+        # aborted requests are not successes
+        "finished_requests": Counter("vllm:request_success_total", "completed", COMPLETED,
+                                     left_out=("finished_reason", "abort")),
+    },
+    # Counted once per finished request, from the same numbers its usage reports.
+    "sglang": {
+        "generation_tokens": Counter("sglang:generation_tokens_total", "output_tokens",
+                                     OUTPUT),
+        "prompt_tokens": Counter("sglang:prompt_tokens_total", "prompt_tokens", PROMPT),
+        "finished_requests": Counter("sglang:num_requests_total", "completed", COMPLETED),
+    },
+    # llama.cpp's server counts the prompt tokens it evaluated: its prompt cache's hits are
+    # not in llamacpp:prompt_tokens_total. It has no finished-request counter.
+    "llamacpp": {
+        "generation_tokens": Counter("llamacpp:tokens_predicted_total", "output_tokens",
+                                     OUTPUT),
+        "prompt_tokens": Counter("llamacpp:prompt_tokens_total", "uncached_prompt_tokens",
+                                 "prompt tokens the server evaluated (usage.prompt_tokens "
+                                 "minus usage.prompt_tokens_details.cached_tokens)"),
+    },
+    # TGI has no token counters, but the sums of its per-request histograms only grow.
+    # It exports the counter as tgi_request_success; the parser stores it with _total.
+    "tgi": {
+        "generation_tokens": Counter("tgi_request_generated_tokens_sum", "output_tokens",
+                                     OUTPUT),
+        "prompt_tokens": Counter("tgi_request_input_length_sum", "prompt_tokens", PROMPT),
+        "finished_requests": Counter("tgi_request_success_total", "completed", COMPLETED),
+    },
 }
+# Windows whose family is unknown are read with the names this project always checked.
+DEFAULT_FAMILY = "vllm"
+COUNTER_NAMES = [c.name for counters in FAMILY_COUNTERS.values() for c in counters.values()]
+COLUMNS = ["window_id", "run_id", "counter", "client_value", "server_delta", "relative_error",
+           "tolerance", "status", "detail", "quantity"]
 
 
 def _client_values(requests: pd.DataFrame) -> dict[str, float]:
     measured = requests[~requests["is_warmup"].astype(bool)]
+    prompt = measured["prompt_tokens"]
+    cached = (measured["cached_tokens"] if "cached_tokens" in measured
+              else pd.Series(float("nan"), index=measured.index))
     return {
-        "vllm:generation_tokens_total": float(measured["output_tokens"].fillna(0).sum()),
-        "vllm:prompt_tokens_total": float(measured["prompt_tokens"].fillna(0).sum()),
-        "vllm:request_success_total": float((measured["status"] == "completed").sum()),
-        "prompt_unknown": float(((measured["status"] == "completed")
-                                 & measured["prompt_tokens"].isna()).sum()),
+        "output_tokens": float(measured["output_tokens"].fillna(0).sum()),
+        "prompt_tokens": float(prompt.fillna(0).sum()),
+        "uncached_prompt_tokens": float((prompt.fillna(0) - cached.fillna(0)).sum()),
+        "completed": float((measured["status"] == "completed").sum()),
+        "cached_unknown": float((prompt.notna() & cached.isna()).sum()),
+        "prompt_unknown": float(((measured["status"] == "completed") & prompt.isna()).sum()),
     }
 
 
@@ -37,23 +103,41 @@ def _client_values(requests: pd.DataFrame) -> dict[str, float]:
 # (Token counts are integers: the sums are exact either way below 2^53.)
 _CLIENT_VALUES_SQL = """
 SELECT r.window_id,
-       sum(coalesce(r.output_tokens, 0))::DOUBLE AS generation,
-       sum(coalesce(r.prompt_tokens, 0))::DOUBLE AS prompt,
-       count_if(r.status = 'completed')::DOUBLE AS success,
+       sum(coalesce(r.output_tokens, 0))::DOUBLE AS output_tokens,
+       sum(coalesce(r.prompt_tokens, 0))::DOUBLE AS prompt_tokens,
+       sum(coalesce(r.prompt_tokens, 0) - coalesce(r.cached_tokens, 0))::DOUBLE
+           AS uncached_prompt_tokens,
+       count_if(r.status = 'completed')::DOUBLE AS completed,
+       count_if(r.prompt_tokens IS NOT NULL AND r.cached_tokens IS NULL)::DOUBLE
+           AS cached_unknown,
        count_if(r.status = 'completed' AND r.prompt_tokens IS NULL)::DOUBLE AS prompt_unknown
 FROM request_records AS r
 JOIN windows AS w USING (window_id)
 WHERE w.run_id = ? AND NOT r.is_warmup
 GROUP BY r.window_id
 """
-_NO_REQUESTS = {**dict.fromkeys(COUNTERS, 0.0), "prompt_unknown": 0.0}
+_NO_REQUESTS = dict.fromkeys(("output_tokens", "prompt_tokens", "uncached_prompt_tokens",
+                              "completed", "cached_unknown", "prompt_unknown"), 0.0)
 
 
-def _server_delta(metrics: pd.DataFrame, counter: str) -> float | None:
-    rows = metrics[metrics["name"] == counter]
-    if counter == "vllm:request_success_total":  # aborted requests are not successes
-        reasons = rows["labels"].map(lambda labels: json.loads(labels).get("finished_reason"))
-        rows = rows[reasons != "abort"]
+def window_family(recorded, metrics: pd.DataFrame) -> tuple[str, bool]:
+    """(the family whose counters check the window, whether it was known): the restart's
+    recorded family, else the one family whose counters the window's scrapes show, else
+    the default (not known)."""
+    if isinstance(recorded, str) and recorded in FAMILY_COUNTERS:
+        return recorded, True
+    names = set(metrics["name"])
+    seen = [family for family, counters in FAMILY_COUNTERS.items()
+            if any(c.name in names for c in counters.values())]
+    return (seen[0], True) if len(seen) == 1 else (DEFAULT_FAMILY, False)
+
+
+def _server_delta(metrics: pd.DataFrame, counter: Counter) -> float | None:
+    rows = metrics[metrics["name"] == counter.name]
+    if counter.left_out:
+        label, value = counter.left_out
+        found = rows["labels"].map(lambda labels: json.loads(labels).get(label))
+        rows = rows[found != value]
     if not (rows["phase"] == "after").any():
         return None  # a label set may first appear after the window; none at all: no counter
     after = rows.loc[rows["phase"] == "after", "value"].sum()
@@ -61,13 +145,16 @@ def _server_delta(metrics: pd.DataFrame, counter: str) -> float | None:
     return float(after - before)
 
 
-def reconcile_window(window: pd.Series, requests: pd.DataFrame,
-                     metrics: pd.DataFrame) -> list[dict]:
-    return _reconcile(window, _client_values(requests), metrics)
+def reconcile_window(window: pd.Series, requests: pd.DataFrame, metrics: pd.DataFrame,
+                     family: str | None = None) -> list[dict]:
+    """One window's reconciliations; `family` defaults to the window's server_family."""
+    return _reconcile(window, _client_values(requests), metrics,
+                      family or window.get("server_family"))
 
 
-def _reconcile(window: pd.Series, client: dict[str, float],
-               metrics: pd.DataFrame) -> list[dict]:
+def _reconcile(window: pd.Series, client: dict[str, float], metrics: pd.DataFrame,
+               recorded_family) -> list[dict]:
+    family, known = window_family(recorded_family, metrics)
     clean = window["failed"] == 0 and window["unresolved"] == 0
     tolerance = window.get("reconcile_tolerance")
     # A window row from pandas holds NaN for NULL, and error <= NaN is false: without a
@@ -76,22 +163,16 @@ def _reconcile(window: pd.Series, client: dict[str, float],
     # The scrape itself failing is recorded by the observer as a "metrics: ..." error.
     scraped = "metrics:" not in str(window.get("observation_errors") or "")
     rows = []
-    for counter, meaning in COUNTERS.items():
+    for quantity, counter in FAMILY_COUNTERS[family].items():
         server = _server_delta(metrics, counter) if scraped else None
-        value = client[counter]
+        value = client[counter.client]
         base = {"window_id": window["window_id"], "run_id": window["run_id"],
-                "counter": counter, "client_value": value, "server_delta": server,
-                "tolerance": tolerance}
-        # A server without usage (its output tokens counted from logprobs or its
-        # tokenizer) gives no prompt count: nothing to hold its counter against.
-        no_prompts = counter == "vllm:prompt_tokens_total" and client.get("prompt_unknown")
-        if server is None or no_prompts:
-            why = (f"{client['prompt_unknown']:g} completed measured requests reported no "
-                   "usage.prompt_tokens, so the client has no prompt count" if no_prompts
-                   else "the server exposes no such counter" if scraped
-                   else "no /metrics scrape before and after the window")
+                "counter": counter.name, "quantity": quantity, "client_value": value,
+                "server_delta": server, "tolerance": tolerance}
+        unchecked = _why_unchecked(counter, server, scraped, known, client)
+        if unchecked:
             rows.append({**base, "relative_error": None, "status": "no counter",
-                         "detail": f"{counter}: not reconciled ({why})"})
+                         "detail": f"{counter.name}: not reconciled ({unchecked})"})
             continue
         if clean:
             error = abs(server - value) / max(value, 1.0)
@@ -101,38 +182,62 @@ def _reconcile(window: pd.Series, client: dict[str, float],
             status = "lower bound"
         sign = (server - value) / max(value, 1.0)
         rows.append({**base, "relative_error": error, "status": status,
-                     "detail": f"{counter} delta {server:g} vs {meaning} {value:g} "
-                               f"({sign:+.1%})" + ("" if clean else
-                                                   "; failed/unresolved requests make the "
-                                                   "client count a lower bound")})
+                     "detail": f"{counter.name} delta {server:g} vs {counter.meaning} "
+                               f"{value:g} ({sign:+.1%})" + ("" if clean else
+                                                             "; failed/unresolved requests "
+                                                             "make the client count a lower "
+                                                             "bound")})
     return rows
+
+
+def _why_unchecked(counter: Counter, server: float | None, scraped: bool, known: bool,
+                   client: dict[str, float]) -> str | None:
+    """Why this counter cannot check the window, or None when it can."""
+    if not scraped:
+        return "no /metrics scrape before and after the window"
+    if server is None:
+        return "the server exposes no such counter" + (
+            "" if known else "; its /metrics names no known server family")
+    if counter.client in ("prompt_tokens", "uncached_prompt_tokens") \
+            and client.get("prompt_unknown"):
+        # A server without usage (its output tokens counted from logprobs or its
+        # tokenizer) gives no prompt count: nothing to hold its counter against.
+        return (f"{client['prompt_unknown']:g} completed measured requests reported no "
+                "usage.prompt_tokens, so the client has no prompt count")
+    if counter.client == "uncached_prompt_tokens" and client["cached_unknown"]:
+        return (f"it counts only the prompt tokens the server evaluated, and "
+                f"{client['cached_unknown']:g} measured requests reported no "
+                "usage.prompt_tokens_details.cached_tokens, so the client cannot know "
+                "that count")
+    return None
 
 
 def reconcile_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """Compute and store (replacing earlier results) the run's reconciliations."""
-    windows = con.execute("SELECT * FROM windows WHERE run_id = ?", [run_id]).df()
-    client = {window_id: {"vllm:generation_tokens_total": generation,
-                          "vllm:prompt_tokens_total": prompt,
-                          "vllm:request_success_total": success,
-                          "prompt_unknown": prompt_unknown}
-              for window_id, generation, prompt, success, prompt_unknown
-              in con.execute(_CLIENT_VALUES_SQL, [run_id]).fetchall()}
+    windows = con.execute(
+        "SELECT w.*, r.server_family FROM windows AS w "
+        "LEFT JOIN restarts AS r ON r.restart_id = w.restart_id WHERE w.run_id = ?",
+        [run_id]).df()
+    client = {row[0]: dict(zip(_NO_REQUESTS, row[1:], strict=True))
+              for row in con.execute(_CLIENT_VALUES_SQL, [run_id]).fetchall()}
     metrics = con.execute(
         "SELECT m.window_id, m.phase, m.name, m.labels, m.value FROM server_metrics m "
-        "JOIN windows w USING (window_id) WHERE w.run_id = ? AND m.name IN (?, ?, ?)",
-        [run_id, *COUNTERS]).df()
+        "JOIN windows w USING (window_id) WHERE w.run_id = ? AND list_contains(?, m.name)",
+        [run_id, COUNTER_NAMES]).df()
     rows = []
     for _, window in windows.iterrows():
         rows += _reconcile(window, client.get(window["window_id"], _NO_REQUESTS),
-                           metrics[metrics["window_id"] == window["window_id"]])
-    frame = pd.DataFrame(rows, columns=["window_id", "run_id", "counter", "client_value",
-                                        "server_delta", "relative_error", "tolerance",
-                                        "status", "detail"])
+                           metrics[metrics["window_id"] == window["window_id"]],
+                           window["server_family"])
+    frame = pd.DataFrame(rows, columns=COLUMNS)
     if not frame.empty:
         con.execute("DELETE FROM reconciliations WHERE run_id = ?", [run_id])
         con.register("incoming_reconciliations", frame)
         try:
-            con.execute("INSERT INTO reconciliations SELECT * FROM incoming_reconciliations")
+            # by name: quantity came later (migration 0014), so it is the table's last column
+            con.execute("INSERT INTO reconciliations (window_id, run_id, counter, "
+                        "client_value, server_delta, relative_error, tolerance, status, "
+                        "detail, quantity) SELECT * FROM incoming_reconciliations")
         finally:
             con.unregister("incoming_reconciliations")
     return frame

@@ -164,15 +164,16 @@ def timed_wait(handle, timeout_s, **kwargs):
 
 def test_not_yet_answers_are_waited_on_until_healthy(readiness_server):
     server, handle = readiness_server({"/health": [503, 500, 502, 200]})
-    waited, _ = timed_wait(handle, 30)
-    assert isinstance(waited, float)
+    ready, _ = timed_wait(handle, 30)
+    assert isinstance(ready, lifecycle.Readiness) and ready.probe == "/health"
     assert [path for path, _ in server.seen] == ["/health"] * 4
 
 
 def test_a_server_without_health_is_ready_by_its_model_list(readiness_server):
     server, handle = readiness_server({"/health": [404], "/v1/models": [200]})
-    waited, elapsed = timed_wait(handle, 30)
-    assert isinstance(waited, float) and elapsed < 5
+    ready, elapsed = timed_wait(handle, 30)
+    assert isinstance(ready, lifecycle.Readiness) and elapsed < 5
+    assert ready.probe == "/v1/models"  # restart.json's ready_probe: which path said so
     assert [path for path, _ in server.seen] == ["/health", "/v1/models"]
 
 
@@ -185,6 +186,7 @@ def test_404_on_every_readiness_path_fails_at_once(readiness_server):
     assert f"{handle.base_url}/health: HTTP 404" in text
     assert f"{handle.base_url}/v1/models: HTTP 404" in text
     assert "arms.health_path" in text and "ready_timeout_s = 60 s" in text
+    assert "neither the health path /health (arms.health_path) nor /v1/models" in text
     assert re.search(r"after \d+\.\d s", text)
 
 

@@ -1,5 +1,6 @@
 -- Windows of one run, as the GX gate's "windows" suite sees them, with each counter's
--- reconciliation (NULL error = not reconciled: no counter, or no scrape).
+-- reconciliation (NULL error = not reconciled: no counter, or no scrape), joined by the
+-- quantity it checks: each server family names its counters differently.
 SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        w.completed, w.failed, w.unresolved, w.drain_status, w.min_requests,
        w.reconcile_tolerance, w.token_count, w.calibration_rel_error,
@@ -9,10 +10,10 @@ SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        s.relative_error AS success_error,    s.detail AS success_detail
 FROM windows AS w
 LEFT JOIN reconciliations AS g
-       ON g.window_id = w.window_id AND g.counter = 'vllm:generation_tokens_total'
+       ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'
 LEFT JOIN reconciliations AS p
-       ON p.window_id = w.window_id AND p.counter = 'vllm:prompt_tokens_total'
+       ON p.window_id = w.window_id AND p.quantity = 'prompt_tokens'
 LEFT JOIN reconciliations AS s
-       ON s.window_id = w.window_id AND s.counter = 'vllm:request_success_total'
+       ON s.window_id = w.window_id AND s.quantity = 'finished_requests'
 WHERE w.run_id = $run_id
 ORDER BY w.window_id
