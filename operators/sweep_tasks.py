@@ -142,10 +142,16 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
             workload: str) -> list[dict]:
     """Warm-up, then the measured window(s) of one workload; writes raw files. A retry
     measures only the windows no earlier attempt wrote whole."""
+    from benchledger.client import TokenCountUnavailable
     from benchledger.restart import measure_restart_workload
 
-    return measure_restart_workload(_layout(), _sweep(sweep_path), arm, restart_index,
-                                    handle, workload, _attempt())
+    try:
+        return measure_restart_workload(_layout(), _sweep(sweep_path), arm, restart_index,
+                                        handle, workload, _attempt())
+    except TokenCountUnavailable as exc:
+        # The server gives no count of the arm's kind: a setting to change, which a retry
+        # would only meet again.
+        raise AirflowFailException(str(exc)) from exc
 
 
 @task
