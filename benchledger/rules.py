@@ -157,14 +157,19 @@ def _reconcile(name: str, counter: str, client: str, error_column: str) -> Rule:
                   ignore_row_if="either_value_is_missing"))
 
 
+# Each server family names its counters its own way (docs/protocol.md, server families):
+# vLLM's names stand for the quantity here; the found text names the counter really read.
 GENERATION_TOKENS_RECONCILE = _reconcile(
-    "generation_tokens_reconcile", "vllm:generation_tokens_total",
+    "generation_tokens_reconcile", "generation-token counter (vllm:generation_tokens_total "
+    "or its family's own)",
     "the output tokens in per-request usage", "generation_error")
 PROMPT_TOKENS_RECONCILE = _reconcile(
-    "prompt_tokens_reconcile", "vllm:prompt_tokens_total",
+    "prompt_tokens_reconcile", "prompt-token counter (vllm:prompt_tokens_total or its "
+    "family's own)",
     "the prompt tokens in per-request usage", "prompt_error")
 FINISHED_REQUESTS_RECONCILE = _reconcile(
-    "finished_requests_reconcile", "vllm:request_success_total",
+    "finished_requests_reconcile", "finished-request counter (vllm:request_success_total "
+    "or its family's own)",
     "the completed requests", "success_error")
 
 # Where the output tokens of a request may come from (docs/protocol.md, tokens and chunks):

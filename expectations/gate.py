@@ -914,11 +914,14 @@ def _observe_control(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen
 
 
 _OBSERVE: dict[str, Observer] = {
-    R.GENERATION_TOKENS_RECONCILE.name: _observe_reconcile("generation",
-                                                           "vllm:generation_tokens_total"),
-    R.PROMPT_TOKENS_RECONCILE.name: _observe_reconcile("prompt", "vllm:prompt_tokens_total"),
-    R.FINISHED_REQUESTS_RECONCILE.name: _observe_reconcile("success",
-                                                           "vllm:request_success_total"),
+    # The family's own counter (vLLM, SGLang, llama.cpp, TGI name them differently); the
+    # found text names the one read.
+    R.GENERATION_TOKENS_RECONCILE.name: _observe_reconcile(
+        "generation", "the server's generation-token counter"),
+    R.PROMPT_TOKENS_RECONCILE.name: _observe_reconcile(
+        "prompt", "the server's prompt-token counter"),
+    R.FINISHED_REQUESTS_RECONCILE.name: _observe_reconcile(
+        "success", "the server's finished-request counter"),
     R.CLOCK_UNDER_LOAD.name: _observe_clock,
     R.TOKENIZER_CALIBRATED.name: _observe_calibration,
     R.LOGPROBS_MATCH_USAGE.name: _observe_logprobs,

@@ -315,7 +315,7 @@ def test_counter_mismatch_fails_naming_the_counter_and_both_counts():
     results = run_gate(restarts, windows, requests)
     assert failures(results) == {("r0-w0", "generation_tokens_reconcile")}
     observed = by_key(results)[("r0-w0", "generation_tokens_reconcile")].observed
-    assert observed.startswith("expected vllm:generation_tokens_total delta within 0.01")
+    assert observed.startswith("expected the server's generation-token counter delta within 0.01")
     assert "2112 vs delivered output tokens 1920" in observed
 
 
