@@ -173,9 +173,10 @@ def reference_usage(completed: list[dict]) -> tuple[bool, str, str]:
             found)
 
 
-RECONCILED = {"generation_tokens_reconcile": ("generation", "vllm:generation_tokens_total"),
-              "prompt_tokens_reconcile": ("prompt", "vllm:prompt_tokens_total"),
-              "finished_requests_reconcile": ("success", "vllm:request_success_total")}
+RECONCILED = {
+    "generation_tokens_reconcile": ("generation", "the server's generation-token counter"),
+    "prompt_tokens_reconcile": ("prompt", "the server's prompt-token counter"),
+    "finished_requests_reconcile": ("success", "the server's finished-request counter")}
 
 
 def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
