@@ -1,4 +1,5 @@
-"""`benchledger`: demo, run, publish, sql, explain, simulator (docs/protocol.md, command line).
+"""`benchledger`: demo, run, publish, sql, explain, compare, import, cluster, simulator
+(docs/protocol.md, command line).
 
 Airflow runs in a child process (benchledger/runner.py) with its own AIRFLOW_HOME, so this
 process never imports Airflow and a user's own Airflow settings are left alone.
@@ -550,6 +551,23 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two entries side by side: a difference, never a finding; refused (exit 2, saying
+    why) across evidence kinds or profiles, which were never a controlled experiment."""
+    from benchledger.warehouse.compare import ComparisonRefused, compare_entries
+    from benchledger.warehouse.db import connect
+
+    with connect(Path(args.warehouse), read_only=True) as con:
+        try:
+            result = compare_entries(con, args.a, args.b)
+        except ComparisonRefused as exc:
+            raise CliError(str(exc)) from exc
+    for key in ("a", "b", "evidence", "profile", "metric", "a_value", "b_value",
+                "difference", "ratio", "verdict", "reason"):
+        print(f"{key:>10}: {result[key]}")
+    return 0
+
+
 def _settings(pairs: list[str]) -> dict[str, dict[str, str]]:
     """`--config section.key=value` (repeatable) -> {section: {key: value}}."""
     settings: dict[str, dict[str, str]] = {}
@@ -677,6 +695,13 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--warehouse", required=True)
     explain.add_argument("--limit", type=int, default=20, help="requests listed")
     explain.set_defaults(func=cmd_explain)
+
+    compare = sub.add_parser("compare", help="two entries side by side (refused across "
+                                             "evidence kinds or profiles)")
+    compare.add_argument("a", help="entry id")
+    compare.add_argument("b", help="entry id")
+    compare.add_argument("--warehouse", required=True)
+    compare.set_defaults(func=cmd_compare)
 
     imports = sub.add_parser("import", help="load another tool's results, or a historical "
                                             "report's rows, as labelled evidence")

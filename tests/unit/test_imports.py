@@ -243,6 +243,24 @@ def test_an_import_and_a_report_row_are_never_compared(warehouse):
             compare_entries(con, imported, historical)
 
 
+def test_the_compare_command_refuses_across_evidence_kinds_saying_why(warehouse, capsys):
+    [(derived,)] = rows(warehouse, "SELECT entry_id FROM published_entries "
+                                   "WHERE record_id = 'summary-longin-mean'")
+    [(archived,)] = rows(warehouse, "SELECT entry_id FROM published_entries WHERE record_id "
+                                    "= 'archive-longin-1' AND numerator = 'output_tokens'")
+    assert main(["compare", derived, archived, "--warehouse", str(warehouse)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("benchledger compare: refused: comparing entry")
+    assert "never a controlled experiment" in err and "derived_comparison vs historical" in err
+    with connect(warehouse, read_only=True) as con:
+        c1, c8 = (con.execute("SELECT entry_id FROM entries WHERE record_id = ? AND metric = "
+                              "'throughput'", [record]).fetchall()[0][0]
+                  for record in ("ladder-c1", "ladder-c8"))
+    assert main(["compare", c1, c8, "--warehouse", str(warehouse)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: not decidable" in out and "difference: 500.7" in out
+
+
 def test_report_counts_that_do_not_add_up_block_the_row(tmp_path, capsys):
     header = REPORT.read_text().splitlines()[0]
     csv = tmp_path / "odd.csv"
