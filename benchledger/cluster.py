@@ -479,16 +479,18 @@ def _stop_trees(roots: list[psutil.Process], grace_s: float) -> dict[int, str]:
 class ApiClient:
     """Airflow's stable REST API (/api/v2), authenticated with a JWT from /auth/token.
 
-    Every call has a timeout; a transport error is retried for `retry_s` (an API server
-    restarting), a definite HTTP refusal (4xx) is raised at once with the server's reason.
+    Every call has a timeout; a transport error or a server error (5xx) is retried for
+    `retry_s` (an API server restarting, a busy metadata DB), a definite HTTP refusal (4xx)
+    is raised at once with the server's reason.
     """
 
-    def __init__(self, api_url: str, user: str, password: str, retry_s: float = 60.0):
+    def __init__(self, api_url: str, user: str, password: str, retry_s: float = 60.0,
+                 transport: httpx.BaseTransport | None = None):
         self.api_url = api_url.rstrip("/")
         self._credentials = {"username": user, "password": password}
         self._token: str | None = None
         self.retry_s = retry_s
-        self._http = httpx.Client(timeout=30)
+        self._http = httpx.Client(timeout=30, transport=transport)
 
     def _authenticate(self) -> str:
         response = self._http.post(f"{self.api_url}/auth/token", json=self._credentials)
@@ -518,6 +520,11 @@ class ApiClient:
                 continue
             if response.status_code == 404 and ok_missing:
                 return None
+            if response.status_code >= 500 and time.monotonic() < deadline:
+                # The server's trouble, not a refusal: on SQLite a busy metadata DB answers
+                # 500 "Database error" while another process writes. Ask again, bounded.
+                time.sleep(1)
+                continue
             if response.status_code >= 400:
                 raise ClusterError(f"{method} {path}: HTTP {response.status_code} "
                                    f"{response.text[:300]}")

@@ -245,3 +245,32 @@ def test_a_task_waiting_on_an_unserved_queue_is_said_then_given_up(monkeypatch):
     with pytest.raises(OneRound):
         cluster_run.follow(FakeRunApi(served, queued_for=700), "d", "r", said.append)
     assert said == ["a__r0.launch_server: queued"]
+
+
+def _api(answers: list[tuple[int, dict]], seen: list[str], retry_s: float = 30.0):
+    """An ApiClient over a fake server: logins succeed, other calls get `answers` in turn."""
+    import httpx
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": "t"})
+        seen.append(request.url.path)
+        status, body = answers.pop(0) if answers else (200, {"ok": True})
+        return httpx.Response(status, json=body)
+
+    return cluster.ApiClient("http://api", "u", "p", retry_s=retry_s,
+                             transport=httpx.MockTransport(handle))
+
+
+def test_the_api_client_asks_again_after_a_server_error_and_never_after_a_refusal(monkeypatch):
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    seen = []
+    busy = (500, {"detail": {"reason": "Database error"}})
+    assert _api([busy, busy], seen).request("GET", "/api/v2/dags/x") == {"ok": True}
+    assert seen == ["/api/v2/dags/x"] * 3
+    seen.clear()
+    with pytest.raises(cluster.ClusterError, match="HTTP 403"):
+        _api([(403, {"detail": "no"}), (200, {})], seen).request("GET", "/api/v2/dags/x")
+    assert seen == ["/api/v2/dags/x"]  # once: a refusal is not asked again
+    with pytest.raises(cluster.ClusterError, match="HTTP 500"):  # bounded
+        _api([busy] * 3, [], retry_s=0).request("GET", "/api/v2/dags/x")
