@@ -520,8 +520,13 @@ def request_body(target: Target, record: RequestRecord, stream: bool = True
     if stream:
         body["stream_options"] = {"include_usage": True}
     if target.token_count == "logprobs":
-        # chat: a boolean (top alternatives: none); completions: the alternatives per token
-        body["logprobs"] = True if target.endpoint == "chat" else 1
+        # chat: a boolean, and no top alternatives asked for by name: llama-cpp-python's
+        # server streams no chat logprobs at all unless top_logprobs is given (0 is valid
+        # in OpenAI's API, vLLM and SGLang). completions: the alternatives per token.
+        if target.endpoint == "chat":
+            body |= {"logprobs": True, "top_logprobs": 0}
+        else:
+            body["logprobs"] = 1
     if target.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": record.prompt.text}]
         return "/v1/chat/completions", body

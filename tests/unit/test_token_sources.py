@@ -127,6 +127,8 @@ def test_requests_ask_for_what_the_arm_counts():
     _, completion = request_body(Target("http://x", "m", "completions", token_count="logprobs"),
                                  rec)
     assert chat["logprobs"] is True and completion["logprobs"] == 1
+    # llama-cpp-python 0.3.36 streams chat logprobs only when top_logprobs is given
+    assert chat["top_logprobs"] == 0 and "top_logprobs" not in completion
     assert chat["stream_options"] == {"include_usage": True}  # usage is still asked for
     _, plain = request_body(Target("http://x", "m"), rec, stream=False)
     assert plain["stream"] is False and "stream_options" not in plain and "logprobs" not in plain
