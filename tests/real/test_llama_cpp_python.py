@@ -1,0 +1,150 @@
+"""The optional real-server tier (`make test-real`): a sweep against llama-cpp-python's
+OpenAI-compatible server, a server nobody here wrote, through the same pipeline as every
+other sweep (real Airflow `dag.test()`, real DuckDB file, the arm's `command` starting and
+stopping the server per restart).
+
+The model is a tiny random GGUF written locally by tests/real/tiny_gguf.py (nothing is
+downloaded); it never samples its end-of-sequence token, so every request generates exactly
+max_tokens tokens, which is what the counts below are checked against.
+
+What llama-cpp-python 0.3.36's server does that the pipeline must cope with, each checked:
+no `/health` (readiness falls back to `/v1/models`), no `/metrics` (nothing to reconcile,
+recorded so), `stream_options.include_usage` ignored (a `usage` arm stops at the warm-up
+naming the options), one logprobs entry per streamed token (token_count = "logprobs"
+counts them), and `POST /extras/tokenize` (token_count = "server_tokenizer", calibrated
+against non-streamed usage).
+
+`make test-real` builds the server's virtualenv (.venv-real) and sets
+BENCHLEDGER_LLAMA_PYTHON to its interpreter; without it these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_sweep_text
+
+LLAMA_PYTHON = os.environ.get("BENCHLEDGER_LLAMA_PYTHON")
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(not LLAMA_PYTHON, reason="the real-server tier: run `make test-real`"),
+]
+HERE = Path(__file__).resolve().parent
+MAX_TOKENS = 32
+REQUESTS = 15
+
+
+def sweep_text(python: str, model: Path) -> str:
+    server = (f"{python} -m llama_cpp.server --model {model} --model_alias tiny "
+              "--host 127.0.0.1 --port {port} --n_ctx 1024 --verbose false")
+    arm = textwrap.dedent("""
+        [[arms]]
+        name = "{name}"
+        server = "command"
+        command = "{server}"
+        model = "tiny"
+        ready_timeout_s = 60
+    """)
+    return textwrap.dedent(f"""
+        [sweep]
+        name = "real-llama-cpp-python"
+        retries = 0
+        [defaults]
+        requests = {REQUESTS}
+        warmup = 1
+        restarts = 2
+        max_tokens = {MAX_TOKENS}
+        temperature = 0.0
+        clock_source = "none"
+        require_clock_check = false
+    """) + arm.format(name="lp", server=server) + 'token_count = "logprobs"\n' \
+        + arm.format(name="tok", server=server) \
+        + 'token_count = "server_tokenizer"\ntokenize_path = "/extras/tokenize"\n' \
+        + "calibration_requests = 4\n" \
+        + arm.format(name="use", server=server) \
+        + '\n[[workloads]]\nname = "prose"\n'
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("llama")
+    model = workdir / "tiny.gguf"
+    subprocess.run([LLAMA_PYTHON, str(HERE / "tiny_gguf.py"), str(model)], check=True,
+                   timeout=120)
+    terminal = io.StringIO()  # what `benchledger run` prints (failures go to stderr)
+    with contextlib.redirect_stdout(terminal), contextlib.redirect_stderr(terminal):
+        run_id, state, con = run_sweep_text(workdir, sweep_text(LLAMA_PYTHON, model))
+    yield {"run_id": run_id, "state": state, "con": con, "terminal": terminal.getvalue()}
+    con.close()
+
+
+def rows(run, sql, *params):
+    return run["con"].execute(sql, [run["run_id"], *params]).fetchall()
+
+
+def test_the_server_without_health_became_ready_through_v1_models(run):
+    found = rows(run, "SELECT arm, status, ready_probe, server_family FROM restarts "
+                      "WHERE run_id = ? AND arm IN ('lp', 'tok') ORDER BY arm, restart_index")
+    assert len(found) == 4  # two restarts per measured arm, each its own server process
+    for arm, status, probe, family in found:
+        assert (status, probe) == ("ok", "/v1/models"), arm
+        assert family is None  # no /metrics: no family's counters to reconcile
+
+
+def test_logprobs_count_every_generated_token_and_publish_labelled(run):
+    counts = rows(run, "SELECT r.status, r.token_source, r.output_tokens, "
+                       "r.usage_output_tokens, list_sum(r.content_event_tokens), "
+                       "list_max(r.content_event_tokens) "
+                       "FROM request_records r JOIN windows w USING (window_id) "
+                       "WHERE w.run_id = ? AND w.arm = 'lp' AND NOT r.is_warmup")
+    assert len(counts) == 2 * REQUESTS
+    for status, source, output, usage, per_event, most in counts:
+        # the server ignores include_usage; its logprobs list one token per chunk
+        assert (status, source, output, usage) == ("completed", "logprobs", MAX_TOKENS, None)
+        assert per_event == MAX_TOKENS and most == 1
+    published = rows(run, "SELECT metric, token_source FROM published_entries "
+                          "WHERE run_id = ? AND arm = 'lp'")
+    assert ("decode_rate", "logprobs") in published
+    assert ("itl_per_token", "logprobs") in published  # per-event counts: per-token gaps
+    assert {source for _, source in published} == {"logprobs"}
+
+
+def test_server_tokenizer_calibrates_against_usage_and_publishes_labelled(run):
+    windows = rows(run, "SELECT w.window_id, w.calibration_compared, "
+                        "w.calibration_rel_error, w.reconcile_tolerance "
+                        "FROM windows w WHERE w.run_id = ? AND w.arm = 'tok'")
+    assert len(windows) == 2
+    for window_id, compared, error, tolerance in windows:
+        assert compared == 4  # the calibration sample, answered with usage (not streamed)
+        # one token per character (tiny_gguf's vocabulary): re-tokenizing gives back
+        # exactly the tokens generated, and the gate lets the window's rates through
+        assert error == 0.0 and tolerance > 0
+        (success,), = run["con"].execute(
+            "SELECT success FROM validations WHERE subject = ? "
+            "AND expectation = 'tokenizer_calibrated'", [window_id]).fetchall()
+        assert success
+    counts = rows(run, "SELECT DISTINCT token_source, output_tokens FROM requests r "
+                       "JOIN windows w USING (window_id) WHERE w.run_id = ? AND w.arm = 'tok' "
+                       "AND NOT r.is_warmup")
+    assert counts == [("server_tokenizer", MAX_TOKENS)]  # /extras/tokenize's BOS taken off
+    published = rows(run, "SELECT metric, token_source FROM published_entries "
+                          "WHERE run_id = ? AND arm = 'tok'")
+    assert ("decode_rate", "server_tokenizer") in published
+    assert {source for _, source in published} == {"server_tokenizer"}
+    assert "itl_per_token" not in {metric for metric, _ in published}  # no per-event counts
+
+
+def test_a_usage_arm_stops_at_the_warmup_naming_the_two_options(run):
+    assert run["state"] == "failed"  # the usage arm could not be measured
+    found = rows(run, "SELECT status, error FROM restarts WHERE run_id = ? AND arm = 'use'")
+    assert found and all(status == "failed" for status, _ in found)
+    for text in ('token_count = "logprobs"', 'token_count = "server_tokenizer"'):
+        assert text in found[0][1]
+        assert text in run["terminal"]
