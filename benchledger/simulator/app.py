@@ -23,7 +23,7 @@ from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuil
 def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
     """The ASGI app; the engine loop and the stats logger run for the app's lifespan."""
     engine = engine or Engine(config)
-    ready_at = [float("inf")]  # monotonic time after which /health answers 200
+    ready_at = [float("inf")]  # monotonic time after which /health, /v1/models answer 200
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -68,6 +68,9 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         return Response(status_code=200 if ready else 503)
 
     async def models(_request: Request) -> Response:
+        # Loading: a server without /health must not look ready here early either
+        # (vLLM and llama.cpp's servers do not answer at all until the model is loaded).
+        require_ready()
         card = {"id": config.model, "object": "model", "created": int(time.time()),
                 "owned_by": "benchledger-sim", "root": config.model, "parent": None,
                 "max_model_len": config.max_model_len}

@@ -113,7 +113,8 @@ class SimConfig:
         0.45, "draft acceptance probability per position on prose prompts", ge=0, le=1,
         sweep=True, passed=ALWAYS)
     startup_delay_s: float = setting(
-        0.0, "seconds after start during which /health and requests answer 503 (loading)",
+        0.0, "seconds after start during which /health, /v1/models and requests answer 503 "
+             "(loading)",
         ge=0, sweep=True, passed=ALWAYS)
     usage: bool = setting(
         True, "never report usage (models a server without usage reporting)", sweep=True,

@@ -266,11 +266,15 @@ def test_no_usage_server_never_reports_usage_and_sigterm_exits_cleanly(no_usage_
     assert "Traceback" not in no_usage_sim.log()
 
 
-def test_startup_delay_reports_503_until_ready(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flags", "path"), [((), "/health"),
+                                             (("--no-health",), "/v1/models")])
+def test_startup_delay_reports_503_until_ready(tmp_path: Path, flags, path) -> None:
+    """Loading answers 503 at the path readiness is probed on: /health, or /v1/models for a
+    server without /health (which must not look ready before the model is)."""
     port = _free_port()
-    proc = _spawn(port, ("--startup-delay-s", "1.5"), subprocess.DEVNULL)
+    proc = _spawn(port, ("--startup-delay-s", "1.5", *flags), subprocess.DEVNULL)
     try:
-        url = f"http://127.0.0.1:{port}/health"
+        url = f"http://127.0.0.1:{port}{path}"
         statuses = []
         deadline = time.monotonic() + 10
         while 200 not in statuses and time.monotonic() < deadline:
