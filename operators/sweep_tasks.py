@@ -143,7 +143,7 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     """Warm-up, then the measured window(s) of one workload; writes raw files. A retry
     measures only the windows no earlier attempt wrote whole."""
     from benchledger.client import TokenCountUnavailable
-    from benchledger.restart import measure_restart_workload
+    from benchledger.restart import ServerCrashed, measure_restart_workload
 
     try:
         return measure_restart_workload(_layout(), _sweep(sweep_path), arm, restart_index,
@@ -151,6 +151,10 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     except TokenCountUnavailable as exc:
         # The server gives no count of the arm's kind: a setting to change, which a retry
         # would only meet again.
+        raise AirflowFailException(str(exc)) from exc
+    except ServerCrashed as exc:
+        # A crash is a result (the restart is recorded `crashed`): a retry would only meet
+        # the dead server again, and a new server would be another restart.
         raise AirflowFailException(str(exc)) from exc
 
 

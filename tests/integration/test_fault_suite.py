@@ -234,6 +234,14 @@ def airflow_outcome(data_dir: Path, dag_id: str) -> tuple[str, str, dict[str, st
     return run_id, state, tasks
 
 
+def task_tries(run: CliRun) -> dict[str, int]:
+    """task_id -> try_number of the sweep run's tasks, from its metadata DB."""
+    with sqlite3.connect(run.data_dir / "airflow" / "airflow.db") as db:
+        return dict(db.execute("SELECT task_id, try_number FROM task_instance "
+                               "WHERE dag_id = ? AND run_id = ?",
+                               [f"benchledger_{run.sweep_name}", run.run_id]).fetchall())
+
+
 def query(warehouse: Path, sql: str, params=()) -> list[dict]:
     """Rows as dicts over a read-only connection that is closed again at once."""
     with duckdb.connect(str(warehouse), read_only=True) as con:
@@ -385,6 +393,11 @@ def test_a_crashed_server_is_a_failed_restart_whose_numbers_never_publish(fault_
                     "AND expectation = 'restart_healthy'", [fault_run.run_id, row["restart_id"]])
     assert healthy and not any(v["success"] for v in healthy)
     assert published(fault_run, arm) == []
+    # A crash is a result: its measure task failed once, not retried (the sweep's default
+    # retries = 1 would have asked the dead server again after retry_delay_s)
+    measures = {task: tries for task, tries in task_tries(fault_run).items()
+                if task.startswith(f"{arm}__r") and ".measure_" in task}
+    assert measures and set(measures.values()) == {1}, measures
 
 
 def test_a_hung_warmup_is_cancelled_at_the_drain_deadline(fault_run):
