@@ -628,12 +628,7 @@ def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
     new = [c for c in candidates if c.entry["entry_id"] not in known]  # never changes
     if not new:
         return 0
-    _gate_entries(con, run_id, new, docs_dir)
-    now = datetime.now(UTC)
-    for c in new:
-        c.entry.update(publishable=not c.blocked,
-                       blocked_by="; ".join(block.text for block in c.blocked) or None,
-                       derived_at=now)
+    gate_entries(con, run_id, new, docs_dir)
     _write(con, new)
     return len(new)
 
@@ -671,12 +666,17 @@ def _write(con: duckdb.DuckDBPyConnection, new: list[Candidate]) -> None:
             "entry_id", "restart_id", "n_requests", "mean", "sd"]))
 
 
-def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list[Candidate],
-                  docs_dir: Path | None) -> None:
-    """Run the entry rules; record every result; a failure blocks its entry."""
+def gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list,
+                 docs_dir: Path | None = None, nullable: tuple[str, ...] = ("value",)) -> None:
+    """Run the entry rules over candidates (anything with .entry, .blocked and
+    .validation_ids: measured or imported); record every result; a failure blocks its
+    entry, and each entry gets its verdict (publishable, blocked_by, derived_at). A
+    `nullable` column no candidate carries is there as NULL for the rules (no cell had a
+    validated window: every value NULL; a source that never records it)."""
     frame = pd.DataFrame([c.entry for c in candidates]).drop(columns=["entry_key"])
-    if "value" not in frame.columns:  # no cell had a validated window: every value NULL
-        frame["value"] = None
+    for column in nullable:
+        if column not in frame.columns:
+            frame[column] = None
     results = run_entry_gate(frame, docs_dir=docs_dir)
     ids = store_results(con, run_id, results)
     by_entry = {c.entry["entry_id"]: c for c in candidates}
@@ -686,6 +686,11 @@ def _gate_entries(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list[
         if not result.success:
             c.blocked.append(Block(result.expectation, result.subject, validation_id,
                                    result.expected, result.found, result.observed))
+    now = datetime.now(UTC)
+    for c in candidates:
+        c.entry.update(publishable=not c.blocked,
+                       blocked_by="; ".join(block.text for block in c.blocked) or None,
+                       derived_at=now)
 
 
 def _single(values: pd.Series):

@@ -19,13 +19,11 @@ statistic the report named (NULL when it named none). Nothing is derived from a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import duckdb
 import pandas as pd
 
 from benchledger import __version__
-from benchledger.expectations.gate import run_entry_gate
 from benchledger.imports.evidence import NOT_RECORDED
 from benchledger.stats import t_bounds
 from benchledger.warehouse.db import first_row, insert_frame, query_frame
@@ -36,8 +34,8 @@ from benchledger.warehouse.derive import (
     Block,
     entry_id,
     entry_key,
+    gate_entries,
 )
-from benchledger.warehouse.validate import store_results
 
 # The window-level metrics an import supports: its totals over the tool's own elapsed time
 # and its outcome fractions. The aggregate decode span and acceptance length need a shared
@@ -321,30 +319,11 @@ def _finish(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list[Candid
     new = [c for c in candidates if c.entry["entry_id"] not in known]
     if not new:
         return 0
-    _gate(con, run_id, new)
-    now = datetime.now(UTC)
-    for c in new:
-        c.entry.update(publishable=not c.blocked,
-                       blocked_by="; ".join(b.text for b in c.blocked) or None, derived_at=now)
+    # columns an evidence file may never record, NULL for the rules
+    gate_entries(con, run_id, new, nullable=("value", "prompt_cache", "drain_status",
+                                             "n_failed", "n_unresolved"))
     _write(con, new)
     return len(new)
-
-
-def _gate(con: duckdb.DuckDBPyConnection, run_id: str, candidates: list[Candidate]) -> None:
-    """The entry rules over every new entry; a failure blocks its entry."""
-    frame = pd.DataFrame([c.entry for c in candidates]).drop(columns=["entry_key"])
-    for column in ("value", "prompt_cache", "drain_status", "n_failed", "n_unresolved"):
-        if column not in frame.columns:
-            frame[column] = None
-    results = run_entry_gate(frame)
-    ids = store_results(con, run_id, results)
-    by_entry = {c.entry["entry_id"]: c for c in candidates}
-    for result, validation_id in zip(results, ids, strict=True):
-        c = by_entry[result.subject]
-        c.validation_ids.append(validation_id)
-        if not result.success:
-            c.blocked.append(Block(result.expectation, result.subject, validation_id,
-                                   result.expected, result.found, result.observed))
 
 
 def _write(con: duckdb.DuckDBPyConnection, new: list[Candidate]) -> None:
