@@ -40,23 +40,23 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         if time.monotonic() < ready_at[0]:
             raise ApiError(503, "the model is still loading", "ServiceUnavailableError")
 
-    async def completions(request: Request) -> Response:
+    async def ready_json_body(request: Request):
+        """The POST body of a server that is ready, or the ApiError a server answers."""
         require_ready()
         try:
-            body = await request.json()
+            return await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"invalid JSON body: {exc}") from exc
+
+    async def completions(request: Request) -> Response:
+        body = await ready_json_body(request)
         chat = request.url.path.endswith("/chat/completions")
         parse = protocol.parse_chat if chat else protocol.parse_completion
         return await _serve(engine, parse(body, config))
 
     async def tokenize(request: Request) -> Response:
         """vLLM's and llama.cpp's /tokenize, llama-cpp-python's /extras/tokenize."""
-        require_ready()
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"invalid JSON body: {exc}") from exc
+        body = await ready_json_body(request)
         extras = request.url.path == "/extras/tokenize"
         tokens = protocol.tokenize_request(body, config, extras)
         return JSONResponse(protocol.tokenize_response(tokens, config, extras))
