@@ -2,9 +2,9 @@
 
 For development and CI, on one machine: the API server, the scheduler, the DAG processor
 and one Airflow Edge worker per node (worker name = node name, serving the queue of the
-same name and the default queue). It is the same executor and REST API a production
-deployment uses (see README, "Running on a cluster"); only the metadata DB (SQLite in the
-folder) and the single host differ.
+same name; the first node's worker serves the default queue too). It is the same executor
+and REST API a production deployment uses (see README, "Running on a cluster"); only the
+metadata DB (SQLite in the folder) and the single host differ.
 
 Everything lives under the folder: `airflow.cfg` (the deployment's settings; edit it and
 run `cluster down` / `cluster up` to apply), `cluster.json` (the processes started, by
@@ -143,8 +143,16 @@ def parse_nodes(text: str) -> list[str]:
                            "separated by commas, e.g. --nodes node-a,node-b")
     if DEFAULT_QUEUE in nodes or len(set(nodes)) != len(nodes):
         raise ClusterError(f"--nodes {text!r}: node names must be distinct and not "
-                           f"{DEFAULT_QUEUE!r} (every worker serves that queue already)")
+                           f"{DEFAULT_QUEUE!r} (the first node's worker serves that queue)")
     return nodes
+
+
+def worker_queues(node: str, nodes: list[str]) -> str:
+    """The queues a node's worker serves: its own, and on the first node the default queue.
+    One worker per queue, because on SQLite the Edge API's job claim (SELECT ... FOR UPDATE
+    SKIP LOCKED) locks nothing: two workers polling one queue were both handed the same
+    task instance, and the second copy failed the run ("TI was not in the running state")."""
+    return f"{node},{DEFAULT_QUEUE}" if node == nodes[0] else node
 
 
 def _free_port() -> int:
@@ -333,7 +341,7 @@ def up(home: Path, nodes: list[str], port: int | None = None,
           timeout_s, cluster.processes)
     for node in nodes:
         start(f"edge-worker:{node}", [
-            "edge", "worker", "--edge-hostname", node, "--queues", f"{node},{DEFAULT_QUEUE}",
+            "edge", "worker", "--edge-hostname", node, "--queues", worker_queues(node, nodes),
             "--pid", str(home / "run" / f"edge-worker-{node}.pid"), "--concurrency", "4"])
     _wait("the edge workers to register", lambda: _workers_missing(client, nodes),
           timeout_s, cluster.processes)

@@ -274,3 +274,12 @@ def test_the_api_client_asks_again_after_a_server_error_and_never_after_a_refusa
     assert seen == ["/api/v2/dags/x"]  # once: a refusal is not asked again
     with pytest.raises(cluster.ClusterError, match="HTTP 500"):  # bounded
         _api([busy] * 3, [], retry_s=0).request("GET", "/api/v2/dags/x")
+
+
+def test_each_queue_is_served_by_one_worker():
+    # On SQLite the Edge API's job claim locks nothing: two workers on one queue were both
+    # handed the same task instance. The default queue goes to the first node only.
+    nodes = ["node-a", "node-b", "node-c"]
+    assert [cluster.worker_queues(n, nodes) for n in nodes] == [
+        "node-a,default", "node-b", "node-c"]
+
