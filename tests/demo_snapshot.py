@@ -1,0 +1,225 @@
+"""What the demo publishes, in a form two runs of it can be compared in (the regression
+test of tests/integration/test_demo_regression.py, and `python -m tests.demo_snapshot`,
+which writes the fixture it compares with).
+
+A snapshot reads only the names users query (entries, comparisons, entry_blocks) and the
+text of `benchledger explain`, so it reads a warehouse written by any version of the code.
+Two runs of the demo on the same seeds agree exactly in every label, count, rule result
+and verdict; what depends on the machine's timing (rates, latencies, how many clock
+samples a window caught) is kept apart: timing values are compared within a spread, and
+in the explain texts every number with a decimal point, every sha256 and every run id is
+replaced by a placeholder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+FIXTURE = Path(__file__).parent / "fixtures" / "demo_snapshot.json.gz"
+
+# What says which entry it is across runs (its id is a digest of the run's raw files).
+ENTRY_KEY = ("arm", "workload", "metric", "statistic", "scope", "concurrency", "numerator")
+# Columns that differ between any two runs by construction.
+UNCOMPARED = {"entry_id", "entry_key", "run_id", "derived_at", "comparison_id",
+              "a_entry_id", "b_entry_id", "control_a_entry_id", "control_b_entry_id"}
+# Entry columns that are a time or a rate over time (in entries of these units): they move
+# with the machine's load. A timing value within SPREAD of the fixture's counts as the same
+# (two runs on a loaded 2-core machine). Interval bounds over two restarts (t with one
+# degree of freedom) and whether two restarts' intervals overlap move far more: of those,
+# only their presence is compared, and that each interval holds its mean.
+TIMED_UNITS = {"s", "tok/s"}
+TIMED = {"value", "restart_mean", "achieved_rate_rps"}
+TIMED_PRESENCE = {"ci95_low", "ci95_high", "restart_ci95_low", "restart_ci95_high",
+                  "restart_effect"}
+INTERVALS = (("ci95_low", "value", "ci95_high"),
+             ("restart_ci95_low", "restart_mean", "restart_ci95_high"))
+# Comparisons: the means and their ratio within SPREAD (an A/B's difference too); the
+# interval, Welch's degrees of freedom and an A/A control's difference (noise around 0)
+# only by presence. Verdicts and reasons are compared exactly.
+COMPARISON_TIMED = {"a_mean", "b_mean", "ratio"}
+COMPARISON_PRESENCE = {"ci95_low", "ci95_high", "df", "control_difference"}
+SPREAD = 2.0
+
+_RUN_ID = re.compile(r"(manual|scheduled|backfill|asset_triggered)__[0-9T:._+\-]+")
+_HEX = re.compile(r"\b[0-9a-f]{16,64}\b")
+_FLOAT = re.compile(r"-?\d+\.\d+(?:e[+-]?\d+)?")
+_SAMPLES = re.compile(r"\(\d+ samples\)")
+_LOG_LINES = re.compile(r"\(\d+ log lines\)")
+
+
+def normalise(text: str, data_dir: Path | None = None) -> str:
+    """`text` without what differs between two runs of the same sweep."""
+    if data_dir is not None:
+        text = text.replace(str(data_dir), "<data>")
+    text = _RUN_ID.sub("<run>", text)
+    # the node a clock was read on
+    text = re.sub(rf"\bon {re.escape(socket.gethostname())}\b", "on <host>", text)
+    text = _FLOAT.sub("<num>", text)  # first: a long fraction's digits look like hex
+    text = _HEX.sub("<hex>", text)
+    text = _SAMPLES.sub("(<n> samples)", text)
+    text = _LOG_LINES.sub("(<n> log lines)", text)
+    # the run folder's name (the run id made portable) inside a path
+    return re.sub(r"<data>/raw/[^/]+/", "<data>/raw/<run>/", text)
+
+
+def _plain(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> list[dict]:
+    cursor = con.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [{n: _plain(v) for n, v in zip(names, row, strict=True) if n not in UNCOMPARED}
+            for row in cursor.fetchall()]
+
+
+def entry_key(entry: dict) -> str:
+    return " / ".join(str(entry.get(k)) for k in ENTRY_KEY)
+
+
+def snapshot(warehouse: Path, data_dir: Path) -> dict:
+    """The demo's latest run: its entries, comparisons, blocks and explain texts."""
+    from benchledger.publishing.explain import explain
+
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        run_id = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1"
+                             ).fetchone()[0]
+        entries = _rows(con, "SELECT * FROM entries WHERE run_id = ?", [run_id])
+        for entry in entries:
+            for column in ("blocked_by", "excluded", "warning", "denominator"):
+                if isinstance(entry.get(column), str):
+                    entry[column] = normalise(entry[column], data_dir)
+        ids = dict(con.execute("SELECT entry_id, entry_key FROM entries WHERE run_id = ?",
+                               [run_id]).fetchall())
+        keyed = {entry_key(e): e for e in entries}
+        explained = {}
+        for entry_id, in con.execute("SELECT entry_id FROM entries WHERE run_id = ?",
+                                     [run_id]).fetchall():
+            labels = con.execute(f"SELECT {', '.join(ENTRY_KEY)} FROM entries "
+                                 "WHERE entry_id = ?", [entry_id]).fetchone()
+            key = " / ".join(str(v) for v in labels)
+            explained[key] = normalise(explain(con, entry_id, 3), data_dir)
+        comparisons = _rows(con, "SELECT * FROM comparisons WHERE run_id = ? "
+                                 "ORDER BY role, a, b, workload, metric", [run_id])
+        blocks = sorted(
+            normalise(f"{rule} [{subject}]: expected {expected}, found {found}", data_dir)
+            for rule, subject, expected, found in con.execute(
+                "SELECT b.rule, b.subject, b.expected, b.found FROM entry_blocks b "
+                "JOIN entries e USING (entry_id) WHERE e.run_id = ?", [run_id]).fetchall())
+    finally:
+        con.close()
+    assert len(ids) == len(keyed), "two entries of the run share their labels"
+    return {"entries": dict(sorted(keyed.items())), "comparisons": comparisons,
+            "blocks": blocks, "explain": dict(sorted(explained.items()))}
+
+
+def _same(a: Any, b: Any, how: str) -> bool:
+    """how: exact (labels, counts, token means), timed (within SPREAD) or presence."""
+    if a is None or b is None or how == "presence":
+        return (a is None) == (b is None)
+    if how == "timed":
+        if abs(a) < 1e-9 and abs(b) < 1e-9:
+            return True
+        return a * b > 0 and 1 / SPREAD <= b / a <= SPREAD
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(a == b)
+
+
+def _entry_how(entry: dict, column: str) -> str:
+    timed_unit = entry.get("unit") in TIMED_UNITS
+    if column == "achieved_rate_rps" or (timed_unit and column in TIMED):
+        return "timed"
+    return "presence" if timed_unit and column in TIMED_PRESENCE else "exact"
+
+
+def _comparison_how(comparison: dict, column: str) -> str:
+    if column in COMPARISON_TIMED or (column == "difference" and comparison["role"] == "ab"):
+        return "timed"
+    return "presence" if column in COMPARISON_PRESENCE | {"difference"} else "exact"
+
+
+def _interval_problems(key: str, entry: dict) -> list[str]:
+    out = []
+    for low, mean, high in INTERVALS:
+        values = [entry.get(c) for c in (low, mean, high)]
+        if None not in values and not values[0] <= values[1] <= values[2]:
+            out.append(f"entry {key}: {mean} {values[1]!r} outside [{low}, {high}] = "
+                       f"[{values[0]!r}, {values[2]!r}]")
+    return out
+
+
+def differences(expected: dict, found: dict) -> list[str]:
+    """What `found` does not share with `expected`, one line each (empty: the same)."""
+    out = []
+    missing = sorted(set(expected["entries"]) - set(found["entries"]))
+    extra = sorted(set(found["entries"]) - set(expected["entries"]))
+    out += [f"entry missing: {k}" for k in missing] + [f"entry added: {k}" for k in extra]
+    for key in sorted(set(expected["entries"]) & set(found["entries"])):
+        want, got = expected["entries"][key], found["entries"][key]
+        for column in sorted(set(want) | set(got)):
+            a, b = want.get(column), got.get(column)
+            if not _same(a, b, _entry_how(want, column)):
+                out.append(f"entry {key}: {column} was {a!r}, is {b!r}")
+        out += _interval_problems(key, got)
+    if len(expected["comparisons"]) != len(found["comparisons"]):
+        out.append(f"{len(expected['comparisons'])} comparisons before, "
+                   f"{len(found['comparisons'])} now")
+    for want, got in zip(expected["comparisons"], found["comparisons"], strict=False):
+        for column in sorted(set(want) | set(got)):
+            a, b = want.get(column), got.get(column)
+            if not _same(a, b, _comparison_how(want, column)):
+                out.append(f"comparison {want.get('a')} -> {want.get('b')} "
+                           f"{want.get('workload')}: {column} was {a!r}, is {b!r}")
+    if expected["blocks"] != found["blocks"]:
+        out.append(f"entry_blocks differ: before {expected['blocks']}, now {found['blocks']}")
+    for key in sorted(set(expected["explain"]) & set(found["explain"])):
+        if expected["explain"][key] != found["explain"][key]:
+            before = expected["explain"][key].splitlines()
+            now = found["explain"][key].splitlines()
+            first = next((i for i, (x, y) in enumerate(zip(before, now, strict=False))
+                          if x != y), min(len(before), len(now)))
+            out.append(f"explain {key}: line {first + 1} was "
+                       f"{before[first] if first < len(before) else '(none)'!r}, is "
+                       f"{now[first] if first < len(now) else '(none)'!r}")
+    return out
+
+
+def read_fixture(path: Path = FIXTURE) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("warehouse", type=Path)
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--write", type=Path, help="write the snapshot here (gzip JSON)")
+    parser.add_argument("--against", type=Path, help="compare with this snapshot")
+    args = parser.parse_args(argv)
+    found = snapshot(args.warehouse, args.data_dir.resolve())
+    if args.write:
+        text = json.dumps(found, indent=1, sort_keys=True)
+        args.write.write_bytes(gzip.compress(text.encode(), mtime=0))
+    if args.against:
+        lines = differences(read_fixture(args.against), found)
+        print("\n".join(lines) or "the same")
+        return 1 if lines else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

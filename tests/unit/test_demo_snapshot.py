@@ -1,0 +1,68 @@
+"""The demo regression test's comparison can fail: what it must catch, it reports."""
+
+from __future__ import annotations
+
+import copy
+
+from tests.demo_snapshot import differences, normalise, read_fixture
+
+
+def _pick(snapshot: dict, unit: str, publishable: bool = True) -> str:
+    return next(k for k, e in snapshot["entries"].items()
+                if e["unit"] == unit and e["publishable"] is publishable
+                and e["value"] is not None)
+
+
+def test_the_fixture_equals_itself():
+    fixture = read_fixture()
+    assert differences(fixture, copy.deepcopy(fixture)) == []
+
+
+def test_a_changed_label_count_block_or_verdict_is_reported():
+    fixture = read_fixture()
+    rate = _pick(fixture, "tok/s")
+    for change in (("population", "completed_only"), ("n_requests", 29),
+                   ("publishable", False), ("token_source", "logprobs")):
+        found = copy.deepcopy(fixture)
+        found["entries"][rate][change[0]] = change[1]
+        assert any(change[0] in line for line in differences(fixture, found)), change
+    found = copy.deepcopy(fixture)
+    found["comparisons"][0]["verdict"] = "regression"
+    assert any("verdict" in line for line in differences(fixture, found))
+    found = copy.deepcopy(fixture)
+    found["blocks"] = found["blocks"][1:]
+    assert differences(fixture, found)
+
+
+def test_timing_values_are_held_within_their_spread_and_counts_exactly():
+    fixture = read_fixture()
+    rate = _pick(fixture, "tok/s")
+    found = copy.deepcopy(fixture)
+    entry = found["entries"][rate]
+    entry["value"] *= 1.3
+    entry["ci95_low"], entry["ci95_high"] = entry["value"] * 0.5, entry["value"] * 1.5
+    assert differences(fixture, found) == []  # within the spread of a loaded machine
+    entry["value"] *= 3
+    assert any(f"{rate}: value" in line for line in differences(fixture, found))
+    tokens = next(k for k, e in fixture["entries"].items()
+                  if e.get("mean_output_tokens") is not None)
+    found = copy.deepcopy(fixture)
+    found["entries"][tokens]["mean_output_tokens"] += 1  # a count, not a time: exact
+    assert any("mean_output_tokens" in line for line in differences(fixture, found))
+
+
+def test_a_changed_explain_line_is_reported_with_its_line():
+    fixture = read_fixture()
+    key = next(iter(fixture["explain"]))
+    found = copy.deepcopy(fixture)
+    found["explain"][key] = found["explain"][key].replace("[pass]", "[FAIL]", 1)
+    (line,) = differences(fixture, found)
+    assert key in line and "[FAIL]" in line
+
+
+def test_normalising_keeps_words_and_integers_and_drops_run_ids_hashes_and_times():
+    text = ("manual__2026-12-01T21:53:23.066466+00:00/spec-on/r0/code-c1 sha256 "
+            "5fe61acea3ac017faacef51688e944a3 value: 0.012345678901234567 found 15 == 15 "
+            "(4 samples)")
+    assert normalise(text) == ("<run>/spec-on/r0/code-c1 sha256 <hex> value: <num> found "
+                               "15 == 15 (<n> samples)")
