@@ -16,10 +16,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/benchledger demo
 
-# Layer contracts (.importlinter) are checked on the installed layout, where the repository's
-# folders are subpackages of `benchledger`: import-linter reads packages from the file system,
-# which an editable install does not rearrange.
-LAYERS := build/layers
+# Layer contracts (.importlinter) and types (mypy, [tool.mypy] in pyproject.toml) are checked
+# on the installed layout, where the repository's folders are subpackages of `benchledger`:
+# import-linter and mypy read packages from the file system, which an editable install does
+# not rearrange. mypy's paths are turned back into the repository's (operators/... for
+# benchledger/operators/...). Two checks at once need two folders: make lint LAYERS=build/x.
+LAYERS ?= build/layers
+TO_REPO_PATHS := -e 's,^benchledger/\(operators\|expectations\|publishing\|warehouse\)/,\1/,'
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -27,6 +30,9 @@ lint: $(STAMP)
 	$(BIN)/pip install --quiet --no-deps --no-compile --target $(LAYERS) . >$(LAYERS).log 2>&1 \
 	  || { cat $(LAYERS).log; exit 1; }
 	cd $(LAYERS) && $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/.importlinter
+	cd $(LAYERS) && { $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
+	  --cache-dir $(CURDIR)/$(LAYERS).mypy_cache -p benchledger >$(CURDIR)/$(LAYERS).mypy 2>&1; \
+	  status=$$?; sed $(TO_REPO_PATHS) $(CURDIR)/$(LAYERS).mypy; exit $$status; }
 
 # The report test renders report.html in headless Chromium (Debian's package). Where it
 # cannot be installed (no root, no apt) the test is skipped with a message, except in CI

@@ -44,6 +44,7 @@ import httpx
 
 from benchledger.progress import DEFAULT_INTERVAL_S, PartCounter, Snapshot, reporter
 from benchledger.prompts import Prompt, cold_prefix, shape_prompt
+from benchledger.redaction import redact
 from benchledger.rules import TOKEN_SOURCE_IS_USAGE
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -74,13 +75,6 @@ class Target:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
-def redact(text: str | None, secret: str | None) -> str | None:
-    """`text` with every occurrence of `secret` replaced (a server may echo the key back)."""
-    if text is None or not secret:
-        return text
-    return text.replace(secret, "<redacted>")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from pathlib import Path
 import httpx
 
 from benchledger.observe import bounded_get, error_text
+from benchledger.redaction import REDACTED, redact
 from benchledger.simulator.options import launch_flags
 from benchledger.sweep import Arm
 
@@ -49,7 +50,6 @@ ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLED
 # A recorded environment variable whose name contains one of these holds a secret (HF_TOKEN,
 # VLLM_API_KEY, ...): the effective config keeps its name and REDACTED instead of its value.
 SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-REDACTED = "<redacted>"
 # The only text replaced in an arm's command and base_url.
 PORT_TOKEN = "{port}"
 # Readiness: one probe's bound, the pause between probes, and the path tried when the
@@ -92,20 +92,6 @@ def resolve_api_key(arm: Arm) -> str | None:
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def redact(value, secret: str | None):
-    """`value` (str, or dicts/lists of them) with every occurrence of `secret` replaced:
-    a server may echo its key back in an error, a log line or its model list."""
-    if not secret:
-        return value
-    if isinstance(value, str):
-        return value.replace(secret, REDACTED)
-    if isinstance(value, dict):
-        return {k: redact(v, secret) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(v, secret) for v in value]
-    return value
 
 
 def is_secret_name(name: str) -> bool:

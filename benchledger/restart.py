@@ -58,6 +58,7 @@ from benchledger.observe import (
 )
 from benchledger.prompts import load_prompt_set
 from benchledger.records import file_sha256, requests_table
+from benchledger.redaction import redact
 from benchledger.sweep import Arm, Sweep, load_sweep, sweep_sha256
 
 log = logging.getLogger(__name__)
@@ -304,7 +305,7 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, handle
         ready_at=utc_now(), ready_after_s=ready.waited_s, ready_probe=ready.probe,
         effective_config=config, effective_config_sha256=lifecycle.config_sha256(config),
         server_version=lifecycle.server_version(config), server_family=family,
-        server_family_source=lifecycle.redact(family_source, api_key),
+        server_family_source=redact(family_source, api_key),
     )
 
 
@@ -481,13 +482,13 @@ def _run_window(layout: RunLayout, arm_name: str, k: int, plan, server, target: 
     except TokenCountUnavailable as exc:
         # Said at once (the task log, then the terminal's failure line), not after a run
         # whose every entry would be blocked; a retry finds the same server, so says so too.
-        error = lifecycle.redact(f"{arm_name} r{k}: window {spec.window_id} not measured: "
+        error = redact(f"{arm_name} r{k}: window {spec.window_id} not measured: "
                                  f"{exc}", target.api_key)
         log.warning("%s", error)
         _record_unwritten(layout, arm_name, k, spec.window_id, error, gone=None)
         raise TokenCountUnavailable(error) from exc
     except Exception as exc:
-        error = lifecycle.redact(f"window {spec.window_id}: the measurement raised "
+        error = redact(f"window {spec.window_id}: the measurement raised "
                                  f"{type(exc).__name__}: {exc} (no raw files for it)",
                                  target.api_key)
         # Unwritten, like a window whose files could not be written: a retry that writes
@@ -596,16 +597,6 @@ def _observers(plan, server: lifecycle.ServerHandle, api_key: str | None) -> dic
     }
 
 
-def _redact_rows(rows: list[dict], secret: str | None) -> list[dict]:
-    """The requests' text columns without the key (the client redacts errors already;
-    this holds for every column a server's answer reaches)."""
-    if not secret:
-        return rows
-    return [{key: value.replace(secret, lifecycle.REDACTED)
-             if isinstance(value, str) and secret in value else value
-             for key, value in row.items()} for row in rows]
-
-
 def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
                  min_requests: int, result: WindowResult,
                  observations: dict | None = None, secret: str | None = None,
@@ -629,10 +620,10 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
         parquet_path.parent.mkdir(parents=True, exist_ok=True)
         # Named after its window, so two windows' files never share a sha256.
         writing = staged[observed_path]
-        _write_json_file(writing, lifecycle.redact(
+        _write_json_file(writing, redact(
             {"window_id": accounting["window_id"], **(observations or {})}, secret))
         writing = staged[parquet_path]
-        pq.write_table(requests_table(_redact_rows(result.rows, secret)), writing)
+        pq.write_table(requests_table(redact(result.rows, secret)), writing)
         manifest = {
             **accounting,
             "restart_id": layout.restart_id(arm, k),

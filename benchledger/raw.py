@@ -1,0 +1,370 @@
+"""The raw folder: where a run's files live, what each manifest holds, how they are written.
+
+Everything that spells a raw path or a file pattern is here; the measurement steps, the
+loader, the CLI, the progress view and the operators ask this module:
+
+    <data>/raw/<run>/run.json                             the run: its recorded sweep text
+    <data>/raw/<run>/<arm>/r<k>/restart.json              one restart's lifecycle manifest
+    <data>/raw/<run>/<arm>/r<k>/server.log                the server's own output
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.parquet   one row per request
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.observed.json   counters, log, clocks
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.json      the window's manifest (last)
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.started   while an attempt measures it
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.progress  its latest progress report
+    <data>/published/<run>/                               the run's publication
+    <data>/gx-data-docs/<run>/                            its expectation results as Data Docs
+
+<run> is the run id made portable (Airflow's ids hold ':' and '+'). The `.started` and
+`.progress` files are not manifests (not `.json`), so the loader never reads them. A
+manifest is written atomically (a reader never sees half of one); the loader takes its
+columns from the column lists below, so a key the manifests gain is stored only once it is
+named there (and in a migration).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+RUN_MANIFEST = "run.json"
+RESTART_MANIFEST = "restart.json"
+SERVER_LOG = "server.log"
+REQUESTS_SUFFIX = ".parquet"
+MANIFEST_SUFFIX = ".json"
+OBSERVED_SUFFIX = ".observed.json"
+STARTED_SUFFIX = ".started"
+PROGRESS_SUFFIX = ".progress"
+TMP_SUFFIX = ".tmp"  # a file being written; renamed into place when whole
+
+# A restart's status, as restart.json records it and restarts.status stores it: launching
+# and launched while it starts; ok (ready, measured or not yet) or external (a server this
+# pipeline did not start and cannot restart); failed (never ready, a key missing, a window
+# not written) or crashed (it died during a window, or was found dead at its teardown).
+RestartStatus = Literal["launching", "launched", "ok", "external", "failed", "crashed"]
+HEALTHY_STATUSES: tuple[RestartStatus, ...] = ("ok", "external")
+DrainStatus = Literal["complete", "incomplete"]
+
+
+def is_healthy(status: object) -> bool:
+    """Whether a restart with this status may feed entries (restart_healthy's value set)."""
+    return status in HEALTHY_STATUSES
+
+
+def ready_status(server_kind: str) -> RestartStatus:
+    """The status of a restart whose server became ready."""
+    return "external" if server_kind == "external" else "ok"
+
+
+# --- manifests ------------------------------------------------------------------------------
+
+
+class RunManifest(TypedDict, total=False):
+    run_id: str
+    sweep_name: str
+    sweep_path: str
+    sweep_sha256: str  # of sweep_toml: every step parses that text, never the file again
+    sweep_toml: str
+    harness_version: str
+    started_at: str
+
+
+class RestartManifest(TypedDict, total=False):
+    restart_id: str
+    run_id: str
+    arm: str
+    restart_index: int
+    node: str  # the hostname the launch ran on
+    requested_node: str  # the arm's node (its Airflow queue)
+    worker_hostname: str | None
+    launch_attempt: int | None
+    server_kind: str
+    single_instance: bool
+    status: RestartStatus
+    error: str | None
+    started_at: str
+    pid: int | None
+    base_url: str | None
+    command: str | None
+    log_path: str | None
+    earlier_launches: list[dict[str, Any]]
+    ready_at: str
+    ready_after_s: float
+    ready_probe: str
+    effective_config: dict[str, Any]
+    effective_config_sha256: str
+    server_version: str | None
+    server_family: str | None
+    server_family_source: str | None
+    stopped_at: str
+    stop_status: str
+    crashed_in_window: str
+    interrupted_windows: list[dict[str, Any]]
+    unwritten_windows: list[str]
+    status_before_unwritten: RestartStatus | None
+
+
+class WindowManifest(TypedDict, total=False):
+    """The window's accounting (benchledger.client's) and where its files are."""
+
+    window_id: str
+    restart_id: str
+    run_id: str
+    arm: str
+    workload: str
+    prompt_set: str
+    concurrency: int
+    submitted: int
+    completed: int
+    failed: int
+    unresolved: int
+    warmup_submitted: int
+    drain_status: DrainStatus
+    drain_timeout_s: float
+    request_timeout_s: float
+    window_start: str
+    window_end: str
+    elapsed_s: float
+    min_requests: int
+    max_tokens: int
+    temperature: float
+    attempt: int | None
+    worker_hostname: str | None
+    requests_file: str
+    requests_file_sha256: str
+    observed_file: str
+    observed_file_sha256: str
+
+
+# The manifest keys the warehouse keeps, as columns of runs, restarts and windows (the
+# first is the table's key). Window manifests carry more of the client's accounting than
+# these: the rest stays in the file, which raw_files names.
+RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml",
+               "harness_version", "started_at")
+RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
+                   "single_instance", "status", "error", "base_url", "pid", "command",
+                   "log_path", "effective_config", "effective_config_sha256",
+                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
+                   "requested_node", "worker_hostname", "interrupted_windows",
+                   "ready_probe", "server_family")
+WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
+                  "concurrency", "submitted", "completed", "failed", "unresolved",
+                  "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
+                  "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
+                  "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
+                  "prompt_cache", "input_tokens_target", "seed", "denominator", "attempt",
+                  "worker_hostname", "token_count", "calibration_requests",
+                  "calibration_compared", "calibration_rel_error",
+                  "calibration_max_rel_error", "calibration_detail",
+                  "tokenizer_special_tokens")
+# Manifest values stored as JSON text (a key a manifest lacks stays NULL).
+JSON_COLUMNS = ("effective_config", "interrupted_windows")
+
+
+# --- where things are -----------------------------------------------------------------------
+
+
+def folder_name(run_id: str) -> str:
+    """A run id as a portable folder name (Airflow run ids hold ':' and '+')."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+
+
+def raw_root(data_dir: Path) -> Path:
+    return Path(data_dir) / "raw"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where one run's raw files, publication and Data Docs live."""
+
+    data_dir: Path
+    run_id: str
+
+    @property
+    def run_dir(self) -> Path:
+        return raw_root(self.data_dir) / folder_name(self.run_id)
+
+    @property
+    def export_dir(self) -> Path:
+        """Where the run's publication (validated entries, report) is written."""
+        return Path(self.data_dir) / "published" / folder_name(self.run_id)
+
+    @property
+    def data_docs_dir(self) -> Path:
+        """Where the run's expectation results are rendered as GX Data Docs."""
+        return Path(self.data_dir) / "gx-data-docs" / folder_name(self.run_id)
+
+    @property
+    def run_manifest(self) -> Path:
+        return self.run_dir / RUN_MANIFEST
+
+    def slot_dir(self, arm: str, restart_index: int) -> Path:
+        return self.run_dir / arm / f"r{restart_index}"
+
+    def restart_manifest(self, arm: str, restart_index: int) -> Path:
+        return self.slot_dir(arm, restart_index) / RESTART_MANIFEST
+
+    def server_log(self, arm: str, restart_index: int) -> Path:
+        return self.slot_dir(arm, restart_index) / SERVER_LOG
+
+    def restart_id(self, arm: str, restart_index: int) -> str:
+        return f"{self.run_id}/{arm}/r{restart_index}"
+
+    def window_id(self, arm: str, restart_index: int, workload: str, concurrency: int) -> str:
+        return f"{self.restart_id(arm, restart_index)}/{window_stem(workload, concurrency)}"
+
+    def window_stem(self, arm: str, restart_index: int, workload: str,
+                    concurrency: int) -> Path:
+        """The window's files without their suffix."""
+        return self.slot_dir(arm, restart_index) / window_stem(workload, concurrency)
+
+    def window_files(self, arm: str, restart_index: int, workload: str,
+                     concurrency: int) -> WindowFiles:
+        return WindowFiles.of(self.window_stem(arm, restart_index, workload, concurrency))
+
+
+def window_stem(workload: str, concurrency: int) -> str:
+    return f"{workload}-c{concurrency}"
+
+
+@dataclass(frozen=True)
+class WindowFiles:
+    """One window's files: requests, observations and manifest (written in that order),
+    the mark of an attempt measuring it and its progress report."""
+
+    requests: Path
+    observed: Path
+    manifest: Path
+    started: Path
+    progress: Path
+
+    @classmethod
+    def of(cls, stem: Path) -> WindowFiles:
+        name = stem.name
+        return cls(requests=stem.with_name(name + REQUESTS_SUFFIX),
+                   observed=stem.with_name(name + OBSERVED_SUFFIX),
+                   manifest=stem.with_name(name + MANIFEST_SUFFIX),
+                   started=stem.with_name(name + STARTED_SUFFIX),
+                   progress=stem.with_name(name + PROGRESS_SUFFIX))
+
+
+def run_dir_of(data_dir: Path, run_id: str) -> Path:
+    return RunLayout(data_dir, run_id).run_dir
+
+
+# --- finding files --------------------------------------------------------------------------
+
+
+def run_manifests(data_dir: Path) -> list[Path]:
+    """Every run manifest under the data dir, oldest folder name first."""
+    return sorted(raw_root(data_dir).glob(f"*/{RUN_MANIFEST}"))
+
+
+def run_dirs(data_dir: Path) -> list[Path]:
+    """Every run folder under the data dir (with or without its manifest yet)."""
+    root = raw_root(data_dir)
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def restart_manifests(run_dir: Path) -> list[Path]:
+    """The restart manifests of one run folder."""
+    return sorted(Path(run_dir).glob(f"*/r*/{RESTART_MANIFEST}"))
+
+
+def all_restart_manifests(data_dir: Path) -> list[Path]:
+    """The restart manifests of every run under the data dir."""
+    return sorted(raw_root(data_dir).glob(f"*/*/r*/{RESTART_MANIFEST}"))
+
+
+def run_dir_of_restart(manifest: Path) -> Path:
+    """The run folder a restart manifest belongs to."""
+    return manifest.parents[2]
+
+
+def window_manifests(run_dir: Path) -> list[Path]:
+    """The window manifests of one run folder (not their observations)."""
+    return sorted(p for p in Path(run_dir).glob(f"*/r*/*-c*{MANIFEST_SUFFIX}")
+                  if not p.name.endswith(OBSERVED_SUFFIX))
+
+
+def progress_files(run_dir: Path) -> list[Path]:
+    """The progress reports of one run folder's windows."""
+    return sorted(Path(run_dir).glob(f"*/r*/*{PROGRESS_SUFFIX}"))
+
+
+def started_marks(slot_dir: Path) -> list[Path]:
+    """The marks attempts left in one restart's folder (windows started, not written)."""
+    return sorted(Path(slot_dir).glob(f"*{STARTED_SUFFIX}"))
+
+
+def window_id_of_mark(restart_id: str | None, mark: Path) -> str:
+    """The window a mark stands for (its name without the suffix is the window's stem)."""
+    return f"{restart_id}/{mark.name.removesuffix(STARTED_SUFFIX)}"
+
+
+def loaded_files(run_dir: Path) -> list[Path]:
+    """The run folder's files the loader reads (manifests, requests and observations;
+    never server.log, whose lines arrive in the observations, nor a writer's .tmp)."""
+    return sorted(p for p in Path(run_dir).rglob("*")
+                  if p.suffix in (MANIFEST_SUFFIX, REQUESTS_SUFFIX) and p.is_file())
+
+
+# --- writing and reading --------------------------------------------------------------------
+
+
+def staged(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place."""
+    return path.with_name(path.name + TMP_SUFFIX)
+
+
+def json_text(data: object) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, default=str)
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write atomically: a reader (the loader) never sees half a manifest, and a failed
+    write leaves no .tmp file behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = staged(path)
+    try:
+        tmp.write_text(json_text(data))
+        os.replace(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A manifest's content, or {} where there is none yet."""
+    return read_json(path) if Path(path).exists() else {}
+
+
+def remove_quietly(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def move_into_place(pairs: Iterable[tuple[Path, Path]]) -> None:
+    """Rename each (staged, final) pair in order, the last being the manifest. Should a
+    rename fail midway, the manifest is removed: an older manifest must not point at files
+    this write replaced."""
+    pairs = list(pairs)
+    moved = False
+    try:
+        for tmp, final in pairs:
+            os.replace(tmp, final)
+            moved = True
+    except OSError:
+        if moved:
+            remove_quietly(pairs[-1][1])
+        raise
