@@ -27,17 +27,19 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 from pathlib import Path
 
 import httpx
 import psutil
+
+from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
 
 STATE_FILE = "cluster.json"
 CONFIG_FILE = "airflow.cfg"
 PASSWORDS_FILE = "api-passwords.json"
 API_USER = "benchledger"
 DEFAULT_QUEUE = "default"  # [operators] default_queue: load, validate, derive, publish
-WAREHOUSE_POOL = "benchledger_warehouse"  # the one-slot pool of the warehouse tasks
 # Not airflow.db: Airflow's edge admin commands refuse SQLite's default file name.
 METADATA_DB = "airflow-metadata.db"
 UP_TIMEOUT_S = 180.0  # API server, scheduler, DAG processor and workers healthy by then
@@ -332,7 +334,7 @@ def up(home: Path, nodes: list[str], port: int | None = None,
     _wait("the API server, scheduler and DAG processor", lambda: _heads_missing(api_url),
           timeout_s, cluster.processes)
     client = ApiClient(api_url, *api_credentials(home))
-    client.ensure_pool(WAREHOUSE_POOL, 1, "benchledger warehouse writer (DuckDB: one writer)")
+    client.ensure_pool(WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS, POOL_DESCRIPTION)
     # Workers only once the API answers: they register with it when they start.
     (home / "run").mkdir(exist_ok=True)
     _wait("the records of workers that died to be released",
@@ -508,12 +510,14 @@ class ApiClient:
                                f"{response.status_code} {response.text[:200]}")
         return response.json()["access_token"]
 
-    def request(self, method: str, path: str, ok_missing: bool = False, **kwargs):
+    def request(self, method: str, path: str, ok_missing: bool = False,
+                **kwargs: Any) -> Any:
         deadline = time.monotonic() + self.retry_s
+        fresh = False  # whether the token sent was obtained by this very call
         while True:
             try:
                 if self._token is None:
-                    self._token = self._authenticate()
+                    self._token, fresh = self._authenticate(), True
                 response = self._http.request(
                     method, f"{self.api_url}{path}",
                     headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
@@ -523,9 +527,15 @@ class ApiClient:
                                        f"for {self.retry_s:.0f}s: {exc}") from exc
                 time.sleep(1)
                 continue
-            if response.status_code == 401 and self._token is not None:
-                self._token = None  # expired: log in again once
-                continue
+            if response.status_code == 401:
+                self._token = None
+                if fresh or time.monotonic() > deadline:
+                    # A token it has just issued refused: logging in again cannot help.
+                    raise ClusterError(
+                        f"{method} {path}: the Airflow API at {self.api_url} refused the "
+                        f"token it had just issued to {self._credentials['username']!r}: "
+                        f"HTTP 401 {response.text[:300]}")
+                continue  # the kept token expired: log in again, once
             if response.status_code == 404 and ok_missing:
                 return None
             if response.status_code >= 500 and time.monotonic() < deadline:

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -218,11 +219,67 @@ def process_state(pid: int) -> str:
         return "running"
     except ChildProcessError:
         pass  # not our child (started by another task process): ask /proc instead
+    fields = proc_stat(pid)
+    return "gone" if fields is None or fields[0] in ("Z", "X") else "running"
+
+
+# --- processes recorded by an earlier task (another process, maybe another attempt) --------
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state first), or None."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "gone"
-    return "gone" if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") else "running"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def parent_of(pid: int) -> int | None:
+    fields = proc_stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def started_as_recorded(pid: int, started_at: str | None) -> bool:
+    """Whether `pid` is still the live process a manifest launched: it started within a
+    minute after the manifest's `started_at`. Without /proc (not Linux) or without a
+    start time it is taken on trust while the pid exists."""
+    fields = proc_stat(pid)
+    if fields is None:
+        return not Path("/proc/self").exists() and pid_exists(pid)
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped
+        return False
+    if not started_at:
+        return True
+    try:
+        boot_s = next(float(line.split()[1]) for line in
+                      Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        recorded_s = datetime.fromisoformat(started_at).timestamp()
+    except (OSError, ValueError, StopIteration, IndexError):
+        return True
+    return recorded_s - 2 <= started_s <= recorded_s + 60
+
+
+def stop_recorded(pid: int, started_at: str | None, base_url: str | None,
+                  log_path: str | None) -> str:
+    """Stop the process group a manifest recorded (an earlier attempt's or an interrupted
+    run's server), but only while `pid` is still that process, never a stranger that
+    reused the number; returns what happened, for the manifest."""
+    if not started_as_recorded(pid, started_at):
+        return f"nothing to stop: pid {pid} has ended (or now belongs to another process)"
+    handle = ServerHandle(base_url=base_url or "", pid=pid, port=None, command=None,
+                          command_template=None, log_path=log_path)
+    return str(stop(handle))
 
 
 def _url(base_url: str, path: str) -> str:

@@ -32,7 +32,6 @@ INTERVAL_ENV = "BENCHLEDGER_PROGRESS_S"
 DEFAULT_INTERVAL_S = 5.0
 # Shorter would flood a task log; longer than an hour is no progress report.
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
-FILE_SUFFIX = ".progress"
 
 
 def interval_s(environ: dict | None = None) -> float | None:

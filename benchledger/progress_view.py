@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from benchledger.progress import FILE_SUFFIX, Snapshot, progress_line, progress_state
+from benchledger import raw
+from benchledger.progress import Snapshot, progress_line, progress_state
 
 POLL_S = 1.0  # at most; a shorter interval polls at half of it
 # Reports missed before a window counts as stopped, plus slack for a busy machine.
@@ -158,8 +159,8 @@ class RunWatcher:
     """The progress files of the runs of one sweep that begin after it was created (a run
     folder that already existed is never this run), each report shown once."""
 
-    def __init__(self, raw_root: Path, sweep_name: str, display: Display):
-        self._raw_root, self._sweep_name, self._display = Path(raw_root), sweep_name, display
+    def __init__(self, data_dir: Path, sweep_name: str, display: Display):
+        self._data_dir, self._sweep_name, self._display = Path(data_dir), sweep_name, display
         self._earlier = {p.name for p in self._run_dirs()}
         self._ours: dict[Path, bool] = {}
         self._shown: dict[Path, Snapshot] = {}  # progress file -> the report last shown
@@ -168,7 +169,7 @@ class RunWatcher:
 
     def _run_dirs(self) -> list[Path]:
         try:
-            return [p for p in self._raw_root.iterdir() if p.is_dir()]
+            return raw.run_dirs(self._data_dir)
         except OSError:
             return []  # no raw folder yet
 
@@ -177,7 +178,7 @@ class RunWatcher:
             return False
         if run_dir not in self._ours:
             try:
-                sweep_name = json.loads((run_dir / "run.json").read_text()).get("sweep_name")
+                sweep_name = raw.read_json(run_dir / raw.RUN_MANIFEST).get("sweep_name")
             except (OSError, ValueError, AttributeError):
                 return False  # not written yet: asked again next time
             self._ours[run_dir] = sweep_name == self._sweep_name
@@ -198,7 +199,7 @@ class RunWatcher:
     def _progress_files(self) -> list[Path]:
         # Only inside new run folders: a data dir of years of runs is not walked each poll.
         return sorted(path for run_dir in self._run_dirs() if self._is_ours(run_dir)
-                      for path in run_dir.glob(f"*/r*/*{FILE_SUFFIX}"))
+                      for path in raw.progress_files(run_dir))
 
     def _show_changes(self) -> None:
         # A running window's file is read on every poll (a coarse mtime, as on NFS, could
@@ -228,10 +229,10 @@ def say_line(line: str) -> None:
     print(line, flush=True)
 
 
-def run_watcher(raw_root: Path, sweep_name: str, stream: TextIO | None = None,
+def run_watcher(data_dir: Path, sweep_name: str, stream: TextIO | None = None,
                 say: Callable[[str], None] = say_line) -> RunWatcher:
     """A watcher of the sweep's next run, showing on `stream` (default: stdout)."""
-    return RunWatcher(raw_root, sweep_name, choose_display(stream or sys.stdout, say))
+    return RunWatcher(data_dir, sweep_name, choose_display(stream or sys.stdout, say))
 
 
 @contextlib.contextmanager

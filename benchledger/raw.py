@@ -61,6 +61,20 @@ def ready_status(server_kind: str) -> RestartStatus:
     return "external" if server_kind == "external" else "ok"
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """Which try of an Airflow task this is and the worker it runs on, as the task
+    instance records them (operators/ fills it in; the core never imports Airflow). The
+    manifests a step writes name it. Called without Airflow (tests, scripts) both stay
+    None."""
+
+    number: int | None = None
+    worker_hostname: str | None = None
+
+
+NO_ATTEMPT = Attempt()
+
+
 # --- manifests ------------------------------------------------------------------------------
 
 

@@ -30,18 +30,15 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-POOL_NAME = "benchledger_warehouse"
-POOL_SLOTS = 1
+from benchledger.operators import FAILURES_ENV
+from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
+
 EXIT_CODES = {"success": 0, "failed": 1}
 SETUP_ERROR = 2
 # Put on PYTHONPATH so `-m benchledger.runner` (and DAG files importing the project) resolve
 # whether or not the project is pip-installed.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
-# Where the tasks' on_failure_callback appends one JSON line per failed task (the first
-# cause of a failed run, for the terminal). The same name is read in
-# operators/sweep_tasks.py, which may not import this module (it is a layer above).
-FAILURES_ENV = "BENCHLEDGER_FAILURES_FILE"
 # Linux prctl(2): deliver a signal to this process when its parent dies.
 _PR_SET_PDEATHSIG = 1
 # How often the runner checks that the process that started it is still there.
@@ -163,9 +160,10 @@ def _ensure_db_and_pool() -> None:
         print(f"[runner] migrated metadata DB in {time.monotonic() - t0:.1f}s", flush=True)
     # dag.test() ignores pools, but a scheduler-run of the same DAG would wait forever on a
     # missing one, so keep the metadata DB honest.  provide_session commits.
-    pool = Pool.get_pool(POOL_NAME)
-    if pool is None or pool.slots != POOL_SLOTS:
-        Pool.create_or_update_pool(POOL_NAME, POOL_SLOTS, "benchledger warehouse writer", False)
+    pool = Pool.get_pool(WAREHOUSE_POOL)
+    if pool is None or pool.slots != WAREHOUSE_POOL_SLOTS:
+        Pool.create_or_update_pool(WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS,
+                                  POOL_DESCRIPTION, False)
 
 
 def _load_dag(dag_file: Path, dag_id: str):

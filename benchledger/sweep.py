@@ -440,7 +440,9 @@ def parse_sweep(text: str, source: str = "<sweep>") -> Sweep:
         raise SweepError("invalid sweep file\n  " + "\n  ".join(lines)) from None
 
 
-def load_sweep(path: str | Path) -> Sweep:
+def read_sweep_file(path: str | Path) -> tuple[str, str]:
+    """(text, sha256) of a sweep file, read once: the text exactly as its bytes say (no
+    newline translation), so the sha256 of the text a run records is the file's."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -454,8 +456,9 @@ def load_sweep(path: str | Path) -> Sweep:
     except UnicodeDecodeError as exc:
         raise SweepError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start}); TOML files are UTF-8") from None
+    return text, hashlib.sha256(data).hexdigest()
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    text, _ = read_sweep_file(path)
     return parse_sweep(text, source=str(path))
-
-
-def sweep_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from benchledger.client import WindowResult
-from benchledger.restart import RunLayout, write_json, write_run_manifest, write_window
+from benchledger.raw import RunLayout, write_json
+from benchledger.restart import write_run_manifest
+from benchledger.window_write import write_window
 
 S = 1_000_000_000
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"

@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run_files(base: Path, index: int, args, write_scale_run):
     """The layout of run `index`, writing its raw files unless an earlier call on this
     folder left a complete run of the same shape; (layout, 1 if reused else 0)."""
-    from benchledger.restart import RunLayout
+    from benchledger.raw import RunLayout
 
     layout = RunLayout(base / "data", run_id_of(index))
     shape = {"requests": args.requests, "events": args.events, "restarts": args.restarts,

@@ -36,6 +36,8 @@ from airflow.providers.standard.decorators.python import _PythonDecoratedOperato
 from airflow.sdk import get_current_context
 from airflow.sdk.bases.decorator import task_decorator_factory
 
+from benchledger import raw
+
 # load_run_dir's tables: the run's manifests, its requests, the observations of its windows
 # (server counters, log lines, node clocks) and the catalogue of the files themselves.
 LOAD_WRITES = ("runs", "restarts", "windows", "request_records", "server_metrics",
@@ -55,12 +57,6 @@ DERIVE_WRITES = ("entries", "entry_blocks", "entry_lineage", "entry_restart_mean
 # behind each entry and the server's counts beside the client's.
 PUBLISH_READS = ("runs", "windows", "request_records", "reconciliations", "entries",
                  "entry_blocks", "entry_lineage", "comparisons")
-
-# What load reads from a run folder: run.json, restart.json, and per window its Parquet of
-# requests, its manifest and its observations (server.log is not loaded: its lines arrive
-# in the observations). A writer's temporary files end in .tmp and are not listed.
-RAW_SUFFIXES = (".json", ".parquet")
-
 
 class LineageTaskOperator(_PythonDecoratedOperator):
     """What @task builds, plus the method the OpenLineage provider calls when the task
@@ -119,12 +115,6 @@ def table_datasets(warehouse: Path, tables: Iterable[str]) -> list:
     return [Dataset(namespace=namespace, name=f"{catalog}.main.{table}") for table in tables]
 
 
-def raw_files(run_dir: Path) -> list[Path]:
-    """The run folder's files that load reads: a handful per window, never one per request."""
-    return sorted(p for p in Path(run_dir).rglob("*")
-                  if p.suffix in RAW_SUFFIXES and p.is_file())
-
-
 def published_files(export_dir: Path) -> list[Path]:
     """The files a publication wrote, as its MANIFEST.sha256 lists them, and the manifest;
     the copied GX Data Docs (many small pages) count as their one folder."""
@@ -149,7 +139,7 @@ def _report(inputs: list, outputs: list) -> None:
 
 def report_load(run_dir: Path, warehouse: Path) -> None:
     if openlineage_enabled():
-        _report([file_dataset(p) for p in raw_files(run_dir)],
+        _report([file_dataset(p) for p in raw.loaded_files(run_dir)],
                 table_datasets(warehouse, LOAD_WRITES))
 
 

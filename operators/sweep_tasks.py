@@ -16,12 +16,9 @@ from pathlib import Path
 from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from benchledger.operators import lineage
-
-WAREHOUSE_POOL = "benchledger_warehouse"  # 1 slot: DuckDB allows one writer per file
-# Set by benchledger.runner (its FAILURES_ENV; this layer may not import it): the file
-# where record_failure appends the failed tasks, so the terminal can show the first cause.
-FAILURES_ENV = "BENCHLEDGER_FAILURES_FILE"
+from benchledger.operators import FAILURES_ENV, lineage
+from benchledger.raw import Attempt, RunLayout
+from benchledger.warehouse import WAREHOUSE_POOL
 
 
 @dataclass(frozen=True)
@@ -72,17 +69,20 @@ def record_failure(context) -> None:
         failures.write(json.dumps(record, default=str) + "\n")
 
 
-def _layout():
-    from benchledger.restart import RunLayout
-
+def _layout() -> RunLayout:
     paths = run_paths()
     return RunLayout(paths.data_dir, paths.run_id)
 
 
-def _sweep(sweep_path: str):
-    from benchledger.sweep import load_sweep
+def _recorded(layout: RunLayout, sweep_path: str):
+    """The sweep as plan recorded it in run.json (parsed once, its sha256 checked): every
+    task of a run measures the sweep its `runs` row names. (sweep, sha256)."""
+    from benchledger.restart import RecordMismatch, recorded_sweep
 
-    return load_sweep(sweep_path)
+    try:
+        return recorded_sweep(layout, Path(sweep_path))
+    except RecordMismatch as exc:  # a damaged record: a retry reads the same file
+        raise AirflowFailException(str(exc)) from exc
 
 
 @task
@@ -95,11 +95,9 @@ def plan(sweep_path: str) -> str:
     return str(layout.run_dir)
 
 
-def _attempt():
+def _attempt() -> Attempt:
     """This try of the running task and its worker's hostname, as the task instance
     records them (ti.hostname; the Task SDK's own get_hostname should it be unset)."""
-    from benchledger.restart import Attempt
-
     ti = get_current_context()["ti"]
     hostname = getattr(ti, "hostname", None)
     if not hostname:
@@ -112,26 +110,32 @@ def _attempt():
 # Marked as the setup of stop_server by the DAG factory (`stop.as_teardown(setups=...)`);
 # the @setup/@teardown decorators cannot be called twice in one DAG in Airflow 3.3.
 @task
-def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict:
-    """Start the server (returns at once). Never raises: a failed launch is recorded and
-    reported by wait_ready, so the teardown still runs and later restarts still go."""
+def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict | None:
+    """Start the server (returns at once): its handle, or None when the launch failed.
+    Never raises: a failed launch is recorded in restart.json and reported by wait_ready,
+    so the teardown still runs and later restarts still go."""
     from benchledger.restart import launch_restart
 
+    layout = _layout()
+    sweep, sha256 = _recorded(layout, sweep_path)  # no record: nothing is launched
     try:
-        return launch_restart(_layout(), _sweep(sweep_path), arm, restart_index, _attempt())
-    except Exception as exc:  # recorded in restart.json by launch_restart
-        return {"launch_error": f"{type(exc).__name__}: {exc}"}
+        return launch_restart(layout, sweep, arm, restart_index, _attempt(), sha256)
+    except Exception:  # recorded in restart.json by launch_restart
+        return None
 
 
 @task
-def wait_ready(sweep_path: str, arm: str, restart_index: int, handle: dict) -> dict:
+def wait_ready(sweep_path: str, arm: str, restart_index: int, handle: dict | None) -> dict:
     from benchledger.lifecycle import ServerNotReady
-    from benchledger.restart import await_restart
+    from benchledger.restart import await_restart, launch_failure
 
-    if "launch_error" in handle:
-        raise AirflowFailException(f"{arm} r{restart_index}: {handle['launch_error']}")
+    layout = _layout()
+    if handle is None:
+        raise AirflowFailException(f"{arm} r{restart_index}: "
+                                   f"{launch_failure(layout, arm, restart_index)}")
+    sweep, _ = _recorded(layout, sweep_path)
     try:
-        manifest = await_restart(_layout(), _sweep(sweep_path), arm, restart_index, handle)
+        manifest = await_restart(layout, sweep, arm, restart_index, handle)
     except ServerNotReady as exc:
         raise AirflowFailException(f"{arm} r{restart_index}: {exc}") from exc
     return {k: manifest.get(k) for k in ("status", "server_version", "effective_config_sha256")}
@@ -145,9 +149,11 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     from benchledger.client import TokenCountUnavailable
     from benchledger.restart import ServerCrashed, measure_restart_workload
 
+    layout = _layout()
+    sweep, sha256 = _recorded(layout, sweep_path)
     try:
-        return measure_restart_workload(_layout(), _sweep(sweep_path), arm, restart_index,
-                                        handle, workload, _attempt())
+        return measure_restart_workload(layout, sweep, arm, restart_index, handle, workload,
+                                        _attempt(), sha256)
     except TokenCountUnavailable as exc:
         # The server gives no count of the arm's kind: a setting to change, which a retry
         # would only meet again.
@@ -163,8 +169,6 @@ def stop_server(arm: str, restart_index: int, handle: dict | None) -> dict:
     """Always runs after launch: SIGTERM, then SIGKILL, the server's process group."""
     from benchledger.restart import stop_restart
 
-    if handle and "launch_error" in handle:
-        handle = None
     manifest = stop_restart(_layout(), arm, restart_index, handle)
     return {k: manifest.get(k) for k in ("status", "stop_status")}
 
@@ -175,7 +179,6 @@ def load(run_dir: str | None = None) -> dict:
 
     `run_dir` (plan's output) only ties this task to plan; the layout says where to read.
     """
-    from benchledger.restart import RunLayout
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.load import load_run_dir
 
@@ -192,7 +195,6 @@ def load(run_dir: str | None = None) -> dict:
 @lineage.lineage_task(pool=WAREHOUSE_POOL)
 def validate() -> dict:
     """Run the GX gate over the run's rows; every result becomes a `validations` row."""
-    from benchledger.restart import RunLayout
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.validate import validate_run
 
@@ -214,7 +216,6 @@ def entries_asset(sweep_name: str) -> Asset:
 def derive(sweep_name: str) -> dict:
     """Derive entries from validated rows (blocked ones say why), then the comparisons;
     then tell the publish DAG (asset event) which run and warehouse to export."""
-    from benchledger.restart import RunLayout
     from benchledger.warehouse.compare import derive_comparisons
     from benchledger.warehouse.db import connect, mark_run_ended
     from benchledger.warehouse.derive import derive_entries
@@ -254,22 +255,19 @@ def publish() -> dict:
     """Export one run's validated entries, comparisons and report (read-only). Fails when
     the run is not in the warehouse or has no derived entries: nothing to publish is a
     failure to say out loud, not an empty entries.json."""
-    from benchledger.publishing.export import PublicationError, export_run
-    from benchledger.publishing.read import latest_run_id, run_entry_counts
-    from benchledger.restart import RunLayout
+    from benchledger.publishing.export import PublicationError, publish_run
     from benchledger.warehouse.db import connect
 
     run_id, warehouse, data_dir = _publication_target()
     try:
         with connect(warehouse, read_only=True) as con:
-            run_id = run_id or latest_run_id(con)
-            layout = RunLayout(data_dir, run_id)
-            out = export_run(con, run_id, layout.export_dir)
-            counts = run_entry_counts(con, run_id)
+            done = publish_run(con, run_id,
+                               lambda run: RunLayout(data_dir, run).export_dir)
     except (PublicationError, LookupError) as exc:
         raise AirflowFailException(f"publishing run {run_id}: {exc}") from exc
-    lineage.report_publish(warehouse, layout.data_docs_dir, out)
-    return {"run_id": run_id, "out": str(out), **counts}
+    docs = RunLayout(data_dir, done.run_id).data_docs_dir
+    lineage.report_publish(warehouse, docs, done.out)
+    return {"run_id": done.run_id, "out": str(done.out), **done.counts}
 
 
 @task
@@ -277,7 +275,8 @@ def finalize(sweep_path: str) -> str:
     """Fail the DAG run visibly when any restart or window of the plan went wrong."""
     from benchledger.restart import run_problems
 
-    problems = run_problems(_layout(), _sweep(sweep_path))
+    layout = _layout()
+    problems = run_problems(layout, _recorded(layout, sweep_path)[0])
     if problems:
         raise AirflowFailException("run finished with problems:\n  " + "\n  ".join(problems))
     return "every restart and window of the plan completed"

@@ -33,6 +33,8 @@ import io
 import json
 import os
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import duckdb
@@ -41,6 +43,7 @@ import pandas as pd
 from benchledger.publishing.evidence import evidence_markdown, other_evidence, rerun_entries
 from benchledger.publishing.read import (
     comparisons,
+    latest_run_id,
     published_entries,
     run_entry_counts,
     unknown_run_message,
@@ -170,6 +173,27 @@ def check_publishable(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, 
             f"run {run_id} has no derived entries, so there is nothing to publish: its "
             "load, validate or derive step did not finish (the run's task log says why)")
     return counts
+
+
+@dataclass(frozen=True)
+class Publication:
+    """What one publication wrote: the run, the folder and the run's entry counts."""
+
+    run_id: str
+    out: Path
+    counts: dict[str, int]
+
+
+def publish_run(con: duckdb.DuckDBPyConnection, run_id: str | None,
+                out: Path | Callable[[str], Path]) -> Publication:
+    """The one publish flow (`benchledger publish` and the publish task): the given run,
+    else the warehouse's latest, exported into `out` (a folder, or the folder for the run
+    id); refuses a run the warehouse does not hold (LookupError) or one with nothing
+    derived (PublicationError)."""
+    run_id = run_id or latest_run_id(con)
+    folder = export_run(con, run_id, out(run_id) if callable(out) else out)
+    counts = check_publishable(con, run_id)
+    return Publication(run_id, folder, counts)
 
 
 def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path:

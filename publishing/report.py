@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
+
+if TYPE_CHECKING:
+    import duckdb
 
 # The few entries a reader looks at first; every other entry is in the warehouse and the
 # exports. (metric, numerator) pairs; statistic is always the mean here.
@@ -129,3 +134,33 @@ def format_delivered_vs_server(frame: pd.DataFrame) -> str:
             "counters reconciled": checks,
         })
     return pd.DataFrame(rows).to_string(index=False)
+
+
+def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """What `benchledger run` prints of a finished run: the published headline means,
+    delivered beside what the server said, blocked entries by rule, the comparisons and
+    the variance report; None for a run the warehouse does not hold (never another run's
+    numbers in its place)."""
+    from benchledger.publishing import read
+
+    if read.run_entry_counts(con, run_id) is None:
+        return None
+    published = read.published_entries(con, run_id)
+    parts = [f"Published entries of run {run_id} (validated only; headline means):",
+             format_entries(headline(published)),
+             f"\n{len(published)} published entries in all (percentiles, per-user and "
+             "aggregate rates, outcomes): benchledger publish / benchledger sql",
+             "\nDelivered (tok/s, from per-request usage) beside what the server said "
+             "(its log lines and counters; never the delivered rate):",
+             format_delivered_vs_server(read.delivered_vs_server(con, run_id))]
+    blocked = read.blocked_entries(con, run_id)
+    if len(blocked):
+        parts += [f"\nBlocked entries ({len(blocked)}; not published), by the rule that "
+                  "blocked them:", format_blocked(read.blocks(con, run_id))]
+    found = read.comparisons(con, run_id)
+    if len(found):
+        parts += ["\nComparisons (Welch over restart means, held to the A/A control; "
+                  "refuted ones included):", format_comparisons(found)]
+    parts += ["\nVariance report (decode rate): spread within vs between restarts",
+              format_variance(read.variance(con, run_id))]
+    return "\n".join(parts)

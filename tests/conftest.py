@@ -226,9 +226,10 @@ def run_sweep_text(workdir: Path, text: str):
     (run_id, state, read-only connection). The caller closes the connection."""
     import duckdb
 
-    from benchledger.cli import run_sweep
+    from benchledger.local_run import execute_sweep
 
     sweep = workdir / "sweep.toml"
     sweep.write_text(text)
-    run_id, state = run_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
-    return run_id, state, duckdb.connect(str(workdir / "wh.duckdb"), read_only=True)
+    outcome = execute_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
+    return (outcome.run_id, outcome.state,
+            duckdb.connect(str(workdir / "wh.duckdb"), read_only=True))

@@ -7,11 +7,13 @@ derivation, the gate), without a server in the loop.
 from __future__ import annotations
 
 from benchledger.client import WindowResult
-from benchledger.restart import RunLayout, write_json, write_run_manifest, write_window
+from benchledger.raw import RunLayout, write_json
+from benchledger.restart import write_run_manifest
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
+from benchledger.window_write import write_window
 
 S = 1_000_000_000  # ns per second
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"

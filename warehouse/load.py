@@ -24,30 +24,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchledger import raw
+from benchledger.raw import JSON_COLUMNS, RESTART_COLUMNS, RUN_COLUMNS, WINDOW_COLUMNS
 from benchledger.records import file_sha256
 from benchledger.warehouse.db import WarehouseError, first_row, insert_frame
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 
-RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml",
-               "harness_version", "started_at")
-RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
-                   "single_instance", "status", "error", "base_url", "pid", "command",
-                   "log_path", "effective_config", "effective_config_sha256",
-                   "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
-                   "requested_node", "worker_hostname", "interrupted_windows",
-                   "ready_probe", "server_family")
-WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
-                  "concurrency", "submitted", "completed", "failed", "unresolved",
-                  "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
-                  "window_end", "elapsed_s", "min_requests", "max_tokens", "temperature",
-                  "requests_file_sha256", "arrival", "requested_rate_rps", "achieved_rate_rps",
-                  "prompt_cache", "input_tokens_target", "seed", "denominator", "attempt",
-                  "worker_hostname", "token_count", "calibration_requests",
-                  "calibration_compared", "calibration_rel_error",
-                  "calibration_max_rel_error", "calibration_detail",
-                  "tokenizer_special_tokens")
-# Manifest values stored as JSON text (a key a manifest lacks stays NULL).
-JSON_COLUMNS = ("effective_config", "interrupted_windows")
 # kind of manifest -> (its table, its columns; the first is the table's key)
 MANIFEST_TABLES = {"run": ("runs", RUN_COLUMNS), "restart": ("restarts", RESTART_COLUMNS),
                    "window": ("windows", WINDOW_COLUMNS)}
@@ -99,19 +81,35 @@ def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int
 
 
 def _read_manifests(run_dir: Path) -> list[_Manifest]:
-    paths = [("run", run_dir / "run.json")]
-    paths += [("restart", p) for p in sorted(run_dir.glob("*/r*/restart.json"))]
-    paths += [("window", p) for p in sorted(run_dir.glob("*/r*/*-c*.json"))
-              if not p.name.endswith(".observed.json")]
+    paths = [("run", run_dir / raw.RUN_MANIFEST)]
+    paths += [("restart", p) for p in raw.restart_manifests(run_dir)]
+    paths += [("window", p) for p in raw.window_manifests(run_dir)]
     for _, path in paths:
         if not path.exists():
             raise WarehouseError(f"{path}: missing raw file")
     shas = _hash_all([path for _, path in paths])
-    return [_Manifest(kind, path, sha, _read_json(path))
-            for (kind, path), sha in zip(paths, shas, strict=True)]
+    manifests = [_Manifest(kind, path, sha, _read_json(path))
+                 for (kind, path), sha in zip(paths, shas, strict=True)]
+    _check_one_sweep(manifests)
+    return manifests
+
+
+def _check_one_sweep(manifests: list[_Manifest]) -> None:
+    """Every restart and window was measured under the sweep text the run recorded (each
+    names its sha256; raw files from before they did name none), else nothing is loaded:
+    numbers measured under another sweep must never be filed under this run's."""
+    run = manifests[0].data
+    recorded = run.get("sweep_sha256")
+    for m in manifests[1:]:
+        measured = m.data.get("sweep_sha256")
+        if measured is not None and measured != recorded:
+            raise WarehouseError(f"{m.path}: measured under the sweep with sha256 {measured}, "
+                                 f"but its run ({manifests[0].path}) recorded {recorded}; "
+                                 "refusing to load")
 
 
 def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
+    _check_against_runs(con, manifests[0])
     loaded = _loaded(con, [m.sha256 for m in manifests])
     new, superseded = _split_new(con, [m for m in manifests if m.sha256 not in loaded])
     named = _named_files([m for m in new + superseded if m.kind == "window"])
@@ -142,6 +140,16 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
         insert_rows(con, table, table_rows)
     return {"runs": len(rows["runs"]), "restarts": len(rows["restarts"]),
             "windows": len(rows["windows"]), **counts}
+
+
+def _check_against_runs(con, run: _Manifest) -> None:
+    """A run already in the warehouse keeps the sweep it was loaded with: a run folder
+    whose run.json now names another sweep text is refused, not loaded beside it."""
+    row = first_row(con, "SELECT sweep_sha256 FROM runs WHERE run_id = ?", [run.key])
+    if row is not None and row[0] is not None and row[0] != run.data.get("sweep_sha256"):
+        raise WarehouseError(f"{run.path}: names the sweep with sha256 "
+                             f"{run.data.get('sweep_sha256')}, but run {run.key} is in the "
+                             f"warehouse with {row[0]}; refusing to load")
 
 
 def _split_new(con, pending: list[_Manifest]) -> tuple[list[_Manifest], list[_Manifest]]:

@@ -156,7 +156,7 @@ def test_publish_dag_ran_on_the_scheduler_asset_trigger(two_arm_run, api):
 
 
 def test_published_entries_match_an_embedded_derivation_of_the_same_raw_files(two_arm_run):
-    from benchledger.restart import RunLayout
+    from benchledger.raw import RunLayout
     from tests.synthetic import derived_warehouse
 
     _, warehouse = two_arm_run
@@ -196,7 +196,7 @@ def _runs_of(warehouse: Path, sweep_name: str) -> list[tuple[str, bool]]:
 def test_openlineage_events_name_raw_files_tables_and_export(deployment, two_arm_run):
     """The deployment's [openlineage] file transport (set by `cluster up --config`): the
     COMPLETE events of the run's load, derive and publish, emitted by the workers."""
-    from benchledger.restart import RunLayout
+    from benchledger.raw import RunLayout
 
     _, warehouse = two_arm_run
     run_id = _run_id(warehouse)

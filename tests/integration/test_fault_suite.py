@@ -39,7 +39,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from benchledger.restart import RunLayout, read_json
+from benchledger.raw import RunLayout, read_json
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 

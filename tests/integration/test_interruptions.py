@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchledger.cli import load_unloaded_runs
+from benchledger.local_run import load_unloaded_runs
 from benchledger.warehouse.db import connect
 from tests.conftest import REPO
 

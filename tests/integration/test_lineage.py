@@ -13,10 +13,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from benchledger.cli import run_sweep
+from benchledger.local_run import execute_sweep
 from benchledger.operators import lineage
 from benchledger.publishing.export import DATA_DOCS, MARKER
-from benchledger.restart import RunLayout
+from benchledger.raw import RunLayout
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,9 @@ def lineage_run(tmp_path_factory):
         mp.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps(
             {"type": "file", "log_file_path": str(events), "append": True}))
         mp.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", NAMESPACE)
-        run_id, state = run_sweep(sweep, tmp / "wh.duckdb", tmp / "data", publish=True)
+        outcome = execute_sweep(sweep, tmp / "wh.duckdb", tmp / "data", publish=True)
+        assert outcome.not_published is None, outcome.not_published
+        run_id, state = outcome.run_id, outcome.state
     records = [json.loads(line) for line in events.read_text().splitlines() if line]
     return {"run_id": run_id, "state": state, "warehouse": (tmp / "wh.duckdb").resolve(),
             "layout": RunLayout((tmp / "data").resolve(), run_id), "events": records}

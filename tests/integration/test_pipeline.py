@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from benchledger.cli import main as cli_main
-from benchledger.cli import run_sweep
+from benchledger.local_run import execute_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,9 @@ def passing_run(workdir, external_server):
     """))
     before = generation_tokens(external_server)
     warehouse = workdir / "wh.duckdb"
-    run_id, state = run_sweep(sweep, warehouse, workdir / "data", publish=True)
+    outcome = execute_sweep(sweep, warehouse, workdir / "data", publish=True)
+    assert outcome.not_published is None, outcome.not_published
+    run_id, state = outcome.run_id, outcome.state
     after = generation_tokens(external_server)
     return {"run_id": run_id, "state": state, "warehouse": warehouse,
             "external_generated": after - before}
@@ -109,7 +111,8 @@ def failing_run(workdir, passing_run):
         [[workloads]]
         name = "code"
     """))
-    run_id, state = run_sweep(sweep, passing_run["warehouse"], workdir / "data")
+    outcome = execute_sweep(sweep, passing_run["warehouse"], workdir / "data")
+    run_id, state = outcome.run_id, outcome.state
     return {"run_id": run_id, "state": state, "warehouse": passing_run["warehouse"]}
 
 
@@ -189,7 +192,7 @@ def test_missing_usage_and_dead_server_block_their_arms(failing_run):
 
 
 def test_loading_the_same_raw_files_twice_adds_nothing(passing_run, workdir):
-    from benchledger.restart import RunLayout
+    from benchledger.raw import RunLayout
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.load import load_run_dir
 
@@ -220,7 +223,7 @@ def test_sql_and_publish_commands(passing_run, workdir, capsys):
 
 
 def test_the_publish_dag_exported_the_run(passing_run, workdir):
-    from benchledger.restart import RunLayout
+    from benchledger.raw import RunLayout
 
     out = RunLayout(workdir / "data", passing_run["run_id"]).export_dir
     assert {"entries.json", "report.html", "MANIFEST.sha256"} <= {p.name for p in out.iterdir()}

@@ -18,7 +18,7 @@ import pytest
 
 from benchledger.cli import main as cli_main
 from benchledger.publishing.export import export_run
-from benchledger.restart import RunLayout
+from benchledger.raw import RunLayout
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir

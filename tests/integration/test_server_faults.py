@@ -27,7 +27,8 @@ import pytest
 
 from benchledger import lifecycle, restart
 from benchledger.publishing.export import export_run
-from benchledger.restart import RunLayout, read_json
+from benchledger.raw import RunLayout, read_json
+from benchledger.records import file_sha256
 from benchledger.sweep import load_sweep
 from benchledger.warehouse.load import load_run_dir
 from tests.faults.fault_server import serve_in_thread
@@ -92,7 +93,7 @@ def load_validate_derive(tmp_path: Path, layout: RunLayout):
 
 
 def window_manifest(layout: RunLayout, arm: str, concurrency: int = 1) -> dict:
-    return read_json(layout.window_files(arm, 0, "code", concurrency)[1])
+    return read_json(layout.window_files(arm, 0, "code", concurrency).manifest)
 
 
 def assert_balanced(window: dict) -> None:
@@ -147,7 +148,7 @@ def test_an_external_server_that_dies_mid_window_is_a_crashed_restart(tmp_path,
     window = window_manifest(layout, "ext")  # the window's raw files were still written
     assert (window["completed"], window["failed"], window["unresolved"]) == (6, 9, 0)
     assert_balanced(window)
-    observed = read_json(layout.window_files("ext", 0, "code", 1)[1].with_suffix(
+    observed = read_json(layout.window_files("ext", 0, "code", 1).manifest.with_suffix(
         ".observed.json"))
     assert observed["server_after_window"]["alive"] is False
     manifest = read_json(layout.restart_manifest("ext", 0))
@@ -171,14 +172,14 @@ def test_a_started_server_that_dies_ends_its_restart_at_that_window(tmp_path):
     assert "server process" in str(error) and exited in str(error)
     assert_balanced(window_manifest(layout, "srv", 1))
     # Checked after the window, not after the whole workload: c2 never ran on a dead server.
-    assert not layout.window_files("srv", 0, "code", 2)[1].exists()
+    assert not layout.window_files("srv", 0, "code", 2).manifest.exists()
     # A retried measure step must not overwrite the crashed window with a dead server's.
-    crashed_window = layout.window_files("srv", 0, "code", 1)[1].read_bytes()
+    crashed_window = layout.window_files("srv", 0, "code", 1).manifest.read_bytes()
     with pytest.raises(restart.ServerCrashed, match="not measured: the restart already "
                                                     "crashed"):
         restart.measure_restart_workload(layout, load_sweep(tmp_path / "sweep.toml"), "srv",
                                          0, DEAD_HANDLE, "code")
-    assert layout.window_files("srv", 0, "code", 1)[1].read_bytes() == crashed_window
+    assert layout.window_files("srv", 0, "code", 1).manifest.read_bytes() == crashed_window
     manifest = read_json(layout.restart_manifest("srv", 0))
     assert manifest["status"] == "crashed"  # the teardown kept it (not overwritten)
     assert manifest["stop_status"].startswith(f"already ended before stop ({exited})")
@@ -224,7 +225,7 @@ def test_the_api_key_reaches_the_server_and_no_raw_file_or_row(tmp_path, monkeyp
     # The server is careless: it logged the key, so the log slice had it to redact.
     server_log = (layout.slot_dir("srv", 0) / "server.log").read_text()
     assert f"Authorization: Bearer {SECRET}" in server_log
-    observed = read_json(layout.window_files("srv", 0, "code", 1)[1].with_suffix(
+    observed = read_json(layout.window_files("srv", 0, "code", 1).manifest.with_suffix(
         ".observed.json"))
     assert observed["metrics"]["errors"] == []  # /metrics needed the key and got it
     assert any("Bearer <redacted>" in line for line in observed["log"]["lines"])
@@ -298,7 +299,8 @@ def test_a_full_disk_while_writing_the_requests_leaves_no_partial_window(
                              "ext")
     monkeypatch.setattr(pq, "write_table", real_write_table)
     assert isinstance(error, restart.RawWriteError)
-    parquet, manifest_path = layout.window_files("ext", 0, "code", 1)
+    parquet, manifest_path = (layout.window_files("ext", 0, "code", 1).requests,
+                              layout.window_files("ext", 0, "code", 1).manifest)
     assert f"{parquet}.tmp: ENOSPC (No space left on device)" in str(error)
     assert "manual__faults/ext/r0/code-c1" in str(error)
     assert leftover_tmp_files(layout) == []
@@ -380,11 +382,11 @@ def test_a_really_full_filesystem_mid_run_fails_the_window_cleanly(tmp_path,
         restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code")
     assert "manual__faults/ext/r0/code-c1" in str(caught.value)
     assert leftover_tmp_files(layout) == []
-    assert not layout.window_files("ext", 0, "code", 1)[1].exists()
+    assert not layout.window_files("ext", 0, "code", 1).manifest.exists()
     filler.unlink()  # space again: the retried step writes the whole window
     summaries = restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code")
     assert summaries[0]["completed"] == 15
     manifest = read_json(layout.restart_manifest("ext", 0))
     assert manifest["status"] == "external" and not manifest.get("unwritten_windows")
-    assert window_manifest(layout, "ext")["requests_file_sha256"] == restart.file_sha256(
-        layout.window_files("ext", 0, "code", 1)[0])
+    assert window_manifest(layout, "ext")["requests_file_sha256"] == file_sha256(
+        layout.window_files("ext", 0, "code", 1).requests)

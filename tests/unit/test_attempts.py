@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchledger import restart
-from benchledger.restart import Attempt, RunLayout, read_json, write_json
+from benchledger.raw import Attempt, RunLayout, read_json, write_json
+from benchledger.records import file_sha256
 from benchledger.sweep import load_sweep
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
@@ -98,7 +99,8 @@ def hanging_server():
 
 CHILD = """
 import json, sys
-from benchledger.restart import Attempt, RunLayout, measure_restart_workload
+from benchledger.raw import Attempt, RunLayout
+from benchledger.restart import measure_restart_workload
 from benchledger.sweep import load_sweep
 data_dir, run_id, sweep_path, handle = sys.argv[1:]
 measure_restart_workload(RunLayout(data_dir, run_id), load_sweep(sweep_path), "ext", 0,
@@ -110,7 +112,7 @@ def measure_and_kill_mid_window(layout: RunLayout, sweep_path: Path, handle: dic
                                 server) -> None:
     """Attempt 1 of the measure task in a child process, SIGKILLed once its second window
     is under way (its hanging request reached the server): what a killed worker leaves."""
-    marker = layout.window_marker("ext", 0, "code", 2)
+    marker = layout.window_files("ext", 0, "code", 2).started
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(layout.data_dir), layout.run_id,
          str(sweep_path), json.dumps(handle)],
@@ -130,16 +132,18 @@ def test_a_retry_measures_only_the_window_the_killed_attempt_left(tmp_path, hang
     server, base = hanging_server
     layout, sweep, handle = started_slot(tmp_path, base)
     first, second = window_ids(layout)
-    parquet_1, manifest_1 = layout.window_files("ext", 0, "code", 1)
-    parquet_2, manifest_2 = layout.window_files("ext", 0, "code", 2)
+    parquet_1, manifest_1 = (layout.window_files("ext", 0, "code", 1).requests,
+                             layout.window_files("ext", 0, "code", 1).manifest)
+    parquet_2, manifest_2 = (layout.window_files("ext", 0, "code", 2).requests,
+                             layout.window_files("ext", 0, "code", 2).manifest)
 
     measure_and_kill_mid_window(layout, tmp_path / "sweep.toml", handle, server)
     # The killed attempt wrote c1 whole, nothing of c2 but its mark.
     assert (read_json(manifest_1)["attempt"], read_json(manifest_1)["worker_hostname"]) == (
         1, "worker-a")
     assert not parquet_2.exists() and not manifest_2.exists()
-    assert read_json(layout.window_marker("ext", 0, "code", 2))["attempt"] == 1
-    kept = (parquet_1.stat().st_ino, parquet_1.stat().st_mtime_ns, restart.file_sha256(parquet_1))
+    assert read_json(layout.window_files("ext", 0, "code", 2).started)["attempt"] == 1
+    kept = (parquet_1.stat().st_ino, parquet_1.stat().st_mtime_ns, file_sha256(parquet_1))
     sent_by_attempt_1 = server.plan.requests
 
     summaries = restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code",
@@ -147,11 +151,11 @@ def test_a_retry_measures_only_the_window_the_killed_attempt_left(tmp_path, hang
     assert [(s["window_id"], s["attempt"]) for s in summaries] == [(first, 1), (second, 2)]
     # c1 was not measured again (same file, no requests); c2 once: 1 warm-up + 5 measured.
     assert (parquet_1.stat().st_ino, parquet_1.stat().st_mtime_ns,
-            restart.file_sha256(parquet_1)) == kept
+            file_sha256(parquet_1)) == kept
     assert server.plan.requests == sent_by_attempt_1 + 6
     assert (read_json(manifest_2)["attempt"], read_json(manifest_2)["worker_hostname"]) == (
         2, "worker-b")
-    assert not layout.window_marker("ext", 0, "code", 2).exists()
+    assert not layout.window_files("ext", 0, "code", 2).started.exists()
     (interrupted,) = read_json(layout.restart_manifest("ext", 0))["interrupted_windows"]
     assert {k: v for k, v in interrupted.items() if k != "started_at"} == {
         "window_id": second, "attempt": 1, "worker_hostname": "worker-a",
@@ -246,7 +250,8 @@ def test_a_window_counts_as_written_only_when_every_file_is_whole(tmp_path, loop
     _, base = loopback_server
     layout, sweep, handle = started_slot(tmp_path, base)
     restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code", Attempt(1, "w"))
-    parquet, manifest_path = layout.window_files("ext", 0, "code", 2)
+    parquet, manifest_path = (layout.window_files("ext", 0, "code", 2).requests,
+                              layout.window_files("ext", 0, "code", 2).manifest)
     assert restart.written_window(layout, "ext", 0, "code", 2) == read_json(manifest_path)
     # what a write killed between its renames leaves: a manifest naming other bytes
     pq.write_table(pq.read_table(parquet).slice(0, 3), parquet)
@@ -254,7 +259,7 @@ def test_a_window_counts_as_written_only_when_every_file_is_whole(tmp_path, loop
     manifest_path.unlink()
     assert restart.written_window(layout, "ext", 0, "code", 2) is None
     # the observations file counts too
-    _, manifest_1 = layout.window_files("ext", 0, "code", 1)
+    manifest_1 = layout.window_files("ext", 0, "code", 1).manifest
     assert restart.written_window(layout, "ext", 0, "code", 1) is not None
     observed_1 = manifest_1.with_suffix(".observed.json")
     observed_1.write_text(observed_1.read_text() + " ")

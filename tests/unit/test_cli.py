@@ -140,7 +140,7 @@ def test_a_second_run_of_a_sweep_is_refused_at_once_naming_the_holder(tmp_path):
     sweep.write_text(SWEEP)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-         "from benchledger.cli import sweep_lock\n"
+         "from benchledger.local_run import sweep_lock\n"
          "with sweep_lock(Path(sys.argv[1]), 'cli'):\n    print('held', flush=True)\n"
          "    time.sleep(60)\n", str(tmp_path / "wh-data")],
         cwd=REPO, stdout=subprocess.PIPE, text=True)

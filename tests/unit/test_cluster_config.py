@@ -276,6 +276,26 @@ def test_the_api_client_asks_again_after_a_server_error_and_never_after_a_refusa
         _api([busy] * 3, [], retry_s=0).request("GET", "/api/v2/dags/x")
 
 
+def test_an_expired_token_is_renewed_once_and_a_refused_fresh_one_ends_the_call():
+    seen = []
+    expired = (401, {"detail": "Signature has expired"})
+    client = _api([(200, {"a": 1}), expired, (200, {"b": 2})], seen)
+    assert client.request("GET", "/api/v2/x") == {"a": 1}
+    # the kept token expired: one new login, then the call goes through
+    assert client.request("GET", "/api/v2/y") == {"b": 2}
+    assert seen == ["/api/v2/x", "/api/v2/y", "/api/v2/y"]
+    # a server that refuses even the token it has just issued: said at once, never a loop
+    seen.clear()
+    with pytest.raises(cluster.ClusterError, match="refused the token it had just issued"):
+        _api([expired] * 50, seen).request("GET", "/api/v2/z")
+    assert seen == ["/api/v2/z"]
+    client = _api([(200, {}), expired, expired, (200, {})], seen := [])
+    client.request("GET", "/api/v2/a")
+    with pytest.raises(cluster.ClusterError, match="HTTP 401"):
+        client.request("GET", "/api/v2/a")  # kept token refused, then the fresh one too
+    assert seen == ["/api/v2/a"] * 3
+
+
 def test_each_queue_is_served_by_one_worker():
     # On SQLite the Edge API's job claim locks nothing: two workers on one queue were both
     # handed the same task instance. The default queue goes to the first node only.

@@ -76,7 +76,8 @@ def test_effective_config_hash_ignores_per_instance_values():
 
 
 def test_servers_left_by_an_interrupted_run_are_stopped(tmp_path):
-    from benchledger.restart import RunLayout, read_json, stop_leftover_servers, write_json
+    from benchledger.raw import RunLayout, read_json, write_json
+    from benchledger.restart import stop_leftover_servers
 
     layout = RunLayout(tmp_path, "manual__interrupted")
     handle = lifecycle.launch(command_arm("sleep 60"), tmp_path / "server.log", seed=1)

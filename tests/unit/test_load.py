@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchledger.client import WindowResult
-from benchledger.restart import Attempt, RunLayout, read_json, write_json, write_window
+from benchledger.raw import Attempt, RunLayout, read_json, write_json
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
+from benchledger.window_write import write_window
 from tests.synthetic import RUN_ID, accounting, request_row
 from tests.unit.test_warehouse import write_run
 

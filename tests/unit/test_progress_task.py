@@ -12,7 +12,7 @@ import pytest
 
 from benchledger import restart
 from benchledger.progress import INTERVAL_ENV, Snapshot
-from benchledger.restart import Attempt, RunLayout, read_json
+from benchledger.raw import Attempt, RunLayout, read_json
 from benchledger.sweep import load_sweep
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
@@ -53,7 +53,7 @@ def slot(tmp_path):
 
 
 def progress_file(layout: RunLayout) -> Path:
-    return layout.window_progress("ext", 0, "code", 1)
+    return layout.window_files("ext", 0, "code", 1).progress
 
 
 def progress_logged(caplog) -> list[str]:
@@ -70,7 +70,7 @@ def test_the_window_ends_with_its_report_done_in_the_file_and_the_log(slot, capl
     report = read_json(progress_file(layout))
     assert (report["attempt"], report["worker_hostname"]) == (2, "worker-b")
     done = Snapshot.from_dict(report)
-    window = read_json(layout.window_files("ext", 0, "code", 1)[1])
+    window = read_json(layout.window_files("ext", 0, "code", 1).manifest)
     assert (done.phase, done.finished, done.submitted) == ("done", window["completed"], 5)
     assert progress_logged(caplog)[-1].startswith(
         f"progress: {RUN_ID}/ext/r0/code-c1 done: 5/5 finished (of 5)")

@@ -130,7 +130,7 @@ def test_the_watcher_shows_each_new_report_of_this_sweeps_new_run_only(tmp_path)
     earlier = write_run(raw, "manual__1", "mine")
     write_report(earlier, "code-c1", snapshot(window_id="old"), 1)
     shown = Recorder()
-    watcher = RunWatcher(raw, "mine", shown)
+    watcher = RunWatcher(tmp_path, "mine", shown)
     new = write_run(raw, "manual__2", "mine")
     other = write_run(raw, "manual__3", "someone-else")
     write_report(other, "code-c1", snapshot(window_id="theirs"), 1)
@@ -157,7 +157,7 @@ def test_the_watcher_shows_each_new_report_of_this_sweeps_new_run_only(tmp_path)
 def test_a_run_folder_without_its_manifest_yet_is_asked_again(tmp_path):
     raw = tmp_path / "raw"
     shown = Recorder()
-    watcher = RunWatcher(raw, "mine", shown)  # no raw folder at all yet
+    watcher = RunWatcher(tmp_path, "mine", shown)  # no raw folder at all yet
     run = raw / "manual__2"
     write_report(run, "code-c1", snapshot(), 1)
     watcher.poll()
@@ -174,7 +174,7 @@ def test_a_display_that_fails_is_said_once_and_the_run_goes_on(tmp_path, capsys)
         def show(self, key, snap):
             raise RuntimeError("terminal gone")
 
-    watcher = RunWatcher(raw, "mine", Broken())
+    watcher = RunWatcher(tmp_path, "mine", Broken())
     write_report(write_run(raw, "manual__2", "mine"), "code-c1", snapshot(), 1)
     watcher.poll()
     watcher.poll()

@@ -18,13 +18,14 @@ import pytest
 
 from benchledger.client import WindowResult
 from benchledger.observe import FAMILY_PREFIXES, detect_family, families_named, server_family
-from benchledger.restart import RunLayout, write_json, write_window
+from benchledger.raw import RunLayout, write_json
 from benchledger.simulator.engine import Engine
 from benchledger.simulator.metrics import render_metrics
 from benchledger.simulator.options import MetricsFamily, SimConfig
 from benchledger.sweep import SERVER_FAMILIES
 from benchledger.warehouse.observations import metric_samples
 from benchledger.warehouse.reconcile import FAMILY_COUNTERS, QUANTITIES, reconcile_window
+from benchledger.window_write import write_window
 from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"

@@ -17,7 +17,7 @@ import tomli_w
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from benchledger.restart import RunLayout
+from benchledger.raw import RunLayout
 from benchledger.sweep import (
     MAX_REQUESTS,
     MAX_WAIT_S,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.restart import RunLayout
+from benchledger.raw import RunLayout
 from benchledger.warehouse.db import connect, migrate
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir

@@ -1,0 +1,99 @@
+"""One window's raw files, written whole or not at all, and recognised as whole later.
+
+A window's three files (its requests as Parquet, what the server and node said during it,
+its accounting manifest) are written as .tmp files and renamed into place, manifest last,
+only when all three are complete: a full disk or an unwritable folder leaves the window
+either whole or absent, never half written, and the failure is named (path, errno). A
+retried measure step keeps every window an earlier attempt wrote whole (each file the
+manifest names has the sha256 it records) and measures only the others.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from benchledger import raw
+from benchledger.client import WindowResult
+from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout
+from benchledger.records import file_sha256, requests_table
+from benchledger.redaction import redact
+from benchledger.restart_record import RawWriteError, os_error_text
+
+
+def ns_to_iso(wall_ns: int) -> str:
+    return datetime.fromtimestamp(wall_ns / 1e9, UTC).isoformat()
+
+
+def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
+                 min_requests: int, result: WindowResult,
+                 observations: dict[str, Any] | None = None, secret: str | None = None,
+                 attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None
+                 ) -> dict[str, Any]:
+    """Write one window's raw files: the requests (Parquet), what the server and node
+    said during it (JSON) and its accounting (the manifest, JSON, written last). The
+    manifest names the attempt that measured the window, its worker and the sha256 of the
+    sweep text it was measured under. `secret` (the server's API key) is redacted from
+    everything written; any OSError removes the .tmp files and raises RawWriteError."""
+    accounting = result.accounting
+    files = layout.window_files(arm, k, workload, accounting["concurrency"])
+    order = (files.observed, files.requests, files.manifest)  # the manifest last
+    writing = files.requests.parent
+    try:
+        writing.mkdir(parents=True, exist_ok=True)
+        # Named after its window, so two windows' files never share a sha256.
+        writing = raw.staged(files.observed)
+        writing.write_text(raw.json_text(redact(
+            {"window_id": accounting["window_id"], **(observations or {})}, secret)))
+        writing = raw.staged(files.requests)
+        pq.write_table(requests_table(redact(result.rows, secret)), writing)
+        manifest = {
+            **accounting,
+            "restart_id": layout.restart_id(arm, k),
+            "run_id": layout.run_id,
+            "arm": arm,
+            "workload": workload,
+            "prompt_set": prompt_set,
+            "min_requests": min_requests,
+            "attempt": attempt.number,
+            "worker_hostname": attempt.worker_hostname,
+            "sweep_sha256": sweep_sha256,
+            "window_start": ns_to_iso(accounting["window_start_wall_ns"]),
+            "window_end": ns_to_iso(accounting["window_end_wall_ns"]),
+            "requests_file": files.requests.name,
+            "requests_file_sha256": file_sha256(raw.staged(files.requests)),
+            "observed_file": files.observed.name,
+            "observed_file_sha256": file_sha256(raw.staged(files.observed)),
+        }
+        writing = raw.staged(files.manifest)
+        writing.write_text(raw.json_text(manifest))
+        raw.move_into_place((raw.staged(final), final) for final in order)
+    except OSError as exc:
+        raw.remove_quietly(*(raw.staged(final) for final in order))
+        raise RawWriteError(f"window {accounting['window_id']}: its raw files could not be "
+                            f"written: {os_error_text(exc, writing)}") from exc
+    return manifest
+
+
+def written_window(layout: RunLayout, arm: str, k: int, workload: str,
+                   concurrency: int) -> dict[str, Any] | None:
+    """The manifest of a window whose files are in place and whole (each file it names has
+    the sha256 it records), else None: such a window is never measured twice. A manifest
+    naming a file that changed (a write killed between renames) does not count."""
+    files = layout.window_files(arm, k, workload, concurrency)
+    try:
+        manifest: dict[str, Any] = raw.read_json(files.manifest)
+    except (OSError, ValueError):
+        return None  # absent (or not a manifest): the window is measured
+    named = [(manifest.get("requests_file"), manifest.get("requests_file_sha256")),
+             (manifest.get("observed_file"), manifest.get("observed_file_sha256"))]
+    if manifest.get("window_id") != layout.window_id(arm, k, workload, concurrency) \
+            or not named[0][0]:
+        return None
+    for name, sha256 in named:
+        path = files.manifest.parent / name if name else None
+        if path is not None and not (path.is_file() and file_sha256(path) == sha256):
+            return None
+    return manifest
