@@ -27,8 +27,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
