@@ -1,9 +1,14 @@
-"""The GX gate: protocol rules checked before any derived number is produced.
+"""The GX gate: the catalogue's GX checks run over a run's rows, one result per subject.
 
-Each protocol rule is one named Great Expectations (GX 1.x) expectation. Rules are grouped
-into three ExpectationSuites ("restarts", "windows", "measured_requests"); every rule runs
-(GX catches per-expectation errors, so one broken rule never hides the others) and every
-(subject, rule) pair becomes exactly one RuleResult row for the `validations` table.
+Each GX rule of the catalogue (benchledger.rules) is one named Great Expectations (GX 1.x)
+expectation; the rules of one suite ("restarts", "windows", "measured_requests", "entries",
+"comparisons") form one ExpectationSuite. Every rule runs (GX catches per-expectation
+errors, so one broken rule never hides the others) and every (subject, rule) pair becomes
+exactly one RuleResult row for the `validations` table. What a rule checks is declared with
+it: the columns its expectation reads that the caller's frame lacks (built here by the
+rule's own builders, after its suite's frame is prepared as the suite declares) and how its
+expected and found texts are written. This module is the runtime: it prepares the frames,
+builds and validates the suites, and splits each verdict per subject.
 
 Speed: a suite is validated ONCE over all its subjects (one pandas batch per suite) and the
 verdict is split per subject using GX's `unexpected_index_list` (result_format COMPLETE).
@@ -12,11 +17,11 @@ every window of a concurrency ladder; three validations per call stay flat.
 
 Scale: a sweep measures 10^5-10^6 requests, so nothing here loops over requests in
 Python. GX's unexpected_index_list becomes one boolean mask per rule, each subject's rows
-are numpy positions (one groupby per suite), and the "found" texts of the request rules are
-built from per-subject counts of the offending values (_shown_counts); a subject is a
-window or a restart, never a request, so there are few of them. The batch GX validates holds
-only the columns the suite's expectations read (GX fingerprints the whole batch), and GX is
-told not to build its unexpected_index_query (a string listing every unexpected row again).
+are numpy positions (one groupby per suite), and the found writers count the values they
+show per distinct value; a subject is a window or a restart, never a request, so there are
+few of them. The batch GX validates holds only the columns the suite's expectations read
+(GX fingerprints the whole batch), and GX is told not to build its unexpected_index_query
+(a string listing every unexpected row again).
 
 GX itself is imported lazily: importing great_expectations takes seconds, and this module
 is imported by code (DAG files, the warehouse) that must stay cheap to import.
@@ -29,9 +34,7 @@ under docs_dir/.gx/, so later calls with the same docs_dir add to the same index
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,42 +42,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchledger import rules as R
-from benchledger.rules import Rule, rules_of_suite
+from benchledger.rules import SUITE_FRAMES, GxCheck, Rule, rules_of_suite
+from benchledger.rules.frame import numbers
 
 SUITES = ("restarts", "windows", "measured_requests")  # run_gate's suites; see also
 # run_entry_gate ("entries") and run_comparison_gate ("comparisons").
 
-# Rows are matched to subjects through this column, added by the _prepare_* functions.
+# Rows are matched to subjects through this column, which prepare() adds.
 _SUBJECT = "subject"
-_IS_COMPLETED = "is_completed"  # requests: status == 'completed' (read by the found texts)
-# GX map expectations skip nulls, so a NULL status/token_source/temperature would pass
-# silently. Rules that must see every row check a copy where nulls become this marker.
-# No angle brackets: Data Docs writes unexpected values into its HTML unescaped.
-_NULL = "[null]"
-_MAX_LISTED = 3
-
-_REQUIRED_COLUMNS = {
-    "restarts": ("restart_id", "status"),
-    "windows": ("window_id", "submitted", "completed", "failed", "unresolved", "min_requests"),
-    "requests": ("request_id", "window_id", "status", "token_source", "temperature",
-                 "ttft_s", "e2e_s", "max_tokens", "prompt_tokens", "output_tokens",
-                 "cached_tokens"),
-    "entries": ("entry_id", "metric", "unit", "numerator", "population", "drain_status",
-                "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
-    "comparisons": ("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
-                    "difference", "control_difference"),
-}  # fmt: skip
-# Columns a frame may lack (raw rows from before they were recorded): NULL, so the rules
-# that read them find nothing to check there.
-_OPTIONAL_COLUMNS = {
-    "windows": ("token_count", "calibration_rel_error", "calibration_detail"),
-    "requests": ("usage_output_tokens",),
-    "entries": ("token_source",),
-}
 # The columns of the requests frame run_gate reads (callers may select just these).
-REQUEST_COLUMNS: tuple[str, ...] = (*_REQUIRED_COLUMNS["requests"],
-                                    *_OPTIONAL_COLUMNS["requests"])
+REQUEST_COLUMNS: tuple[str, ...] = SUITE_FRAMES["measured_requests"].inputs
 
 
 @dataclass(frozen=True)
@@ -103,12 +80,8 @@ def run_gate(
 
     With docs_dir, the three validations are also rendered as GX Data Docs there.
     """
-    _check_columns(restarts=restarts, windows=windows, requests=requests)
-    frames = {
-        "restarts": _prepare_restarts(restarts),
-        "windows": _prepare_windows(windows),
-        "measured_requests": _prepare_requests(requests),
-    }
+    frames = dict(zip(SUITES, (restarts, windows, requests), strict=True))
+    _check_columns(frames)
     # A window with no measured requests still gets its request-rule rows, so the
     # subjects come from the windows, plus any window_id only the requests mention.
     subjects = {
@@ -117,18 +90,8 @@ def run_gate(
         "measured_requests": _unique([*windows["window_id"],
                                       *_unique_column(requests["window_id"])]),
     }
-    context = _ephemeral_context(docs_dir)
-    docs = _DocsRun(context, "run_gate") if docs_dir is not None else None
-    results: list[RuleResult] = []
-    for suite in SUITES:
-        gx_results = _validate_suite(context, suite, frames[suite], docs)
-        rows_of = _rows_of(frames[suite])
-        for rule in rules_of_suite(suite):
-            results.extend(_split_by_subject(rule, gx_results[rule.name], frames[suite],
-                                             subjects[suite], rows_of))
-    if docs is not None:
-        docs.build()
-    return results
+    return _run_suites({suite: (prepare(suite, frames[suite]), subjects[suite])
+                        for suite in SUITES}, docs_dir, "run_gate")
 
 
 def run_entry_gate(entries: pd.DataFrame, *, docs_dir: Path | None = None) -> list[RuleResult]:
@@ -136,9 +99,7 @@ def run_entry_gate(entries: pd.DataFrame, *, docs_dir: Path | None = None) -> li
 
     With docs_dir, the validation is also rendered as GX Data Docs there.
     """
-    _check_columns(entries=entries)
-    return _run_one_suite("entries", _prepare_entries(entries), _unique(entries["entry_id"]),
-                          docs_dir)
+    return _run_one_suite("entries", entries, docs_dir)
 
 
 def run_comparison_gate(comparisons: pd.DataFrame) -> list[RuleResult]:
@@ -149,21 +110,27 @@ def run_comparison_gate(comparisons: pd.DataFrame) -> list[RuleResult]:
     b_restarts (restart means available), difference (b - a) and control_difference
     (NULL without a measured A/A control).
     """
-    _check_columns(comparisons=comparisons)
-    return _run_one_suite("comparisons", _prepare_comparisons(comparisons),
-                          _unique(comparisons["comparison_id"]), None)
+    return _run_one_suite("comparisons", comparisons, None)
 
 
-def _run_one_suite(suite: str, frame: pd.DataFrame, subjects: list[Any],
-                   docs_dir: Path | None) -> list[RuleResult]:
+def _run_one_suite(suite: str, frame: pd.DataFrame, docs_dir: Path | None) -> list[RuleResult]:
+    _check_columns({suite: frame})
+    subjects = _unique(frame[SUITE_FRAMES[suite].subject])
+    return _run_suites({suite: (prepare(suite, frame), subjects)}, docs_dir, f"gate_{suite}")
+
+
+def _run_suites(suites: Mapping[str, tuple[pd.DataFrame, list[Any]]], docs_dir: Path | None,
+                run_name: str) -> list[RuleResult]:
+    """Validate each prepared frame with its suite; its results split per subject."""
     context = _ephemeral_context(docs_dir)
-    docs = _DocsRun(context, f"gate_{suite}") if docs_dir is not None else None
-    gx_results = _validate_suite(context, suite, frame, docs)
+    docs = _DocsRun(context, run_name) if docs_dir is not None else None
     results: list[RuleResult] = []
-    rows_of = _rows_of(frame)
-    for rule in rules_of_suite(suite):
-        results.extend(_split_by_subject(rule, gx_results[rule.name], frame, subjects,
-                                         rows_of))
+    for suite, (frame, subjects) in suites.items():
+        gx_results = _validate_suite(context, suite, frame, docs)
+        rows_of = _rows_of(frame)
+        for rule, check in _gx_rules(suite):
+            results.extend(_split_by_subject(rule, check, gx_results[rule.name], frame,
+                                             subjects, rows_of))
     if docs is not None:
         docs.build()  # after the split: it trims the stored row lists
     return results
@@ -172,224 +139,46 @@ def _run_one_suite(suite: str, frame: pd.DataFrame, subjects: list[Any],
 # --- inputs ---------------------------------------------------------------------------
 
 
-def _check_columns(**frames: pd.DataFrame) -> None:
+def _check_columns(frames: Mapping[str, pd.DataFrame]) -> None:
     # A missing column is a caller bug, not a protocol failure: failing rows would blame
     # the measurement, so refuse loudly instead.
-    for name, frame in frames.items():
-        missing = [c for c in _REQUIRED_COLUMNS[name] if c not in frame.columns]
+    for suite, frame in frames.items():
+        declared = SUITE_FRAMES[suite]
+        missing = [c for c in declared.required if c not in frame.columns]
         if missing:
-            raise ValueError(f"run_gate: {name} frame lacks columns {missing}")
+            raise ValueError(f"run_gate: {declared.frame} frame lacks columns {missing}")
 
 
-def _base(frame: pd.DataFrame, subject_column: str, kind: str | None = None) -> pd.DataFrame:
+def prepare(suite: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame GX validates for suite, as its SuiteFrame declares it: the caller's columns
+    with the subject, the optional and numeric columns (NULL where absent), the suite's own
+    columns and, after them, the columns each of its rules builds."""
+    declared = SUITE_FRAMES[suite]
     # A fresh RangeIndex makes GX's unexpected_index_list usable as row positions.
     out = frame.reset_index(drop=True).copy()
-    out[_SUBJECT] = out[subject_column]
-    for column in _OPTIONAL_COLUMNS.get(kind, ()):
+    out[_SUBJECT] = out[declared.subject]
+    for column in (*declared.optional, *declared.numeric):
         if column not in out.columns:
             out[column] = None
+    for column in declared.numeric:
+        out[column] = numbers(out[column])
+    for name, build in declared.columns.items():
+        out[name] = build(out)
+    for _, check in _gx_rules(suite):
+        for name, build in check.columns.items():
+            out[name] = build(out)
     return out
-
-
-def _or_null(column: pd.Series) -> pd.Series:
-    return column.astype(object).where(column.notna(), _NULL)
-
-
-def _optional(frame: pd.DataFrame, *columns: str) -> None:
-    """Evidence columns a caller may not have (no scrape, no clock): NULL = not checked."""
-    for column in columns:
-        if column not in frame.columns:
-            frame[column] = None
-        frame[column] = pd.to_numeric(frame[column], errors="coerce") if not column.endswith(
-            "detail") else frame[column]
-
-
-def _prepare_restarts(restarts: pd.DataFrame) -> pd.DataFrame:
-    out = _base(restarts, "restart_id")
-    out["status_or_null"] = _or_null(out["status"])
-    _optional(out, "clock_ratio", "min_clock_ratio", "clock_detail")
-    if "require_clock_check" not in out.columns:
-        out["require_clock_check"] = None
-    required = out["require_clock_check"].fillna(True).astype(bool)
-    unchecked = out["clock_ratio"].isna() & out["min_clock_ratio"].notna()
-    out["clock_ratio_checked"] = out["clock_ratio"].where(
-        ~unchecked, pd.Series(-1.0, index=out.index).where(required))
-    return out
-
-
-def _prepare_windows(windows: pd.DataFrame) -> pd.DataFrame:
-    out = _base(windows, "window_id", "windows")
-    # GX compares two columns, not a column with a sum, so the sum becomes a column.
-    out["accounted"] = out["completed"] + out["failed"] + out["unresolved"]
-    _optional(out, "reconcile_tolerance", "generation_error", "prompt_error", "success_error",
-              "generation_detail", "prompt_detail", "success_detail")
-    out["calibration_check"] = _calibration_verdicts(out)
-    return out
-
-
-def _calibration_verdicts(out: pd.DataFrame) -> pd.Series:
-    """Per window counted by the server's tokenizer: whether its calibration's relative
-    error is within reconcile_tolerance; None for every other window (GX skips it)."""
-    counted = _equals(out["token_count"], "server_tokenizer")
-    error = _as_float(out["calibration_rel_error"])
-    tolerance = _as_float(out["reconcile_tolerance"])
-    with np.errstate(invalid="ignore"):
-        verdict = np.select([np.isnan(error), np.isnan(tolerance), error <= tolerance],
-                            ["no calibration", "no reconcile_tolerance",
-                             "within reconcile_tolerance"], "above reconcile_tolerance")
-    return pd.Series(verdict, index=out.index, dtype=object).where(counted)
 
 
 def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
-    out = _base(requests, "window_id", "requests")
-    # A failed or unresolved request has no usage by nature; the rule is that every
-    # completed one's tokens come from usage (its NULL elsewhere is skipped by GX).
-    completed = out["status"] == "completed"
-    out["completed_token_source"] = _or_null(out["token_source"]).where(completed)
-    out["temperature_or_null"] = _or_null(out["temperature"])
-    # Only completed requests have a meaningful TTFT/E2E pair; blanking the others lets
-    # ignore_row_if="either_value_is_missing" skip them together with rows lacking a time.
-    out["completed_ttft_s"] = out["ttft_s"].where(completed)
-    out["completed_e2e_s"] = out["e2e_s"].where(completed)
-    out[_IS_COMPLETED] = completed.to_numpy(dtype=bool, na_value=False)  # for the found texts
-    # Usage is judged only where it is the token source: a request without usage is
-    # token_source_is_usage's business, and a count it never had is not implausible.
-    with_usage = out[_IS_COMPLETED] & _equals(out["token_source"], "usage")
-    out["completed_usage_check"] = _usage_verdicts(out, with_usage)
-    out["logprobs_usage_check"] = _logprobs_verdicts(out)
-    return out
+    # tests/unit/test_usage_properties.py reads the prepared request frame through this.
+    return prepare("measured_requests", requests)
 
 
-def _logprobs_verdicts(out: pd.DataFrame) -> pd.Series:
-    """Per completed row counted from logprobs whose server also reported usage: 'agree'
-    when both counts are equal, else 'disagree'; None elsewhere (GX skips it)."""
-    output, usage = _as_float(out["output_tokens"]), _as_float(out["usage_output_tokens"])
-    checked = (out[_IS_COMPLETED] & _equals(out["token_source"], "logprobs")
-               & ~np.isnan(usage))
-    verdict = np.where(output == usage, "agree", "disagree").astype(object)
-    verdict[~checked] = None
-    return pd.Series(verdict, index=out.index, dtype=object)
-
-
-def _equals(column: pd.Series, value: str) -> np.ndarray:
-    """column == value as a plain mask (NULL is not equal), for any string dtype."""
-    return column.eq(value).to_numpy(dtype=bool, na_value=False)
-
-
-# Why a usage report cannot be true, in the order they are checked; a row's verdict is the
-# first that applies, or _PLAUSIBLE. Words, not "<"/">": Data Docs writes the unexpected
-# values into its HTML unescaped.
-_PLAUSIBLE = "plausible"
-_USAGE_COUNTS = ("output_tokens", "max_tokens", "prompt_tokens", "cached_tokens")
-
-
-def _usage_verdicts(out: pd.DataFrame, checked: np.ndarray) -> pd.Series:
-    """Per row: _PLAUSIBLE, the first reason its usage cannot be true, or None where the
-    rule does not apply (GX skips it). Whole columns at once: a run has 10^6 requests."""
-    # cached_tokens is optional in the OpenAI usage object: NULL there breaks no check.
-    output, limit, prompt, cached = (_as_float(out[c]) for c in _USAGE_COUNTS)
-    faults = (
-        ("output_tokens NULL", np.isnan(output)),
-        ("output_tokens not an integer", _fractional(output)),
-        ("output_tokens below 0", output < 0),
-        ("max_tokens NULL", np.isnan(limit)),
-        ("output_tokens above max_tokens", output > limit),
-        ("prompt_tokens NULL", np.isnan(prompt)),
-        ("prompt_tokens not an integer", _fractional(prompt)),
-        ("prompt_tokens below 0", prompt < 0),
-        (f"prompt_tokens above {R.MAX_PROMPT_TOKENS}", prompt > R.MAX_PROMPT_TOKENS),
-        ("cached_tokens not an integer", _fractional(cached)),
-        ("cached_tokens below 0", cached < 0),
-        ("cached_tokens above prompt_tokens", cached > prompt),
-    )
-    # Integer codes, then one lookup: the texts are shared objects, never 10^6 new strings.
-    texts = np.array([_PLAUSIBLE, *(text for text, _ in faults), None], dtype=object)
-    codes = np.select([mask for _, mask in faults], np.arange(1, len(faults) + 1), default=0)
-    codes[~checked] = len(texts) - 1
-    return pd.Series(texts[codes], index=out.index, dtype=object)
-
-
-def _as_float(column: pd.Series) -> np.ndarray:
-    """A count column as float64 (NULL -> NaN), as Arrow hands nullable integers over
-    anyway. Exact below 2**53, and every verdict still holds above it: a plausible count is
-    at most max_tokens (32-bit) or MAX_PROMPT_TOKENS, and rounding never carries a larger
-    integer below either."""
-    return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-
-
-def _fractional(values: np.ndarray) -> np.ndarray:
-    """Finite values that are not whole numbers (NaN, a NULL, is not fractional)."""
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(values) & (values != np.floor(values))
-
-
-def _prepare_entries(entries: pd.DataFrame) -> pd.DataFrame:
-    out = _base(entries, "entry_id", "entries")
-    # NULL (no window behind the entry, or derived before sources were named): not checked.
-    out["token_source_check"] = out["token_source"].astype(object).where(
-        out["token_source"].notna())
-    log_metric = out["metric"].astype(str).str.startswith("server_log_")
-    log_statistic = out["statistic"].astype(str).str.startswith("server_log_")
-    # The delivered-rate rules are about delivered rates; server log values have their own.
-    rate = (out["unit"] == "tok/s") & ~log_statistic
-    out["server_log_check"] = (out["metric"].astype(str) + " / " + out["statistic"].astype(str)
-                               ).where(log_metric | log_statistic)
-    out.loc[log_metric & log_statistic, "server_log_check"] = (
-        "server_log_* metric with a server_log_* statistic")
-    latency = out["unit"] == "s"
-    troubled = (out["n_failed"].fillna(0) + out["n_unresolved"].fillna(0)) > 0
-    out["incomplete_rate_check"] = _or_null(out["population"]).where(
-        rate & (out["drain_status"] == "incomplete"))
-    out["latency_population_check"] = _or_null(out["population"]).where(latency & troubled)
-    out["rate_numerator_check"] = _or_null(out["numerator"]).where(rate)
-    out["prefill_rate_check"] = _or_null(out["prompt_cache"]).where(
-        out["metric"] == "prefill_rate")
-    _prepare_evidence(out, rate)
-    return out
-
-
-def _prepare_evidence(out: pd.DataFrame, rate: pd.Series) -> None:
-    """The columns of the evidence rules. A column the caller did not give (an older
-    frame) makes its rule not applicable; a NULL in a given column fails it."""
-    if "evidence" in out.columns:
-        out["evidence_or_null"] = _or_null(out["evidence"])
-    else:
-        out["evidence_or_null"] = None
-    if "denominator" in out.columns:
-        stated = pd.Series("stated", index=out.index, dtype=object)
-        out["rate_denominator_check"] = stated.where(out["denominator"].notna(),
-                                                     _NULL).where(rate)
-    else:
-        out["rate_denominator_check"] = None
-    out["counts_check"] = _counts_verdicts(out)
-
-
-_COUNTS = ("n_submitted", "n_completed", "n_failed", "n_unresolved")
-
-
-def _counts_verdicts(out: pd.DataFrame) -> pd.Series:
-    """'balanced' or not where all four request counts are recorded; None elsewhere."""
-    if any(c not in out.columns for c in _COUNTS):
-        return pd.Series(None, index=out.index, dtype=object)
-    submitted, completed, failed, unresolved = (_as_float(out[c]) for c in _COUNTS)
-    known = ~(np.isnan(submitted) | np.isnan(completed) | np.isnan(failed)
-              | np.isnan(unresolved))
-    verdict = np.where(submitted == completed + failed + unresolved, "balanced",
-                       "unbalanced").astype(object)
-    verdict[~known] = None
-    return pd.Series(verdict, index=out.index, dtype=object)
-
-
-def _prepare_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
-    out = _base(comparisons, "comparison_id")
-    known = out["a_config"].notna() & out["b_config"].notna()
-    out["effective_configs_identical"] = (known & (out["a_config"] == out["b_config"])).astype(
-        bool)
-    out["fewest_restarts"] = out[["a_restarts", "b_restarts"]].min(axis=1)
-    out["abs_difference"] = pd.to_numeric(out["difference"], errors="coerce").abs()
-    out["abs_control_difference"] = pd.to_numeric(out["control_difference"],
-                                                  errors="coerce").abs()
-    return out
+def _gx_rules(suite: str) -> list[tuple[Rule, GxCheck]]:
+    """The suite's rules with their checks (every rule of a GX suite has a GxCheck)."""
+    return [(rule, rule.check) for rule in rules_of_suite(suite)
+            if isinstance(rule.check, GxCheck)]
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
@@ -521,14 +310,14 @@ def _build_suite(suite: str) -> Any:
 
     expectations = [
         # meta carries the rule name so each GX result can be matched back to its rule.
-        getattr(gx.expectations, rule.check.expectation)(
-            **rule.check.kwargs, meta={"rule": rule.name}, description=_describe(rule))
-        for rule in rules_of_suite(suite)
+        getattr(gx.expectations, check.expectation)(
+            **check.kwargs, meta={"rule": rule.name}, description=_describe(rule, check))
+        for rule, check in _gx_rules(suite)
     ]
     return gx.ExpectationSuite(name=suite, expectations=expectations)
 
 
-def _describe(rule: Rule) -> str:
+def _describe(rule: Rule, check: GxCheck) -> str:
     """What Data Docs shows for an expectation: the rule, its meaning and the GX check.
 
     Data Docs renders a description in place of GX's generic sentence, which would name
@@ -536,12 +325,9 @@ def _describe(rule: Rule) -> str:
     """
     import great_expectations as gx
 
-    kwargs = rule.check.kwargs
-    columns = " vs ".join(str(kwargs[k]) for k in ("column", "column_A", "column_B")
-                          if k in kwargs)
-    gx_type = getattr(gx.expectations, rule.check.expectation).expectation_type
+    gx_type = getattr(gx.expectations, check.expectation).expectation_type
     traps = f" ({', '.join(rule.traps)})" if rule.traps else ""
-    return f"{rule.name}: {rule.summary}{traps} [{gx_type} on {columns}]"
+    return f"{rule.name}: {rule.summary}{traps} [{gx_type} on {' vs '.join(check.reads)}]"
 
 
 def _validate_suite(
@@ -572,8 +358,7 @@ def _validate_suite(
 
 
 def _checked_columns(suite: str, frame: pd.DataFrame) -> pd.DataFrame:
-    read = _unique(rule.check.kwargs[key] for rule in rules_of_suite(suite)
-                   for key in ("column", "column_A", "column_B") if key in rule.check.kwargs)
+    read = _unique(column for _, check in _gx_rules(suite) for column in check.reads)
     return frame[[column for column in read if column in frame.columns]]
 
 
@@ -614,8 +399,8 @@ def _unexpected_mask(index_list: Sequence[Any], n_rows: int) -> np.ndarray:
 
 
 def _split_by_subject(
-    rule: Rule, result: Any, frame: pd.DataFrame, subjects: Sequence[Any],
-    rows_of: Mapping[Any, np.ndarray] | None = None,
+    rule: Rule, check: GxCheck, result: Any, frame: pd.DataFrame, subjects: Sequence[Any],
+    rows_of: Mapping[Any, np.ndarray],
 ) -> list[RuleResult]:
     error = _gx_error(result)
     index_list = (result.result or {}).get("unexpected_index_list") or []
@@ -623,326 +408,13 @@ def _split_by_subject(
         # Never let a failure GX could not attribute to rows turn into per-subject passes.
         error = "GX reported a failure without unexpected rows"
     unexpected = _unexpected_mask(index_list, len(frame))
-    if rows_of is None:
-        rows_of = _rows_of(frame)
-    observe = _OBSERVE[rule.name]
     out = []
     for subject in subjects:
         rows = rows_of.get(subject, _NO_ROWS)
         bad = rows[unexpected[rows]]
-        expected, found = observe(dict(rule.check.kwargs), frame, rows, bad)
+        expected, found = check.observe(check.kwargs, frame, rows, bad)
         if error is not None:
             found = f"GX error: {error}"
         out.append(RuleResult(rule.suite, str(subject), rule.name,
                               error is None and not len(bad), expected, found))
     return out
-
-
-# --- observed strings ("expected <...>, found <...>", MLPerf-checker style) --------------
-
-Kw = dict[str, Any]  # an expectation's arguments (the catalogue's GxCheck.kwargs)
-Rows = np.ndarray  # row positions in a prepared frame (intp, ascending)
-Seen = tuple[str, str]  # (expected, found)
-Observer = Callable[[Kw, pd.DataFrame, Rows, Rows], Seen]
-
-
-def _show(value: Any) -> str:
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return "NULL"
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def _join(values: Iterable[Any]) -> str:
-    # Subjects are normally one row; a duplicated id shows every row instead of hiding one.
-    return "; ".join(_show(v) for v in values)
-
-
-def _summarise(values: Iterable[Any]) -> str:
-    """'missing' for one distinct value, else "'missing' (2), NULL (1)", most common first."""
-    return _listed(Counter(_show(v) for v in values))
-
-
-def _listed(shown: Counter[str]) -> str:
-    """A Counter of shown values (keys in order of first occurrence) as _summarise says it;
-    most_common() keeps that order among equal counts."""
-    counts = shown.most_common()
-    if len(counts) == 1:
-        return counts[0][0]
-    listed = ", ".join(f"{value} ({n})" for value, n in counts[:_MAX_LISTED])
-    return listed + (", ..." if len(counts) > _MAX_LISTED else "")
-
-
-def _summarise_rows(column: pd.Series, rows: Rows) -> str:
-    """_summarise(column.iloc[rows]), counted per distinct value instead of per row."""
-    values = column.iloc[rows]
-    shown = _shown_counts(values)
-    return _summarise(values) if shown is None else _listed(shown)
-
-
-def _shown_counts(values: pd.Series) -> Counter[str] | None:
-    """Counter(_show(v) for v in values) from one factorize, or None for a column whose
-    equal values might show differently (mixed objects, extension types): the caller then
-    counts row by row.
-
-    Exact where used: float64 values are told apart by their bits (0.0 and -0.0 show
-    differently but compare equal; every NaN shows NULL), str values by equality.
-    """
-    dtype = values.dtype
-    if isinstance(dtype, np.dtype) and dtype == np.float64:
-        data = values.to_numpy()
-        missing = np.isnan(data)
-        keys: Any = data.view(np.int64)
-    elif isinstance(dtype, np.dtype) and dtype.kind in "iub":
-        missing = np.zeros(len(values), dtype=bool)
-        keys = values.to_numpy()
-    elif isinstance(dtype, pd.StringDtype) or (
-            dtype == np.dtype(object) and set(map(type, values.dropna())) <= {str}):
-        missing = values.isna().to_numpy()
-        keys = values
-    else:
-        return None
-    codes = np.where(missing, -1, pd.factorize(keys)[0])
-    _, first, counts = np.unique(codes, return_index=True, return_counts=True)
-    order = np.argsort(first, kind="stable")  # distinct values by first occurrence
-    shown: Counter[str] = Counter()
-    # .tolist() boxes values as iterating the Series does (the row-by-row reading).
-    for value, n in zip(values.iloc[first[order]].tolist(), counts[order].tolist(),
-                        strict=True):
-        shown[_show(value)] += n
-    return shown
-
-
-def _observe_status(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    return f"status in {kw['value_set']}", _join(frame.loc[rows, "status"])
-
-
-def _observe_accounting(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    found = []
-    for row in rows:
-        r = frame.loc[row]
-        sign = "!=" if row in bad else "=="
-        found.append(
-            f"{_show(r['submitted'])} {sign} {_show(r['completed'])} + {_show(r['failed'])}"
-            f" + {_show(r['unresolved'])}"
-        )
-    return "submitted == completed + failed + unresolved", "; ".join(found)
-
-
-def _observe_min(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    # The required n differs per window (T4: 15 speculative, 5 otherwise), so name it.
-    return (
-        f"completed >= {_join(frame.loc[rows, 'min_requests'])}",
-        _join(frame.loc[rows, "completed"]),
-    )
-
-
-def _share(frame: pd.DataFrame, column: str, rows: Rows, bad: Rows) -> str:
-    """Like "15 of 15 rows 'missing'": the offending values, or all values if none offend."""
-    if not len(rows):
-        return "0 of 0 rows (no measured requests)"
-    shown = bad if len(bad) else rows
-    return f"{len(shown)} of {len(rows)} rows {_summarise_rows(frame[column], shown)}"
-
-
-def _observe_token_source(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    completed = rows[frame[_IS_COMPLETED].to_numpy()[rows]]
-    found = _share(frame, "token_source", completed, bad).replace(" rows ", " completed rows ")
-    return f"token_source in {kw['value_set']} on completed requests", found
-
-
-def _observe_temperature(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    expected = " or ".join(f"temperature == {v}" for v in kw["value_set"])
-    return expected, _share(frame, "temperature", rows, bad)
-
-
-def _observe_ttft(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    # The denominator is the rows the rule could check, not every measured request.
-    checked = int((frame[kw["column_A"]].iloc[rows].notna().to_numpy()
-                   & frame[kw["column_B"]].iloc[rows].notna().to_numpy()).sum())
-    found = f"{len(bad)} of {checked} completed rows with ttft_s > e2e_s"
-    if len(bad):
-        listed = ", ".join(
-            f"{frame.at[row, 'request_id']} (ttft_s {_show(frame.at[row, 'ttft_s'])},"
-            f" e2e_s {_show(frame.at[row, 'e2e_s'])})"
-            for row in bad[:_MAX_LISTED]
-        )
-        found += f": {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
-    return "ttft_s <= e2e_s on completed requests", found
-
-
-_COUNT_NAME = re.compile(r"\b(?:output|max|prompt|cached)_tokens\b(?! NULL)")
-
-
-def _observe_usage(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    """How many usage reports were judged, why the bad ones cannot be true (per reason),
-    and the first few offending requests with their values."""
-    verdicts = frame[kw["column"]]
-    checked = int(verdicts.iloc[rows].notna().to_numpy().sum())
-    found = f"{len(bad)} of {checked} completed rows with usage implausible"
-    if len(bad):
-        reasons = verdicts.iloc[bad].value_counts(sort=False)
-        found += ": " + ", ".join(f"{reason} ({n})" for reason, n in reasons.items())
-        listed = ", ".join(
-            f"{frame.at[row, 'request_id']} ({_usage_detail(frame, row, kw['column'])})"
-            for row in bad[:_MAX_LISTED])
-        found += f"; {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
-    return (f"0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= {R.MAX_PROMPT_TOKENS} "
-            "and 0 <= cached_tokens <= prompt_tokens on completed requests with usage", found)
-
-
-def _usage_detail(frame: pd.DataFrame, row: int, column: str) -> str:
-    """A row's verdict with its values: 'output_tokens 1000000000 above max_tokens 8'."""
-    return _COUNT_NAME.sub(lambda m: f"{m[0]} {_show_count(frame.at[row, m[0]])}",
-                           frame.at[row, column])
-
-
-def _show_count(value: Any) -> str:
-    # Integer counts come as float64 when the column has NULLs: 21.0 reads as 21.
-    if isinstance(value, float | np.floating) and float(value).is_integer() \
-            and abs(value) < 2**53:
-        return str(int(value))
-    return _show(value)
-
-
-def _observe_check(label: str) -> Observer:
-    """For the entry rules: the labelled value where the rule applies."""
-
-    def observe(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-        column = kw["column"]
-        applicable = [row for row in rows if frame.at[row, column] is not None
-                      and not (isinstance(frame.at[row, column], float)
-                               and pd.isna(frame.at[row, column]))]
-        values = [None if v == _NULL else v for v in frame.loc[applicable, column]]
-        found = _join(values) if applicable else "rule not applicable"
-        return f"{label} in {kw['value_set']}", found
-
-    return observe
-
-
-def _observe_reconcile(prefix: str, counter: str) -> Observer:
-    def observe(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-        details = [frame.at[row, f"{prefix}_detail"] for row in rows]
-        found = "; ".join(str(d) for d in details if isinstance(d, str)) or "not reconciled"
-        tolerance = _join(frame.loc[rows, "reconcile_tolerance"])
-        return f"{counter} delta within {tolerance} (relative) of the client's count", found
-
-    return observe
-
-
-def _observe_calibration(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    tolerance = _join(frame.loc[rows, "reconcile_tolerance"])
-    expected = (f"the server tokenizer's counts within {tolerance} (relative) of usage on "
-                "the calibration requests")
-    checked = [row for row in rows if isinstance(frame.at[row, kw["column"]], str)]
-    if not checked:
-        counts = _join(frame.loc[rows, "token_count"]) if len(rows) else "NULL"
-        return expected, f"rule not applicable (token_count {counts})"
-    found = "; ".join(f"{frame.at[row, kw['column']]}: "
-                      f"{_detail(frame.at[row, 'calibration_detail'])}" for row in checked)
-    return expected, found
-
-
-def _detail(value: Any) -> str:
-    """A sentence the pipeline wrote (shown as it is), or 'no detail'."""
-    return value if isinstance(value, str) and value else "no detail"
-
-
-def _observe_logprobs(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    """How many logprob counts could be held against usage, and the first that disagree."""
-    checked = int(frame[kw["column"]].iloc[rows].notna().to_numpy().sum())
-    found = f"{len(bad)} of {checked} completed rows counted from logprobs with usage disagree"
-    if len(bad):
-        listed = ", ".join(
-            f"{frame.at[row, 'request_id']} (logprobs {_show_count(frame.at[row, 'output_tokens'])}"
-            f", usage {_show_count(frame.at[row, 'usage_output_tokens'])})"
-            for row in bad[:_MAX_LISTED])
-        found += f": {listed}" + (", ..." if len(bad) > _MAX_LISTED else "")
-    return ("output_tokens (logprobs) == usage.completion_tokens on completed requests that "
-            "have both"), found
-
-
-def _observe_clock(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    details = [frame.at[row, "clock_detail"] for row in rows]
-    found = "; ".join(str(d) for d in details if isinstance(d, str)) or "no clock samples"
-    return (f"SM clock under load >= {_join(frame.loc[rows, 'min_clock_ratio'])} of max",
-            found)
-
-
-def _observe_counts(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    checked = [row for row in rows if isinstance(frame.at[row, kw["column"]], str)]
-    found = "; ".join(f"{_show_count(frame.at[row, 'n_submitted'])} "
-                      f"{'!=' if row in bad else '=='} "
-                      f"{_show_count(frame.at[row, 'n_completed'])} + "
-                      f"{_show_count(frame.at[row, 'n_failed'])} + "
-                      f"{_show_count(frame.at[row, 'n_unresolved'])}" for row in checked)
-    return ("n_submitted == n_completed + n_failed + n_unresolved where all are recorded",
-            found or "rule not applicable (counts not recorded)")
-
-
-def _observe_value(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    found = "no value: no window behind it passed every rule" if len(bad) else _join(
-        frame.loc[rows, "value"])
-    return "a value from windows that passed every rule", found
-
-
-def _observe_configs(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    found = "; ".join(
-        f"{frame.at[row, 'a']} {_short(frame.at[row, 'a_config'])}, "
-        f"{frame.at[row, 'b']} {_short(frame.at[row, 'b_config'])}"
-        + (" (identical)" if row in bad else "") for row in rows)
-    return "arms with different effective configs", found or "rule not applicable"
-
-
-def _short(config: Any) -> str:
-    return "unknown" if config is None or (isinstance(config, float) and pd.isna(config)) \
-        else str(config)[:12]
-
-
-def _observe_restarts(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    found = "; ".join(f"{frame.at[row, 'a']} {frame.at[row, 'a_restarts']}, "
-                      f"{frame.at[row, 'b']} {frame.at[row, 'b_restarts']}" for row in rows)
-    return f"restarts per arm >= {kw['min_value']}", found or "rule not applicable"
-
-
-def _observe_control(kw: Kw, frame: pd.DataFrame, rows: Rows, bad: Rows) -> Seen:
-    checked = [row for row in rows if frame.loc[row, [kw["column_A"], kw["column_B"]]]
-               .notna().all()]
-    found = "; ".join(f"|{_show(frame.at[row, 'difference'])}| vs "
-                      f"|{_show(frame.at[row, 'control_difference'])}|" for row in checked)
-    return ("|difference| > |A/A control difference|",
-            found or "rule not applicable (no control difference measured)")
-
-
-_OBSERVE: dict[str, Observer] = {
-    # The family's own counter (vLLM, SGLang, llama.cpp, TGI name them differently); the
-    # found text names the one read.
-    R.GENERATION_TOKENS_RECONCILE.name: _observe_reconcile(
-        "generation", "the server's generation-token counter"),
-    R.PROMPT_TOKENS_RECONCILE.name: _observe_reconcile(
-        "prompt", "the server's prompt-token counter"),
-    R.FINISHED_REQUESTS_RECONCILE.name: _observe_reconcile(
-        "success", "the server's finished-request counter"),
-    R.CLOCK_UNDER_LOAD.name: _observe_clock,
-    R.TOKENIZER_CALIBRATED.name: _observe_calibration,
-    R.LOGPROBS_MATCH_USAGE.name: _observe_logprobs,
-    R.ENTRY_TOKEN_SOURCE_SINGLE.name: _observe_check("token_source"),
-    R.ENTRY_HAS_VALIDATED_VALUE.name: _observe_value,
-    R.INCOMPLETE_RATE_LABELLED.name: _observe_check("population"),
-    R.LATENCY_POPULATION_LABELLED.name: _observe_check("population"),
-    R.RATE_NUMERATOR_LABELLED.name: _observe_check("numerator"),
-    R.PREFILL_RATE_COLD_PROMPTS.name: _observe_check("prompt_cache"),
-    R.EVIDENCE_LABELLED.name: _observe_check("evidence"),
-    R.RATE_DENOMINATOR_STATED.name: _observe_check("denominator"),
-    R.REQUEST_COUNTS_BALANCE.name: _observe_counts,
-    R.SERVER_LOG_KEPT_APART.name: _observe_check("metric / statistic"),
-    R.RESTART_HEALTHY.name: _observe_status,
-    R.ACCOUNTING_BALANCES.name: _observe_accounting,
-    R.N_AT_LEAST_MIN.name: _observe_min,
-    R.TOKEN_SOURCE_IS_USAGE.name: _observe_token_source,
-    R.TEMPERATURE_IS_ZERO.name: _observe_temperature,
-    R.TTFT_NOT_ABOVE_E2E.name: _observe_ttft,
-    R.USAGE_PLAUSIBLE.name: _observe_usage,
-    R.AB_ARMS_DIFFER.name: _observe_configs,
-    R.AB_RESTARTS_REPLICATED.name: _observe_restarts,
-    R.AB_BEYOND_CONTROL.name: _observe_control,
-}

@@ -1,5 +1,5 @@
 """The rule catalogue on the demo sweep itself, run through Airflow (~2 min): every rule of
-benchledger/rules.py produced results, no result names a rule outside it, results are
+benchledger/rules/ produced results, no result names a rule outside it, results are
 structured (expected/found/ruleset_version), and blocked entries come from entry_blocks."""
 
 from __future__ import annotations

@@ -25,17 +25,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchledger.expectations.gate import (
-    REQUEST_COLUMNS,
-    SUITES,
-    RuleResult,
-    _show,
-    _summarise,
-    _summarise_rows,
-    run_gate,
-)
+from benchledger.expectations.gate import REQUEST_COLUMNS, SUITES, RuleResult, run_gate
 from benchledger.restart import RunLayout
 from benchledger.rules import rules_of_suite
+from benchledger.rules.frame import show as _show
+from benchledger.rules.frame import summarise as _summarise
+from benchledger.rules.frame import summarise_rows as _summarise_rows
 from benchledger.warehouse.db import connect, query_frame
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.reconcile import reconcile_run, reconcile_window

@@ -1,0 +1,182 @@
+"""The rule catalogue: every protocol rule, declared once, with its check beside it.
+
+A rule says what must hold before a number may be published. Each one carries its name
+(what `validations.expectation` and `entry_blocks.rule` say), the traps it answers
+(T-numbers of docs/protocol.md), what it applies to, its effect when it fails, its
+threshold and where that threshold comes from, and its check:
+
+- `GxCheck`: a Great Expectations 1.x expectation (class name and arguments) that
+  benchledger.expectations.gate runs over one suite's prepared frame, with the functions
+  that build the columns it reads and the one that writes what it expected and found;
+- `QueryCheck`: a query in warehouse/queries/ that returns one row per subject with
+  `success`, `expected` and `found` (the rows breaking the rule are those with success false).
+
+One module per suite declares its frame (`SuiteFrame`: the columns a caller hands over, the
+subject, what is filled in or built for every rule) and its rules: restarts, windows,
+requests (measured requests), entries, comparisons. `core` holds the types, effects,
+thresholds and verdict words; `frame` the helpers the builders and found writers share.
+Code elsewhere refers to rules through the constants re-exported here (never by retyping a
+name), so a rule's name appears once in the source. Importing the catalogue imports no
+pandas, numpy, GX or DuckDB: the checks' code imports them when it runs.
+
+`python -m benchledger.rules --markdown` prints the rule table of docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from benchledger.rules import comparisons, entries, requests, restarts, windows
+from benchledger.rules.comparisons import AB_ARMS_DIFFER, AB_BEYOND_CONTROL, AB_RESTARTS_REPLICATED
+from benchledger.rules.core import (
+    BLOCK_ENTRIES,
+    COUNTED_TOKEN_SOURCES,
+    DEFAULT_MIN_CLOCK_RATIO,
+    DEFAULT_RECONCILE_TOLERANCE,
+    EVIDENCE_KINDS,
+    EXCLUDE_RESTART,
+    LIMIT_VERDICT,
+    MAX_PROMPT_TOKENS,
+    MIN_REQUESTS_PLAIN,
+    MIN_REQUESTS_SPECULATIVE,
+    MIN_RESTARTS_FOR_CLAIM,
+    REFUSE_COMPARISON,
+    AppliesTo,
+    Effect,
+    GxCheck,
+    QueryCheck,
+    Rule,
+    SuiteFrame,
+)
+from benchledger.rules.entries import (
+    ENTRY_HAS_VALIDATED_VALUE,
+    ENTRY_TOKEN_SOURCE_SINGLE,
+    EVIDENCE_LABELLED,
+    INCOMPLETE_RATE_LABELLED,
+    LATENCY_POPULATION_LABELLED,
+    PREFILL_RATE_COLD_PROMPTS,
+    RATE_DENOMINATOR_STATED,
+    RATE_NUMERATOR_LABELLED,
+    REQUEST_COUNTS_BALANCE,
+    SERVER_LOG_KEPT_APART,
+)
+from benchledger.rules.requests import (
+    LOGPROBS_MATCH_USAGE,
+    TEMPERATURE_IS_ZERO,
+    TOKEN_SOURCE_IS_USAGE,
+    TTFT_NOT_ABOVE_E2E,
+    USAGE_PLAUSIBLE,
+)
+from benchledger.rules.restarts import CLOCK_UNDER_LOAD, RESTART_HEALTHY
+from benchledger.rules.windows import (
+    ACCOUNTING_BALANCES,
+    FINISHED_REQUESTS_RECONCILE,
+    GENERATION_TOKENS_RECONCILE,
+    N_AT_LEAST_MIN,
+    PROMPT_TOKENS_RECONCILE,
+    TOKENIZER_CALIBRATED,
+    WINDOWS_PRESENT,
+)
+
+__all__ = [
+    "ACCOUNTING_BALANCES", "AB_ARMS_DIFFER", "AB_BEYOND_CONTROL", "AB_RESTARTS_REPLICATED",
+    "BLOCK_ENTRIES", "BY_NAME", "CATALOGUE", "CLOCK_UNDER_LOAD", "COUNTED_TOKEN_SOURCES",
+    "DEFAULT_MIN_CLOCK_RATIO", "DEFAULT_RECONCILE_TOLERANCE", "ENTRY_HAS_VALIDATED_VALUE",
+    "ENTRY_TOKEN_SOURCE_SINGLE", "EVIDENCE_KINDS", "EVIDENCE_LABELLED", "EXCLUDE_RESTART",
+    "FINISHED_REQUESTS_RECONCILE", "GENERATION_TOKENS_RECONCILE", "INCOMPLETE_RATE_LABELLED",
+    "LATENCY_POPULATION_LABELLED", "LIMIT_VERDICT", "LOGPROBS_MATCH_USAGE",
+    "MAX_PROMPT_TOKENS", "MIN_REQUESTS_PLAIN", "MIN_REQUESTS_SPECULATIVE",
+    "MIN_RESTARTS_FOR_CLAIM", "N_AT_LEAST_MIN", "PREFILL_RATE_COLD_PROMPTS",
+    "PROMPT_TOKENS_RECONCILE", "RATE_DENOMINATOR_STATED", "RATE_NUMERATOR_LABELLED",
+    "REFUSE_COMPARISON", "REQUEST_COUNTS_BALANCE", "RESTART_HEALTHY", "RULESET_VERSION",
+    "SERVER_LOG_KEPT_APART", "SUITE_FRAMES", "TEMPERATURE_IS_ZERO", "TOKENIZER_CALIBRATED",
+    "TOKEN_SOURCE_IS_USAGE", "TTFT_NOT_ABOVE_E2E", "USAGE_PLAUSIBLE", "WINDOWS_PRESENT",
+    "AppliesTo", "Effect", "GxCheck", "QueryCheck", "Rule", "SuiteFrame", "markdown_table",
+    "names_with_effect", "ruleset_version", "rules_of_suite",
+]
+
+# The order here is the order of every suite's expectations and results.
+CATALOGUE: tuple[Rule, ...] = (
+    RESTART_HEALTHY, CLOCK_UNDER_LOAD,
+    WINDOWS_PRESENT, ACCOUNTING_BALANCES, N_AT_LEAST_MIN,
+    GENERATION_TOKENS_RECONCILE, PROMPT_TOKENS_RECONCILE, FINISHED_REQUESTS_RECONCILE,
+    TOKENIZER_CALIBRATED,
+    TOKEN_SOURCE_IS_USAGE, TEMPERATURE_IS_ZERO, TTFT_NOT_ABOVE_E2E, USAGE_PLAUSIBLE,
+    LOGPROBS_MATCH_USAGE,
+    ENTRY_HAS_VALIDATED_VALUE, INCOMPLETE_RATE_LABELLED, LATENCY_POPULATION_LABELLED,
+    RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, ENTRY_TOKEN_SOURCE_SINGLE,
+    EVIDENCE_LABELLED, RATE_DENOMINATOR_STATED, REQUEST_COUNTS_BALANCE, SERVER_LOG_KEPT_APART,
+    AB_ARMS_DIFFER, AB_RESTARTS_REPLICATED, AB_BEYOND_CONTROL,
+)
+BY_NAME: Mapping[str, Rule] = MappingProxyType({rule.name: rule for rule in CATALOGUE})
+if len(BY_NAME) != len(CATALOGUE):  # pragma: no cover (a declaration mistake)
+    raise RuntimeError("two rules share a name in the catalogue")
+
+# The frames of the GX suites, by suite name.
+SUITE_FRAMES: Mapping[str, SuiteFrame] = MappingProxyType({
+    module.SUITE.suite: module.SUITE
+    for module in (restarts, windows, requests, entries, comparisons)})
+
+
+def rules_of_suite(suite: str) -> tuple[Rule, ...]:
+    return tuple(rule for rule in CATALOGUE if rule.suite == suite)
+
+
+def names_with_effect(effect: str) -> frozenset[str]:
+    return frozenset(rule.name for rule in CATALOGUE if rule.effect == effect)
+
+
+def _declaration(rule: Rule) -> dict[str, Any]:
+    """What a rule declares: the check's column builders and found writer are code, and
+    are left out (results say which ruleset judged them; code that writes the same
+    verdicts and texts judges with the same ruleset)."""
+    check: dict[str, Any] = {"kind": type(rule.check).__name__, "suite": rule.check.suite}
+    if isinstance(rule.check, GxCheck):
+        check.update(expectation=rule.check.expectation, kwargs=dict(rule.check.kwargs))
+    else:
+        check.update(query=rule.check.query)
+    return {"name": rule.name, "traps": list(rule.traps), "applies_to": rule.applies_to,
+            "effect": rule.effect, "summary": rule.summary, "threshold": rule.threshold,
+            "threshold_source": rule.threshold_source, "check": check}
+
+
+def ruleset_version(rules: Iterable[Rule]) -> str:
+    """Changes whenever any rule's declaration changes; stored with every result."""
+    canonical = json.dumps([_declaration(rule) for rule in rules], sort_keys=True)
+    return "rules-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+RULESET_VERSION = ruleset_version(CATALOGUE)
+
+
+def markdown_table() -> str:
+    """The rule table of docs/protocol.md (a test keeps the two in sync)."""
+    lines = ["| rule | traps | applies to | effect | must hold | threshold (source) | check |",
+             "|---|---|---|---|---|---|---|"]
+    for rule in CATALOGUE:
+        threshold = "-" if rule.threshold is None else (
+            rule.threshold + (f" ({rule.threshold_source})" if rule.threshold_source else ""))
+        lines.append(f"| `{rule.name}` | {', '.join(rule.traps) or '-'} | {rule.applies_to} "
+                     f"| `{rule.effect}` | {rule.summary} | {threshold} "
+                     f"| {rule.check.describe()} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchledger.rules",
+                                     description="The protocol rule catalogue.")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the rule table of docs/protocol.md")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table(), end="")
+    else:
+        print(f"ruleset {RULESET_VERSION}: {len(CATALOGUE)} rules")
+        for rule in CATALOGUE:
+            print(f"  {rule.name:<30} {rule.applies_to:<10} {rule.effect}")
+    return 0

@@ -1,0 +1,115 @@
+"""The comparisons suite: one row per A/B (the A/A control row is not held to these rules).
+
+A row: comparison_id, a, b, their effective configs (a_config, b_config; NULL when an
+arm's restarts disagree or did not report one), a_restarts and b_restarts (restart means
+available), difference (b - a) and control_difference (NULL without a measured A/A
+control).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from benchledger.rules.core import (
+    LIMIT_VERDICT,
+    MIN_RESTARTS_FOR_CLAIM,
+    REFUSE_COMPARISON,
+    Builder,
+    Frame,
+    Kw,
+    Rows,
+    Rule,
+    SuiteFrame,
+    gx,
+)
+from benchledger.rules.frame import NOT_APPLICABLE, numbers, show
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SUITE = SuiteFrame(
+    "comparisons", frame="comparisons", subject="comparison_id",
+    required=("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
+              "difference", "control_difference"))
+
+
+def _configs_identical(frame: Frame) -> pd.Series:
+    known = frame["a_config"].notna() & frame["b_config"].notna()
+    return (known & (frame["a_config"] == frame["b_config"])).astype(bool)
+
+
+def _short(config: Any) -> str:
+    return "unknown" if config is None or (isinstance(config, float) and math.isnan(config)) \
+        else str(config)[:12]
+
+
+def _observe_configs(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    found = "; ".join(
+        f"{frame.at[row, 'a']} {_short(frame.at[row, 'a_config'])}, "
+        f"{frame.at[row, 'b']} {_short(frame.at[row, 'b_config'])}"
+        + (" (identical)" if row in bad else "") for row in rows)
+    return "arms with different effective configs", found or NOT_APPLICABLE
+
+
+AB_ARMS_DIFFER = Rule(
+    name="ab_arms_differ", traps=("T11",), applies_to="comparison", effect=REFUSE_COMPARISON,
+    summary="an A/B compares arms that differ: identical server settings are refused when "
+            "the sweep is parsed, identical effective configs when the run is compared "
+            "(name such arms as an A/A control instead)",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
+             column="effective_configs_identical", value_set=[False],
+             columns={"effective_configs_identical": _configs_identical},
+             observe=_observe_configs))
+
+
+def _fewest_restarts(frame: Frame) -> pd.Series:
+    return frame[["a_restarts", "b_restarts"]].min(axis=1)
+
+
+def _observe_restarts(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    found = "; ".join(f"{frame.at[row, 'a']} {frame.at[row, 'a_restarts']}, "
+                      f"{frame.at[row, 'b']} {frame.at[row, 'b_restarts']}" for row in rows)
+    return f"restarts per arm >= {kw['min_value']}", found or NOT_APPLICABLE
+
+
+AB_RESTARTS_REPLICATED = Rule(
+    name="ab_restarts_replicated", traps=("T5",), applies_to="comparison",
+    effect=LIMIT_VERDICT,
+    summary="an improvement or regression needs >= 2 restarts per arm; with fewer the "
+            "verdict is at best 'no finding'",
+    threshold=f"restarts per arm >= {MIN_RESTARTS_FOR_CLAIM}",
+    threshold_source="the protocol (T5)",
+    check=gx(SUITE, "ExpectColumnValuesToBeBetween",
+             column="fewest_restarts", min_value=MIN_RESTARTS_FOR_CLAIM,
+             columns={"fewest_restarts": _fewest_restarts}, observe=_observe_restarts))
+
+
+def _absolute(column: str) -> Builder:
+    def build(frame: Frame) -> pd.Series:
+        return numbers(frame[column]).abs()
+
+    return build
+
+
+def _observe_control(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    checked = [row for row in rows
+               if frame.loc[row, [kw["column_A"], kw["column_B"]]].notna().all()]
+    found = "; ".join(f"|{show(frame.at[row, 'difference'])}| vs "
+                      f"|{show(frame.at[row, 'control_difference'])}|" for row in checked)
+    return ("|difference| > |A/A control difference|",
+            found or f"{NOT_APPLICABLE} (no control difference measured)")
+
+
+AB_BEYOND_CONTROL = Rule(
+    name="ab_beyond_control", traps=("T11",), applies_to="comparison", effect=LIMIT_VERDICT,
+    summary="where an A/A control was measured, the A/B difference must be larger than the "
+            "control's; otherwise the verdict is 'no finding'",
+    threshold="|b - a| > |control difference|",
+    threshold_source="the A/A control named in the sweep's [[comparisons]]",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="abs_difference", column_B="abs_control_difference",
+             or_equal=False, ignore_row_if="either_value_is_missing",
+             columns={"abs_difference": _absolute("difference"),
+                      "abs_control_difference": _absolute("control_difference")},
+             observe=_observe_control))

@@ -1,0 +1,164 @@
+"""What a rule is, and the words and numbers the protocol fixes (no pandas, no numpy).
+
+A rule's declaration (name, traps, subject, effect, summary, threshold and its source, the
+check's kind, suite, expectation and arguments) is what RULESET_VERSION hashes. A GX
+check also carries code that is not declaration: the functions that build the columns its
+expectation reads, and the function that writes what it expected and found for one subject.
+Those live in the suite modules, beside the rule they serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+if TYPE_CHECKING:  # only for annotations: importing the catalogue stays cheap
+    import numpy as np
+    import pandas as pd
+
+AppliesTo = Literal["restart", "window", "request", "entry", "comparison"]
+
+# What a failed rule does.
+BLOCK_ENTRIES: Final = "block_entries"  # entries resting on the subject are not publishable
+EXCLUDE_RESTART: Final = "exclude_restart"  # the restart feeds no entry; its arm's others still may
+REFUSE_COMPARISON: Final = "refuse_comparison"  # the comparison's verdict is 'not decidable'
+LIMIT_VERDICT: Final = "limit_verdict"  # no improvement/regression claim: at best 'no finding'
+Effect = Literal["block_entries", "exclude_restart", "refuse_comparison", "limit_verdict"]
+
+# What an entry rests on (docs/protocol.md, warehouse relations; docs/imports.md): measured
+# by this pipeline, another tool's file, a recovered report, or a recovered value that was
+# itself derived from other runs. Only `rerun` comes from the pipeline's own measurements.
+EVIDENCE_KINDS = ("rerun", "imported", "historical", "derived_comparison")
+
+# Where the output tokens of a request may come from (docs/protocol.md, tokens and chunks):
+# the server's usage, the entries of its streamed logprobs, or its tokenizer's count of the
+# received text (calibrated). `missing` and the import-only sources (client_tokenizer,
+# requested, chunks) never count as delivered tokens.
+USAGE, LOGPROBS, SERVER_TOKENIZER = "usage", "logprobs", "server_tokenizer"
+COUNTED_TOKEN_SOURCES = (USAGE, LOGPROBS, SERVER_TOKENIZER)
+
+# Thresholds the protocol fixes (a sweep may raise the n floor, never lower it).
+MIN_REQUESTS_SPECULATIVE = 15  # T4: measured requests per workload per restart
+MIN_REQUESTS_PLAIN = 5
+MIN_RESTARTS_FOR_CLAIM = 2  # T5: restarts per arm before an A/B may claim a difference
+# Defaults of thresholds a sweep sets (benchledger.sweep uses these as its defaults).
+DEFAULT_RECONCILE_TOLERANCE = 0.01  # T3: counters vs delivered usage, relative
+DEFAULT_MIN_CLOCK_RATIO = 0.9  # T10: SM clock under load as a fraction of max
+# T1: a prompt longer than any model's context window is a broken usage report, not a
+# prompt (2**24 = 16,777,216 tokens). Below it every plausible count is exact in float64.
+MAX_PROMPT_TOKENS = 2**24
+
+# The verdict words of the check columns the suites build: a rule's value_set names the
+# passing word, its column builder writes every word. Words, not "<"/">": Data Docs writes
+# the unexpected values into its HTML unescaped.
+PLAUSIBLE = "plausible"  # usage_plausible: else the first reason the counts cannot be true
+AGREE, DISAGREE = "agree", "disagree"  # logprobs_match_usage
+WITHIN_TOLERANCE = "within reconcile_tolerance"  # tokenizer_calibrated, and its failures:
+ABOVE_TOLERANCE = "above reconcile_tolerance"
+NO_CALIBRATION = "no calibration"
+NO_TOLERANCE = "no reconcile_tolerance"
+STATED = "stated"  # rate_denominator_stated
+BALANCED, UNBALANCED = "balanced", "unbalanced"  # request_counts_balance
+SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server_log_kept_apart
+
+# What the code of a GX check works on: a suite's prepared frame (a RangeIndex, so row
+# labels are positions), row positions in it, and the expectation's arguments.
+Frame: TypeAlias = "pd.DataFrame"
+Rows: TypeAlias = "np.ndarray"  # row positions (intp, ascending)
+Kw: TypeAlias = Mapping[str, Any]  # an expectation's arguments (GxCheck.kwargs)
+# A column builder: one value per row of the prepared frame (a Series on its index, or an
+# array as long as it). It reads input columns and the suite's own columns, never another
+# rule's, and loops over no rows in Python: a run has 10^6 requests.
+Builder: TypeAlias = Callable[[Frame], Any]
+# A found writer: (expected, found) for one subject, from its rows and the rows of them
+# GX found unexpected. It runs once per subject (a restart, a window, an entry, an A/B).
+Observer: TypeAlias = Callable[[Kw, Frame, Rows, Rows], tuple[str, str]]
+
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class SuiteFrame:
+    """The frame one GX suite validates: what a caller hands over and how it is prepared.
+
+    Preparing it (benchledger.expectations.gate) takes a fresh RangeIndex, copies the
+    subject column to `subject`, fills the optional and numeric columns a frame lacks with
+    NULL (raw rows from before they were recorded: the rules that read them find nothing
+    to check), turns the numeric ones into numbers (NULL where not one), then builds
+    `columns` and, after them, the columns of the suite's rules.
+    """
+
+    suite: str
+    frame: str  # the caller's name for the frame (run_gate's argument)
+    subject: str  # the column naming each row's subject
+    required: tuple[str, ...]  # a frame without one is a caller bug, refused
+    optional: tuple[str, ...] = ()
+    numeric: tuple[str, ...] = ()
+    columns: Mapping[str, Builder] = field(default_factory=_empty)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every column of the caller's frame the suite reads."""
+        return (*self.required, *self.optional, *self.numeric)
+
+
+@dataclass(frozen=True)
+class GxCheck:
+    """A GX expectation (gx.expectations.<expectation>) over one suite's prepared frame,
+    with the columns it reads that the suite does not have (built by `columns`) and the
+    writer of its expected and found texts (`observe`)."""
+
+    suite: str  # restarts | windows | measured_requests | entries | comparisons
+    expectation: str
+    kwargs: Kw = field(default_factory=_empty)
+    columns: Mapping[str, Builder] = field(default_factory=_empty)
+    observe: Observer = field(kw_only=True)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The prepared frame's columns the expectation reads."""
+        return tuple(str(self.kwargs[k]) for k in ("column", "column_A", "column_B")
+                     if k in self.kwargs)
+
+    def describe(self) -> str:
+        return f"GX {self.expectation} on {' vs '.join(self.reads)} (suite {self.suite})"
+
+
+@dataclass(frozen=True)
+class QueryCheck:
+    """A query (warehouse/queries/<query>.sql) returning every subject with its verdict."""
+
+    suite: str
+    query: str
+
+    def describe(self) -> str:
+        return f"query warehouse/queries/{self.query}.sql (suite {self.suite})"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    traps: tuple[str, ...]  # T-numbers; () for a consistency check the definitions imply
+    applies_to: AppliesTo
+    effect: Effect
+    summary: str  # what must hold, in one sentence
+    check: GxCheck | QueryCheck
+    threshold: str | None = None
+    threshold_source: str | None = None
+
+    @property
+    def suite(self) -> str:
+        return self.check.suite
+
+
+def gx(suite: SuiteFrame, expectation: str, *, observe: Observer,
+       columns: Mapping[str, Builder] | None = None, **kwargs: Any) -> GxCheck:
+    """A GX check of `suite`: the expectation's arguments as keywords, the columns it reads
+    that the suite lacks with their builders, and its found writer."""
+    return GxCheck(suite.suite, expectation, MappingProxyType(kwargs),
+                   MappingProxyType(columns or {}), observe=observe)

@@ -1,0 +1,248 @@
+"""The entries suite: one row per derived entry (measured or imported).
+
+Each *_check column holds the labelled value where its rule applies and NULL elsewhere
+(GX skips NULLs). Evidence from elsewhere is checked for what it claims (docs/imports.md):
+its kind, the denominator of its rates, and its request counts where it records them; a
+column the caller did not give (an older frame) makes its rule not applicable, a NULL in a
+given column fails it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from benchledger.rules.core import (
+    BALANCED,
+    BLOCK_ENTRIES,
+    COUNTED_TOKEN_SOURCES,
+    EVIDENCE_KINDS,
+    SERVER_LOG_APART,
+    STATED,
+    UNBALANCED,
+    Frame,
+    Kw,
+    Observer,
+    Rows,
+    Rule,
+    SuiteFrame,
+    gx,
+)
+from benchledger.rules.frame import (
+    NOT_APPLICABLE,
+    NULL,
+    as_float,
+    first_verdict,
+    join,
+    or_null,
+    show_count,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SUITE = SuiteFrame(
+    "entries", frame="entries", subject="entry_id",
+    required=("entry_id", "metric", "unit", "numerator", "population", "drain_status",
+              "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
+    optional=("token_source",))  # NULL: derived before sources were named, not checked
+
+
+def _server_log(column: pd.Series) -> pd.Series:
+    return column.astype(str).str.startswith("server_log_")
+
+
+def _rate(frame: Frame) -> pd.Series:
+    """Delivered rates: the rate rules are about them; server log values have their own."""
+    return (frame["unit"] == "tok/s") & ~_server_log(frame["statistic"])
+
+
+def _observe_label(label: str) -> Observer:
+    """The labelled value where the rule applies."""
+
+    def observe(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+        import pandas as pd
+
+        column = kw["column"]
+        applicable = [row for row in rows if frame.at[row, column] is not None
+                      and not (isinstance(frame.at[row, column], float)
+                               and pd.isna(frame.at[row, column]))]
+        values = [None if v == NULL else v for v in frame.loc[applicable, column]]
+        found = join(values) if applicable else NOT_APPLICABLE
+        return f"{label} in {kw['value_set']}", found
+
+    return observe
+
+
+def _observe_value(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    found = "no value: no window behind it passed every rule" if len(bad) else join(
+        frame.loc[rows, "value"])
+    return "a value from windows that passed every rule", found
+
+
+ENTRY_HAS_VALIDATED_VALUE = Rule(
+    name="entry_has_validated_value", traps=("T14", "T16"), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="an entry has a value computed from windows that passed every rule; nothing "
+            "is filled in where no validated window backs it",
+    check=gx(SUITE, "ExpectColumnValuesToNotBeNull", column="value", observe=_observe_value))
+
+
+def _incomplete_rate(frame: Frame) -> pd.Series:
+    return or_null(frame["population"]).where(
+        _rate(frame) & (frame["drain_status"] == "incomplete"))
+
+
+INCOMPLETE_RATE_LABELLED = Rule(
+    name="incomplete_rate_labelled", traps=("T14",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="a rate from a window with unresolved requests (drain incomplete) is labelled "
+            "population = 'completed_only'",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
+             column="incomplete_rate_check", value_set=["completed_only"],
+             columns={"incomplete_rate_check": _incomplete_rate},
+             observe=_observe_label("population")))
+
+
+def _troubled_latency(frame: Frame) -> pd.Series:
+    troubled = (frame["n_failed"].fillna(0) + frame["n_unresolved"].fillna(0)) > 0
+    return or_null(frame["population"]).where((frame["unit"] == "s") & troubled)
+
+
+LATENCY_POPULATION_LABELLED = Rule(
+    name="latency_population_labelled", traps=("T14",), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="a latency from windows where requests failed or stayed unresolved is labelled "
+            "population = 'completed_only'",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
+             column="latency_population_check", value_set=["completed_only"],
+             columns={"latency_population_check": _troubled_latency},
+             observe=_observe_label("population")))
+
+
+def _rate_numerator(frame: Frame) -> pd.Series:
+    return or_null(frame["numerator"]).where(_rate(frame))
+
+
+RATE_NUMERATOR_LABELLED = Rule(
+    name="rate_numerator_labelled", traps=("T12",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="every rate names its numerator",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="rate_numerator_check",
+             value_set=["output_tokens", "input_plus_output_tokens", "prompt_tokens"],
+             columns={"rate_numerator_check": _rate_numerator},
+             observe=_observe_label("numerator")))
+
+
+def _prefill_prompts(frame: Frame) -> pd.Series:
+    return or_null(frame["prompt_cache"]).where(frame["metric"] == "prefill_rate")
+
+
+PREFILL_RATE_COLD_PROMPTS = Rule(
+    name="prefill_rate_cold_prompts", traps=("T7", "T9", "T15"), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="a prefill rate comes from cold prompts only; warm prompts measure the prefix "
+            "cache",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
+             column="prefill_rate_check", value_set=["cold"],
+             columns={"prefill_rate_check": _prefill_prompts},
+             observe=_observe_label("prompt_cache")))
+
+
+def _token_source(frame: Frame) -> pd.Series:
+    # NULL (no window behind the entry, or derived before sources were named): not checked.
+    return frame["token_source"].astype(object).where(frame["token_source"].notna())
+
+
+ENTRY_TOKEN_SOURCE_SINGLE = Rule(
+    name="entry_token_source_single", traps=("T1",), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="an entry rests on one token source: the completed measured requests of its "
+            "windows all count their output tokens the same way (never usage mixed with "
+            "logprobs or a tokenizer's counts)",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="token_source_check",
+             value_set=list(COUNTED_TOKEN_SOURCES),
+             columns={"token_source_check": _token_source},
+             observe=_observe_label("token_source")))
+
+
+def _evidence(frame: Frame) -> pd.Series | None:
+    return or_null(frame["evidence"]) if "evidence" in frame.columns else None
+
+
+EVIDENCE_LABELLED = Rule(
+    name="evidence_labelled", traps=("T16",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="every entry names its evidence kind: rerun (measured by this pipeline), "
+            "imported (another tool's file), historical (a recovered report) or "
+            "derived_comparison (a recovered value that was derived from other runs)",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="evidence_or_null",
+             value_set=list(EVIDENCE_KINDS), columns={"evidence_or_null": _evidence},
+             observe=_observe_label("evidence")))
+
+
+def _denominator(frame: Frame) -> pd.Series | None:
+    import pandas as pd
+
+    if "denominator" not in frame.columns:
+        return None
+    stated = pd.Series(STATED, index=frame.index, dtype=object)
+    return stated.where(frame["denominator"].notna(), NULL).where(_rate(frame))
+
+
+RATE_DENOMINATOR_STATED = Rule(
+    name="rate_denominator_stated", traps=("T12", "T16"), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="every rate states its denominator, or says that its source did not record it",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="rate_denominator_check",
+             value_set=[STATED], columns={"rate_denominator_check": _denominator},
+             observe=_observe_label("denominator")))
+
+_COUNTS = ("n_submitted", "n_completed", "n_failed", "n_unresolved")
+
+
+def _counts_verdicts(frame: Frame) -> pd.Series | None:
+    """BALANCED or UNBALANCED where all four request counts are recorded; None elsewhere."""
+    import numpy as np
+
+    if any(c not in frame.columns for c in _COUNTS):
+        return None
+    submitted, completed, failed, unresolved = (as_float(frame[c]) for c in _COUNTS)
+    known = ~(np.isnan(submitted) | np.isnan(completed) | np.isnan(failed)
+              | np.isnan(unresolved))
+    return first_verdict(frame, [(BALANCED, submitted == completed + failed + unresolved)],
+                         UNBALANCED, known)
+
+
+def _observe_counts(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    checked = [row for row in rows if isinstance(frame.at[row, kw["column"]], str)]
+    found = "; ".join(f"{show_count(frame.at[row, 'n_submitted'])} "
+                      f"{'!=' if row in bad else '=='} "
+                      f"{show_count(frame.at[row, 'n_completed'])} + "
+                      f"{show_count(frame.at[row, 'n_failed'])} + "
+                      f"{show_count(frame.at[row, 'n_unresolved'])}" for row in checked)
+    return ("n_submitted == n_completed + n_failed + n_unresolved where all are recorded",
+            found or f"{NOT_APPLICABLE} (counts not recorded)")
+
+
+REQUEST_COUNTS_BALANCE = Rule(
+    name="request_counts_balance", traps=("T14", "T16"), applies_to="entry",
+    effect=BLOCK_ENTRIES,
+    summary="where an entry records all four request counts, submitted == completed + "
+            "failed + unresolved (counts that do not add up are not taken at their word)",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="counts_check",
+             value_set=[BALANCED], columns={"counts_check": _counts_verdicts},
+             observe=_observe_counts))
+
+
+def _server_log_labels(frame: Frame) -> pd.Series:
+    """'metric / statistic' where either is a server log's; SERVER_LOG_APART where both."""
+    log_metric, log_statistic = _server_log(frame["metric"]), _server_log(frame["statistic"])
+    labels = frame["metric"].astype(str) + " / " + frame["statistic"].astype(str)
+    return labels.where(log_metric | log_statistic).mask(log_metric & log_statistic,
+                                                        SERVER_LOG_APART)
+
+
+SERVER_LOG_KEPT_APART = Rule(
+    name="server_log_kept_apart", traps=("T2",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="server log values (peak, mean) stay under server_log_* metric names with a "
+            "server_log_* statistic and are never labelled as a delivered rate",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="server_log_check",
+             value_set=[SERVER_LOG_APART], columns={"server_log_check": _server_log_labels},
+             observe=_observe_label("metric / statistic")))

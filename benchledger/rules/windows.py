@@ -1,0 +1,176 @@
+"""The windows suite: one row per measured window (and the coverage query's rule)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from benchledger.rules.core import (
+    ABOVE_TOLERANCE,
+    BLOCK_ENTRIES,
+    DEFAULT_RECONCILE_TOLERANCE,
+    MIN_REQUESTS_PLAIN,
+    MIN_REQUESTS_SPECULATIVE,
+    NO_CALIBRATION,
+    NO_TOLERANCE,
+    SERVER_TOKENIZER,
+    WITHIN_TOLERANCE,
+    Frame,
+    Kw,
+    Observer,
+    QueryCheck,
+    Rows,
+    Rule,
+    SuiteFrame,
+    gx,
+)
+from benchledger.rules.frame import (
+    NOT_APPLICABLE,
+    as_float,
+    detail,
+    equals,
+    first_verdict,
+    join,
+    sentences,
+    show,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SUITE = SuiteFrame(
+    "windows", frame="windows", subject="window_id",
+    required=("window_id", "submitted", "completed", "failed", "unresolved", "min_requests"),
+    # Evidence a caller may not have (no counters scraped, rows from before token_count
+    # was recorded): NULL, so the rules that read it find nothing to check there.
+    optional=("token_count", "calibration_rel_error", "calibration_detail",
+              "generation_detail", "prompt_detail", "success_detail"),
+    numeric=("reconcile_tolerance", "generation_error", "prompt_error", "success_error"))
+
+WINDOWS_PRESENT = Rule(
+    name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
+    summary="every planned (arm, workload, concurrency) has one window per planned restart; "
+            "a crashed task or failed restart is never a silent gap",
+    threshold="restarts planned for the arm", threshold_source="the sweep file",
+    check=QueryCheck("coverage", "audit_windows_present"))
+
+
+def _accounted(frame: Frame) -> pd.Series:
+    # GX compares two columns, not a column with a sum, so the sum becomes a column.
+    return frame["completed"] + frame["failed"] + frame["unresolved"]
+
+
+def _observe_accounting(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    found = []
+    for row in rows:
+        r = frame.loc[row]
+        sign = "!=" if row in bad else "=="
+        found.append(f"{show(r['submitted'])} {sign} {show(r['completed'])} + "
+                     f"{show(r['failed'])} + {show(r['unresolved'])}")
+    return "submitted == completed + failed + unresolved", "; ".join(found)
+
+
+ACCOUNTING_BALANCES = Rule(
+    name="accounting_balances", traps=("T14",), applies_to="window", effect=BLOCK_ENTRIES,
+    summary="the window accounts for every request: "
+            "submitted == completed + failed + unresolved",
+    check=gx(SUITE, "ExpectColumnPairValuesToBeEqual",
+             column_A="submitted", column_B="accounted", ignore_row_if="neither",
+             columns={"accounted": _accounted}, observe=_observe_accounting))
+
+
+def _observe_min(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    # The required n differs per window (T4: 15 speculative, 5 otherwise), so name it.
+    return (f"completed >= {join(frame.loc[rows, 'min_requests'])}",
+            join(frame.loc[rows, "completed"]))
+
+
+N_AT_LEAST_MIN = Rule(
+    name="n_at_least_min", traps=("T4",), applies_to="window", effect=BLOCK_ENTRIES,
+    summary="the window completed at least the n the protocol requires; a sweep asking "
+            "for fewer measured requests is refused before it runs",
+    threshold=f"n >= {MIN_REQUESTS_SPECULATIVE} speculative, >= {MIN_REQUESTS_PLAIN} otherwise",
+    threshold_source="the protocol (T4); a sweep may raise it with min_requests",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="completed", column_B="min_requests", or_equal=True,
+             ignore_row_if="neither", observe=_observe_min))
+
+
+def _observe_reconcile(prefix: str, counter: str) -> Observer:
+    def observe(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+        tolerance = join(frame.loc[rows, "reconcile_tolerance"])
+        return (f"{counter} delta within {tolerance} (relative) of the client's count",
+                sentences(frame, f"{prefix}_detail", rows) or "not reconciled")
+
+    return observe
+
+
+def _reconcile(name: str, prefix: str, quantity: str, vllm_name: str, client: str) -> Rule:
+    """A counter rule: reconcile_run wrote the window's relative error (<prefix>_error)
+    and the sentence naming the counter it read (<prefix>_detail). Each server family
+    names its counters its own way (docs/protocol.md, server families): vLLM's names stand
+    for the quantity here; the found text names the counter really read."""
+    return Rule(
+        name=name, traps=("T1", "T3"), applies_to="window", effect=BLOCK_ENTRIES,
+        summary=f"the server's {quantity} counter ({vllm_name} or its family's own) delta "
+                f"over the window matches {client} within the tolerance (a server without "
+                "the counter is recorded as not reconciled)",
+        threshold=f"relative error <= reconcile_tolerance (default "
+                  f"{DEFAULT_RECONCILE_TOLERANCE})",
+        threshold_source="sweep key reconcile_tolerance",
+        check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+                 column_A="reconcile_tolerance", column_B=f"{prefix}_error", or_equal=True,
+                 ignore_row_if="either_value_is_missing",
+                 observe=_observe_reconcile(prefix, f"the server's {quantity} counter")))
+
+
+GENERATION_TOKENS_RECONCILE = _reconcile(
+    "generation_tokens_reconcile", "generation", "generation-token",
+    "vllm:generation_tokens_total", "the output tokens in per-request usage")
+PROMPT_TOKENS_RECONCILE = _reconcile(
+    "prompt_tokens_reconcile", "prompt", "prompt-token", "vllm:prompt_tokens_total",
+    "the prompt tokens in per-request usage")
+FINISHED_REQUESTS_RECONCILE = _reconcile(
+    "finished_requests_reconcile", "success", "finished-request",
+    "vllm:request_success_total", "the completed requests")
+
+
+def _calibration_verdicts(frame: Frame) -> pd.Series:
+    """Per window counted by the server's tokenizer: whether its calibration's relative
+    error is within reconcile_tolerance; None for every other window (GX skips it)."""
+    import numpy as np
+
+    error = as_float(frame["calibration_rel_error"])
+    tolerance = as_float(frame["reconcile_tolerance"])
+    return first_verdict(frame, [(NO_CALIBRATION, np.isnan(error)),
+                                 (NO_TOLERANCE, np.isnan(tolerance)),
+                                 (WITHIN_TOLERANCE, error <= tolerance)],
+                         ABOVE_TOLERANCE, equals(frame["token_count"], SERVER_TOKENIZER))
+
+
+def _observe_calibration(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    tolerance = join(frame.loc[rows, "reconcile_tolerance"])
+    expected = (f"the server tokenizer's counts within {tolerance} (relative) of usage on "
+                "the calibration requests")
+    checked = [row for row in rows if isinstance(frame.at[row, kw["column"]], str)]
+    if not checked:
+        counts = join(frame.loc[rows, "token_count"]) if len(rows) else "NULL"
+        return expected, f"{NOT_APPLICABLE} (token_count {counts})"
+    found = "; ".join(f"{frame.at[row, kw['column']]}: "
+                      f"{detail(frame.at[row, 'calibration_detail'])}" for row in checked)
+    return expected, found
+
+
+TOKENIZER_CALIBRATED = Rule(
+    name="tokenizer_calibrated", traps=("T1", "T3"), applies_to="window",
+    effect=BLOCK_ENTRIES,
+    summary="a window whose output tokens the server's tokenizer counted (token_count = "
+            "'server_tokenizer') was calibrated: on its non-streamed calibration requests "
+            "the tokenizer's count of the returned text matches their usage within the "
+            "tolerance (no calibration: the rule fails)",
+    threshold=f"relative error of the totals <= reconcile_tolerance (default "
+              f"{DEFAULT_RECONCILE_TOLERANCE})",
+    threshold_source="sweep key reconcile_tolerance; the arm's calibration_requests",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="calibration_check",
+             value_set=[WITHIN_TOLERANCE],
+             columns={"calibration_check": _calibration_verdicts},
+             observe=_observe_calibration))
