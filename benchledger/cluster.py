@@ -171,7 +171,7 @@ def write_config(home: Path, port: int | None = None,
     """
     path = home / CONFIG_FILE
     cfg = configparser.ConfigParser(interpolation=None)
-    cfg.optionxform = str  # keep Airflow's key case
+    cfg.optionxform = str  # type: ignore[assignment, method-assign]  # keep Airflow's key case
     if path.exists():
         cfg.read(path)
     for section, values in _DEFAULTS.items():
@@ -274,7 +274,7 @@ def _wait(what: str, check: Callable[[], str | None], timeout_s: float,
     """Wait until check() returns None (it returns what is still missing); fail at once
     when one of the watched processes died, naming its log."""
     deadline = time.monotonic() + timeout_s
-    missing = what
+    missing: str | None = what
     while time.monotonic() < deadline:
         for proc in watched:
             if proc.process() is None:
@@ -378,10 +378,10 @@ def _workers_missing(client: ApiClient, nodes: list[str]) -> str | None:
     return f"not registered yet: {', '.join(missing)}" if missing else None
 
 
-def status(home: Path) -> list[dict]:
+def status(home: Path) -> list[dict[str, Any]]:
     """One row per recorded process (running or not) and per edge worker the API knows."""
     cluster = Cluster.load(home)
-    rows = [{"name": p.name, "pid": p.pid,
+    rows: list[dict[str, Any]] = [{"name": p.name, "pid": p.pid,
              "state": "running" if p.process() else "not running", "log": p.log}
             for p in cluster.processes]
     health = _health(cluster.api_url)
@@ -390,7 +390,7 @@ def status(home: Path) -> list[dict]:
                 "dag-processor": "dag_processor"}.get(row["name"])
         if health is None and row["state"] == "running" and part:
             row["health"] = "API not answering"
-        elif part:
+        elif part and health is not None:
             row["health"] = (health.get(part) or {}).get("status", "unknown")
     if health is not None:
         try:

@@ -51,7 +51,7 @@ POLL_S = 1.0
 class ClusterRunResult:
     run_id: str
     state: str
-    tasks: dict[str, str]
+    tasks: dict[str, str | None]  # task id -> its state (None: not yet scheduled)
     failures: list[dict] = field(default_factory=list)
     publish_state: str | None = None  # of the asset-triggered publish DAG run
     not_published: str | None = None
@@ -221,8 +221,8 @@ def _log_error(client: ApiClient, dag_id: str, run_id: str, ti: dict) -> str:
     lines = []
     for event in errors or events[-5:]:
         lines.append(str(event.get("event", "")))
-        for exc in event.get("error_detail") or []:
-            lines.append(f"{exc.get('exc_type')}: {exc.get('exc_value')}")
+        for detail in event.get("error_detail") or []:
+            lines.append(f"{detail.get('exc_type')}: {detail.get('exc_value')}")
     return "\n".join(line for line in lines if line) or "(no error in its log)"
 
 

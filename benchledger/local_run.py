@@ -300,14 +300,15 @@ def publication_line(outcome: SweepOutcome) -> str:
         return f"not published: {outcome.not_published}"
     if outcome.published is None:
         return "not published"
-    counts = outcome.published
+    counts, export = outcome.published, outcome.export_dir
+    assert export is not None  # set together with `published`
     if counts["published"] == 0:
         return (f"nothing published: all {counts['entries']} entries of run "
                 f"{outcome.run_id} are blocked (the report says why: "
-                f"{outcome.export_dir / 'report.html'})")
+                f"{export / 'report.html'})")
     return (f"published {counts['published']} validated entries of run {outcome.run_id} "
             f"({counts['blocked']} blocked; entries, report.html, MANIFEST.sha256): "
-            f"{outcome.export_dir}")
+            f"{export}")
 
 
 

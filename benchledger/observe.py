@@ -288,7 +288,8 @@ def _gpu_reading(gpu, url: str | None) -> dict:
             "max_sm_clock_mhz": float(gpu["max_sm_clock_mhz"]),
             "pstate": str(gpu.get("pstate", ""))[:16],
             "throttle_reasons": str(gpu.get("throttle_reasons", ""))[:200],
-            "utilization_gpu": float(utilization) if _number(utilization) else None}
+            "utilization_gpu": float(utilization) if utilization is not None
+            and _number(utilization) else None}
 
 
 class ClockSampler:

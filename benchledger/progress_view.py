@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from benchledger import raw
 from benchledger.progress import Snapshot, progress_line, progress_state
@@ -116,7 +116,7 @@ class LiveDisplay:
         from rich.table import Table
         from rich.text import Text
 
-        parts = []
+        parts: list[Any] = []
         for _, snapshot in self._running.values():
             line = Table.grid(padding=(0, 1))
             # The run is the same for every window: arm/r<k>/<workload>-c<N> is enough.

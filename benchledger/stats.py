@@ -40,7 +40,8 @@ class Difference:
 
     @property
     def excludes_zero(self) -> bool:
-        return self.low is not None and (self.low > 0 or self.high < 0)
+        return self.low is not None and self.high is not None and (
+            self.low > 0 or self.high < 0)
 
 
 def welch(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Difference:

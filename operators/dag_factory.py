@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import DAG, Param, TaskGroup, chain
 
@@ -69,9 +70,12 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                 # A restart's tasks run on the arm's node: its Airflow queue (a Celery or
                 # edge worker there). "local" leaves the executor's default queue.
                 node = {} if arm.node == "local" else {"queue": arm.node}
-                with TaskGroup(group_id=f"{arm.name}__r{k}",
-                               default_args={**node, **retried}):
-                    handle = t.launch_server(path, arm.name, k)
+                group_args: Any = {**node, **retried}
+                with TaskGroup(group_id=f"{arm.name}__r{k}", default_args=group_args):
+                    # An XComArg passed to a task is resolved into the value at run time,
+                    # which is what the task's annotations describe (Airflow's types
+                    # describe the XComArg): Any here.
+                    handle: Any = t.launch_server(path, arm.name, k)
                     ready = t.wait_ready(path, arm.name, k, handle)
                     measures = [
                         t.measure.override(task_id=f"measure_{w.name}")(

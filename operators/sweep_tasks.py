@@ -234,7 +234,7 @@ def derive(sweep_name: str) -> dict:
     return counts
 
 
-def _publication_target() -> tuple[str, Path, Path]:
+def _publication_target() -> tuple[str | None, Path, Path]:
     """Which run to publish: the asset event that triggered this run, else the params
     (benchledger run/publish pass them), else the warehouse's latest run."""
     context = get_current_context()

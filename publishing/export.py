@@ -323,7 +323,7 @@ def _check_no_collisions(out: Path, written: dict[str, bytes],
 
 def _remove_previous(out: Path, previous: dict[str, str]) -> None:
     """Delete the earlier publication's files, then its folders that are left empty."""
-    folders = set()
+    folders: set[Path] = set()
     for name in previous:
         path = out.joinpath(*PurePosixPath(name).parts)
         if _lstat(path) is not None:

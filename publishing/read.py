@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from benchledger.warehouse.db import first_row, query_frame
+from benchledger.warehouse.db import first_row, only_row, query_frame
 
 
 def latest_run_id(con: duckdb.DuckDBPyConnection) -> str:
@@ -35,7 +35,7 @@ def run_entry_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, i
     warehouse does not hold."""
     if first_row(con, "SELECT 1 FROM runs WHERE run_id = ?", [run_id]) is None:
         return None
-    entries, published = first_row(
+    entries, published = only_row(
         con, "SELECT count(*), count(*) FILTER (WHERE publishable) FROM current_entries "
              "WHERE run_id = ?", [run_id])
     return {"entries": entries, "published": published, "blocked": entries - published}

@@ -99,7 +99,7 @@ def _difference(a: Side, b: Side, single_instance: bool) -> Difference | None:
     ra, rb = a.restarts.iloc[0], b.restarts.iloc[0]  # within one instance: over requests
     summary = [(r["mean"], None if pd.isna(r["sd"]) else r["sd"], int(r["n_requests"]))
                for r in (ra, rb)]
-    return welch_from_summary(*summary)
+    return welch_from_summary(summary[0], summary[1])
 
 
 def _concurrency(sweep: Sweep, comparison: Comparison) -> int | None:
@@ -189,10 +189,16 @@ class Measured:
     def measured(self) -> bool:
         return self.early is None
 
+    def sides(self) -> tuple[Side, Side]:
+        """Both arms' sides: every comparison measured (no early verdict) has them."""
+        assert self.a is not None and self.b is not None, "set by _measure before any rule"
+        return self.a, self.b
+
     def gate_row(self) -> dict:
+        a, b = self.sides()
         return {"comparison_id": self.record["comparison_id"], "a": self.a_name,
                 "b": self.b_name, "a_config": self.a_config, "b_config": self.b_config,
-                "a_restarts": len(self.a.restarts), "b_restarts": len(self.b.restarts),
+                "a_restarts": len(a.restarts), "b_restarts": len(b.restarts),
                 "difference": self.diff.difference if self.diff else None,
                 "control_difference": self.control_difference}
 
@@ -206,11 +212,11 @@ class Measured:
                   "ratio": self.diff.ratio if self.diff else None}
         if self.role == "control":
             same = self.a_config is not None and self.a_config == self.b_config
-            return _control_verdict(self.a, self.b, same)
+            return _control_verdict(*self.sides(), same)
         if not passed.get(R.AB_ARMS_DIFFER.name, True):
             return {"verdict": "not decidable",
                     "reason": f"refused as an A/B: arms {self.a_name!r} and {self.b_name!r} "
-                              f"report identical effective configs ({self.a_config[:12]}), so "
+                              f"report identical effective configs ({str(self.a_config)[:12]}), so "
                               "this is an A/A control, not an A/B (T11)"}
         beyond = passed.get(R.AB_BEYOND_CONTROL.name)
         verdict, reason = decide(
@@ -233,8 +239,8 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
         "run_id": run_id, "role": role, "a": comparison.a, "b": comparison.b,
         "workload": workload,
         "metric": comparison.metric, "numerator": numerator, "concurrency": c or 0,
-        "control_a": (comparison.control or [None, None])[0],
-        "control_b": (comparison.control or [None, None])[1],
+        "control_a": comparison.control[0] if comparison.control else None,
+        "control_b": comparison.control[1] if comparison.control else None,
         "harness_version": __version__, "derived_at": datetime.now(UTC),
     }
     out = Measured(record, role, comparison.a, comparison.b,
@@ -255,6 +261,7 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
             out.early = {"verdict": "not decidable",
                          "reason": f"arm {arm!r}: {s.blocked[:300]}"}
             return out
+    assert a.entry is not None  # not blocked: it has its entry
     unit = a.entry["unit"]
     record.update(unit=unit, higher_is_better=unit != "s",
                   a_mean=sum(a.means) / len(a.means), b_mean=sum(b.means) / len(b.means))

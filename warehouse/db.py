@@ -19,6 +19,7 @@ import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -235,14 +236,21 @@ def view_files() -> dict[str, str]:
     return views
 
 
+def _view_part(text: str, part: str) -> str:
+    """A part of a view file's text that view_files() checked has the expected shape."""
+    match = _VIEW_FILE.fullmatch(text)
+    assert match is not None, "view_files() refuses a view file of another shape"
+    return match[part]
+
+
 def _view_order(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> list[str]:
     """View names, each after the views it reads (found in DuckDB's parse tree of its
     query). Worked out before the transaction, not by retrying what fails: in DuckDB a
     failed statement aborts the whole transaction."""
     graph = {}
     for name, text in sorted(views.items()):
-        query = _VIEW_FILE.fullmatch(text)["query"]
-        tree = json.loads(first_row(con, "SELECT json_serialize_sql(?)", [query])[0])
+        query = _view_part(text, "query")
+        tree = json.loads(only_row(con, "SELECT json_serialize_sql(?)", [query])[0])
         if tree.get("error"):
             raise WarehouseError(f"views/{name}.sql: {tree.get('error_message')}")
         graph[name] = _base_tables(tree) & set(views)
@@ -281,17 +289,26 @@ def _create_view(con: duckdb.DuckDBPyConnection, name: str, text: str) -> None:
         raise WarehouseError(f"view {name} (warehouse/views/{name}.sql) could not be "
                              f"created: {exc}") from exc
     header = " ".join(line.strip().removeprefix("--").strip()
-                      for line in _VIEW_FILE.fullmatch(text)["header"].splitlines()
+                      for line in _view_part(text, "header").splitlines()
                       if line.strip())
     comment = f"{VIEW_COMMENT}{name}.sql: {header}".replace("'", "''")
     con.execute(f"COMMENT ON VIEW {name} IS '{comment}'")
 
 
-def first_row(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> tuple | None:
+def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None
+              ) -> tuple[Any, ...] | None:
     """The first row of a query, reading the result to the end (DuckDB 2.0 refuses new
     work on a connection with an unfinished result, which fetchone() would leave)."""
     rows = con.execute(sql, params or []).fetchall()
     return rows[0] if rows else None
+
+
+def only_row(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> tuple[Any, ...]:
+    """The row of a query that always gives exactly one (an aggregate, an INSERT's count)."""
+    row = first_row(con, sql, params)
+    if row is None:  # pragma: no cover (such a query always returns its row)
+        raise WarehouseError(f"no row from a query that always gives one: {sql[:200]}")
+    return row
 
 
 def query_sql(name: str) -> str:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from benchledger import __version__
 from benchledger.expectations.gate import run_gate
 from benchledger.imports.evidence import Evidence, token_source_flags
-from benchledger.warehouse.db import first_row, insert_frame, query_frame
+from benchledger.warehouse.db import first_row, insert_frame, only_row, query_frame
 from benchledger.warehouse.evidence_entries import derive_historical, derive_imported
 from benchledger.warehouse.validate import gate_requests, store_results
 
@@ -69,7 +69,7 @@ def import_evidence(con: duckdb.DuckDBPyConnection, evidence: Evidence) -> Impor
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    published = first_row(con, "SELECT count(*) FROM published_entries WHERE run_id = ?",
+    published = only_row(con, "SELECT count(*) FROM published_entries WHERE run_id = ?",
                           [evidence.run_id])[0]
     return ImportResult(
         evidence.run_id, already_loaded=False, windows=len(evidence.windows),

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from benchledger import raw
 from benchledger.raw import JSON_COLUMNS, RESTART_COLUMNS, RUN_COLUMNS, WINDOW_COLUMNS
 from benchledger.records import file_sha256
-from benchledger.warehouse.db import WarehouseError, first_row, insert_frame
+from benchledger.warehouse.db import WarehouseError, first_row, insert_frame, only_row
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 
 # kind of manifest -> (its table, its columns; the first is the table's key)
@@ -43,10 +44,11 @@ class _Manifest:
     kind: str  # run | restart | window
     path: Path
     sha256: str
-    data: dict
+    data: dict[str, Any]
 
     @property
-    def key(self) -> str:
+    def key(self) -> str | None:
+        """The value of its table's key column (None: the manifest lacks it)."""
         return self.data.get(MANIFEST_TABLES[self.kind][1][0])
 
 
@@ -156,7 +158,9 @@ def _split_new(con, pending: list[_Manifest]) -> tuple[list[_Manifest], list[_Ma
     """(new, superseded): a manifest whose key is already in its table is a second version
     of it. Two manifests of one folder with the same key are refused: which one to keep
     would be a guess."""
-    new, superseded, seen = [], [], {}
+    new: list[_Manifest] = []
+    superseded: list[_Manifest] = []
+    seen: dict[tuple[str, str], Path] = {}
     for kind, (table, columns) in MANIFEST_TABLES.items():
         of_kind = [m for m in pending if m.kind == kind]
         for m in of_kind:
@@ -303,7 +307,7 @@ def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile]
     con.register("incoming_files", pa.table({
         "filename": [str(f.path) for f in files], "sha256": [f.sha256 for f in files]}))
     try:
-        return first_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
+        return only_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
                               f"SELECT {read}, f.sha256 "
                               "FROM read_parquet($paths, filename = true) AS r "
                               "JOIN incoming_files AS f ON r.filename = f.filename",
@@ -316,7 +320,7 @@ def _insert_with_pyarrow(con, columns: tuple[str, ...], f: _NamedFile) -> int:
     names = ", ".join(f'"{c}"' for c in columns)
     con.register("incoming_requests", pq.read_table(f.path))
     try:
-        return first_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
+        return only_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
                               f"SELECT {names}, $sha FROM incoming_requests",
                          {"sha": f.sha256})[0]
     finally:

@@ -170,7 +170,7 @@ def _reconcile(window: pd.Series, client: dict[str, float], metrics: pd.DataFram
                 "counter": counter.name, "quantity": quantity, "client_value": value,
                 "server_delta": server, "tolerance": tolerance}
         unchecked = _why_unchecked(counter, server, scraped, known, client)
-        if unchecked:
+        if unchecked or server is None:  # (no counter is always a reason: never both)
             rows.append({**base, "relative_error": None, "status": "no counter",
                          "detail": f"{counter.name}: not reconciled ({unchecked})"})
             continue

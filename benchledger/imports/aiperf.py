@@ -140,7 +140,8 @@ def _metric(records: list[dict], name: str) -> list:
 
 def _time_metric(path: Path, records: list[dict], name: str) -> tuple[list, float]:
     """A time metric's values and the ns in its unit (one unit for all records)."""
-    units = {((r.get("metrics") or {}).get(name) or {}).get("unit") for r in records} - {None}
+    units = {unit for r in records
+             if (unit := ((r.get("metrics") or {}).get(name) or {}).get("unit")) is not None}
     if len(units) > 1 or not units <= set(_NS):
         raise EvidenceFileError(path, f"{name}: units {sorted(units)}, expected one of "
                                       f"{', '.join(_NS)}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,7 +70,7 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
                     report_rows=table)
 
 
-def _check_header(path: Path, header: list[str] | None) -> None:
+def _check_header(path: Path, header: Sequence[str] | None) -> None:
     if not header:
         raise EvidenceFileError(path, "empty: expected a header line naming the columns "
                                       f"{', '.join(COLUMNS)}")

@@ -296,6 +296,7 @@ def launch_flags(values: Mapping[str, Any], restart_index: int = 0) -> list[str]
     argv: list[str] = []
     passed: set[str] = set()
     for option in SWEEP_OPTIONS:
+        assert option.sweep_key is not None  # SWEEP_OPTIONS have one
         raw = values[option.sweep_key]
         value = restart_index in raw if option.per_restart else raw
         rule = option.setting.passed

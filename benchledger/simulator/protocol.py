@@ -266,8 +266,9 @@ class ResponseBuilder:
         usage = usage_body(prompt_tokens, completion_tokens, cached_tokens)
         return {**self._envelope(obj, []), "usage": usage}
 
-    def full_response(self, text: str, finish_reason: str, usage: dict[str, Any] | None,
-                      pieces: tuple[str, ...] = ()) -> dict[str, Any]:
+    def full_response(self, text: str, finish_reason: str | None,
+                      usage: dict[str, Any] | None, pieces: tuple[str, ...] = ()
+                      ) -> dict[str, Any]:
         """Non-streaming body; `usage` None (server without usage reporting) omits it."""
         logprobs = self.logprobs_of(pieces)
         if self.chat:
