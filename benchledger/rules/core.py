@@ -62,6 +62,9 @@ NO_TOLERANCE = "no reconcile_tolerance"
 STATED = "stated"  # rate_denominator_stated
 BALANCED, UNBALANCED = "balanced", "unbalanced"  # request_counts_balance
 SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server_log_kept_apart
+# The population label of a value computed from the completed requests alone (written by
+# warehouse.derive and warehouse.evidence_entries), which the population rules demand.
+COMPLETED_ONLY = "completed_only"
 
 # What the code of a GX check works on: a suite's prepared frame (a RangeIndex, so row
 # labels are positions), row positions in it, and the expectation's arguments.

@@ -9,17 +9,20 @@ given column fails it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from benchledger.rules.core import (
     BALANCED,
     BLOCK_ENTRIES,
+    COMPLETED_ONLY,
     COUNTED_TOKEN_SOURCES,
     EVIDENCE_KINDS,
     SERVER_LOG_APART,
     STATED,
     UNBALANCED,
     Frame,
+    GxCheck,
     Kw,
     Observer,
     Rows,
@@ -87,52 +90,52 @@ ENTRY_HAS_VALIDATED_VALUE = Rule(
     check=gx(SUITE, "ExpectColumnValuesToNotBeNull", column="value", observe=_observe_value))
 
 
+def _label_check(column: str, label: str, applies: Callable[[Frame], pd.Series],
+                 value_set: list[str]) -> GxCheck:
+    """The entries where `applies` holds carry one of value_set as their `label` (a NULL
+    label fails); column holds their label, NULL on the other entries."""
+
+    def build(frame: Frame) -> pd.Series:
+        return or_null(frame[label]).where(applies(frame))
+
+    return gx(SUITE, "ExpectColumnValuesToBeInSet", column=column, value_set=value_set,
+              columns={column: build}, observe=_observe_label(label))
+
+
 def _incomplete_rate(frame: Frame) -> pd.Series:
-    return or_null(frame["population"]).where(
-        _rate(frame) & (frame["drain_status"] == "incomplete"))
+    return _rate(frame) & (frame["drain_status"] == "incomplete")
 
 
 INCOMPLETE_RATE_LABELLED = Rule(
     name="incomplete_rate_labelled", traps=("T14",), applies_to="entry", effect=BLOCK_ENTRIES,
     summary="a rate from a window with unresolved requests (drain incomplete) is labelled "
-            "population = 'completed_only'",
-    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
-             column="incomplete_rate_check", value_set=["completed_only"],
-             columns={"incomplete_rate_check": _incomplete_rate},
-             observe=_observe_label("population")))
+            f"population = '{COMPLETED_ONLY}'",
+    check=_label_check("incomplete_rate_check", "population", _incomplete_rate,
+                       [COMPLETED_ONLY]))
 
 
 def _troubled_latency(frame: Frame) -> pd.Series:
     troubled = (frame["n_failed"].fillna(0) + frame["n_unresolved"].fillna(0)) > 0
-    return or_null(frame["population"]).where((frame["unit"] == "s") & troubled)
+    return (frame["unit"] == "s") & troubled
 
 
 LATENCY_POPULATION_LABELLED = Rule(
     name="latency_population_labelled", traps=("T14",), applies_to="entry",
     effect=BLOCK_ENTRIES,
     summary="a latency from windows where requests failed or stayed unresolved is labelled "
-            "population = 'completed_only'",
-    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
-             column="latency_population_check", value_set=["completed_only"],
-             columns={"latency_population_check": _troubled_latency},
-             observe=_observe_label("population")))
-
-
-def _rate_numerator(frame: Frame) -> pd.Series:
-    return or_null(frame["numerator"]).where(_rate(frame))
-
+            f"population = '{COMPLETED_ONLY}'",
+    check=_label_check("latency_population_check", "population", _troubled_latency,
+                       [COMPLETED_ONLY]))
 
 RATE_NUMERATOR_LABELLED = Rule(
     name="rate_numerator_labelled", traps=("T12",), applies_to="entry", effect=BLOCK_ENTRIES,
     summary="every rate names its numerator",
-    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="rate_numerator_check",
-             value_set=["output_tokens", "input_plus_output_tokens", "prompt_tokens"],
-             columns={"rate_numerator_check": _rate_numerator},
-             observe=_observe_label("numerator")))
+    check=_label_check("rate_numerator_check", "numerator", _rate,
+                       ["output_tokens", "input_plus_output_tokens", "prompt_tokens"]))
 
 
-def _prefill_prompts(frame: Frame) -> pd.Series:
-    return or_null(frame["prompt_cache"]).where(frame["metric"] == "prefill_rate")
+def _prefill_rate(frame: Frame) -> pd.Series:
+    return frame["metric"] == "prefill_rate"
 
 
 PREFILL_RATE_COLD_PROMPTS = Rule(
@@ -140,10 +143,7 @@ PREFILL_RATE_COLD_PROMPTS = Rule(
     effect=BLOCK_ENTRIES,
     summary="a prefill rate comes from cold prompts only; warm prompts measure the prefix "
             "cache",
-    check=gx(SUITE, "ExpectColumnValuesToBeInSet",
-             column="prefill_rate_check", value_set=["cold"],
-             columns={"prefill_rate_check": _prefill_prompts},
-             observe=_observe_label("prompt_cache")))
+    check=_label_check("prefill_rate_check", "prompt_cache", _prefill_rate, ["cold"]))
 
 
 def _token_source(frame: Frame) -> pd.Series:

@@ -12,6 +12,7 @@ import pytest
 
 from benchledger import rules as R
 from benchledger.expectations import gate
+from benchledger.rules import core
 from tests.conftest import REPO
 
 SOURCE_SUFFIXES = (".py", ".sql")
@@ -30,12 +31,28 @@ def tracked_sources() -> list:
 def test_a_rule_name_is_declared_once(rule):
     """Outside tests and docs, a rule's name is written only in its suite's module of the
     catalogue; all other code refers to it through the catalogue's constants."""
-    quoted = re.compile(rf"""["']{re.escape(rule.name)}["']""")
-    found = [(path.relative_to(REPO).as_posix(), len(quoted.findall(path.read_text())))
-             for path in tracked_sources()]
-    found = [(p, n) for p, n in found if n]
+    found = sources_quoting(rule.name)
     assert len(found) == 1 and found[0][1] == 1, found
     assert found[0][0].startswith("benchledger/rules/"), found
+
+
+def sources_quoting(text: str) -> list[tuple[str, int]]:
+    quoted = re.compile(rf"""["']{re.escape(text)}["']""")
+    found = [(path.relative_to(REPO).as_posix(), len(quoted.findall(path.read_text())))
+             for path in tracked_sources()]
+    return [(p, n) for p, n in found if n]
+
+
+VERDICT_WORDS = [core.PLAUSIBLE, core.AGREE, core.DISAGREE, core.WITHIN_TOLERANCE,
+                 core.ABOVE_TOLERANCE, core.NO_CALIBRATION, core.NO_TOLERANCE, core.STATED,
+                 core.BALANCED, core.UNBALANCED, core.SERVER_LOG_APART]
+
+
+@pytest.mark.parametrize("word", VERDICT_WORDS)
+def test_a_verdict_word_is_stated_once(word):
+    """The words the check columns hold are written once, in rules.core: the value set
+    that passes and the builder that writes the word both use the constant."""
+    assert sources_quoting(word) == [("benchledger/rules/core.py", 1)]
 
 
 @pytest.mark.parametrize("rule", R.CATALOGUE, ids=lambda rule: rule.name)
