@@ -300,7 +300,7 @@ class Probe:
 @dataclass(frozen=True)
 class Readiness:
     """How a server became ready: after how long, and which probe said so (the health
-    path, or /v1/models for a server without one); restart.json records both."""
+    path, or /v1/models for a server without one); the restart manifest records both."""
 
     waited_s: float
     probe: str

@@ -306,6 +306,16 @@ def window_manifests(run_dir: Path) -> list[Path]:
                   if not p.name.endswith(OBSERVED_SUFFIX))
 
 
+def requests_files(run_dir: Path) -> list[Path]:
+    """The requests files (Parquet) of one run folder's windows."""
+    return sorted(Path(run_dir).glob(f"*/r*/*{REQUESTS_SUFFIX}"))
+
+
+def observed_files(run_dir: Path) -> list[Path]:
+    """The observations files of one run folder's windows."""
+    return sorted(Path(run_dir).glob(f"*/r*/*{OBSERVED_SUFFIX}"))
+
+
 def progress_files(run_dir: Path) -> list[Path]:
     """The progress reports of one run folder's windows."""
     return sorted(Path(run_dir).glob(f"*/r*/*{PROGRESS_SUFFIX}"))

@@ -6,7 +6,7 @@ launch, a server that never became healthy or one that crashed mid-window is rec
 never lost. Where the files go is benchledger.raw's; how a window's files are written
 whole, benchledger.window_write's.
 
-The sweep a step works on is the text `plan` recorded in run.json (`recorded_sweep`),
+The sweep a step works on is the text `plan` recorded in the run manifest (`recorded_sweep`),
 parsed once per task and checked against the sha256 recorded beside it: every step of a run
 measures the sweep the warehouse's `runs` row names, even if the file changed meanwhile.
 
@@ -15,8 +15,8 @@ window an earlier attempt wrote whole and measures only the others, so each wind
 measured once, by the attempt that completed it (its manifest says which, and on which
 worker). An attempt marks a window `.started` before measuring it and removes the mark once
 the window's files are in place; a mark found later (by a retry, or by the teardown) means
-an attempt that started the window and left no files for it, and goes to restart.json's
-`interrupted_windows`, so the requests it lost are on record.
+an attempt that started the window and left no files for it, and goes to the restart
+manifest's `interrupted_windows`, so the requests it lost are on record.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ __all__ = ["RawWriteError", "ServerCrashed", "launch_restart", "await_restart",
 
 
 class RecordMismatch(RuntimeError):
-    """run.json's sweep text is not the text its sha256 names (edited by hand, or a
+    """The run manifest's sweep text is not the text its sha256 names (edited by hand, or a
     truncated copy): no step measures a sweep other than the one the run recorded."""
 
 
@@ -92,7 +92,7 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict[str, Any]:
 
 
 def recorded_sweep(layout: RunLayout, sweep_path: Path | None = None) -> tuple[Sweep, str]:
-    """(the sweep, its sha256) as the run's plan recorded them: run.json's text, checked
+    """(the sweep, its sha256) as the run's plan recorded them: the run manifest's text, checked
     against its sha256, parsed once. When `sweep_path` now holds another text, that is
     logged: this run still measures what it planned."""
     try:
@@ -370,7 +370,7 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
                            observations: dict[str, Any], gone: str | None,
                            api_key: str | None, attempt: Attempt,
                            sweep_sha256: str | None) -> dict[str, Any]:
-    """write_window; when it fails, restart.json says so (and whether the server had died)
+    """write_window; when it fails, the restart manifest says so (and whether the server died)
     before the error is raised."""
     window_id = result.accounting["window_id"]
     try:

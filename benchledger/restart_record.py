@@ -1,4 +1,4 @@
-"""restart.json: what every step of one restart leaves on record, and what later steps read.
+"""The restart manifest: what every step of one restart leaves on record, and reads back.
 
 Each step rewrites the restart's manifest before it returns or raises, so a failed launch,
 a server that never became healthy, one that crashed mid-window, a window whose files could

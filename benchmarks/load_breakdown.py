@@ -29,6 +29,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchledger import raw
+
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("plain", "pk_one_txn", "pk_txn_per_file", "loader")
 
@@ -40,7 +42,7 @@ def variant(name: str, run_dir: Path, target: Path) -> float:
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.load import load_run_dir
 
-    files = sorted(str(p) for p in run_dir.glob("*/r*/*.parquet"))
+    files = [str(p) for p in raw.requests_files(run_dir)]
     start = time.perf_counter()
     if name == "loader":
         with connect(target) as con:
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"benchmark": "load_breakdown",
                       "date": datetime.now(UTC).isoformat(timespec="seconds"),
                       "commit": commit, "nproc": os.cpu_count(), "run_dir": str(args.run_dir),
-                      "files": len(list(args.run_dir.glob("*/r*/*.parquet"))),
+                      "files": len(raw.requests_files(args.run_dir)),
                       "seconds": best, "all": seconds,
                       "vs_plain": {n: round(s / best["plain"], 3) for n, s in best.items()}}))
     return 0

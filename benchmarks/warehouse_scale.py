@@ -45,6 +45,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from benchledger import raw
+
 REPO = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a script: make `benchmarks.` importable
     sys.path.insert(0, str(REPO))
@@ -318,16 +320,15 @@ def written_counts(run_dirs: list[Path]) -> dict:
 
     counts = {"runs": 0, "restarts": 0, "windows": 0, "request_records": 0, "raw_files": 0}
     for run_dir in run_dirs:
-        restarts = list(run_dir.glob("*/r*/restart.json"))
-        manifests = [p for p in run_dir.glob("*/r*/*-c*.json")
-                     if not p.name.endswith(".observed.json")]
-        parquet = list(run_dir.glob("*/r*/*.parquet"))
-        observed = list(run_dir.glob("*/r*/*.observed.json"))
+        restarts = raw.restart_manifests(run_dir)
+        manifests = raw.window_manifests(run_dir)
+        parquet = raw.requests_files(run_dir)
+        observed = raw.observed_files(run_dir)
         counts["runs"] += 1
         counts["restarts"] += len(restarts)
         counts["windows"] += len(manifests)
         counts["request_records"] += sum(pq.read_metadata(p).num_rows for p in parquet)
-        # run.json, and every restart, window, requests and observations file
+        # the run manifest, and every restart, window, requests and observations file
         counts["raw_files"] += 1 + len(restarts) + len(manifests) + len(parquet) + len(observed)
     return counts
 
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         #    (load and plain alternate --repeat times: on a shared machine the fastest of
         #    each is the one least disturbed; the extra loads go into a scratch copy of
         #    the warehouse as it was before the last run)
-        files = sorted(str(p) for p in last.run_dir.glob("*/r*/*.parquet"))
+        files = [str(p) for p in raw.requests_files(last.run_dir)]
         plain_spec = spec("plain", files=files, plain_warehouse=str(base / "plain.duckdb"))
         plains, loads = [], []
         scratch = base / "scratch.duckdb"

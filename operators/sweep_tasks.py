@@ -75,7 +75,7 @@ def _layout() -> RunLayout:
 
 
 def _recorded(layout: RunLayout, sweep_path: str):
-    """The sweep as plan recorded it in run.json (parsed once, its sha256 checked): every
+    """The sweep as plan recorded it in the run manifest (parsed once, sha256 checked): every
     task of a run measures the sweep its `runs` row names. (sweep, sha256)."""
     from benchledger.restart import RecordMismatch, recorded_sweep
 
@@ -112,7 +112,7 @@ def _attempt() -> Attempt:
 @task
 def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict | None:
     """Start the server (returns at once): its handle, or None when the launch failed.
-    Never raises: a failed launch is recorded in restart.json and reported by wait_ready,
+    Never raises: a failed launch is recorded in its restart manifest and reported by wait_ready,
     so the teardown still runs and later restarts still go."""
     from benchledger.restart import launch_restart
 
@@ -120,7 +120,7 @@ def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict | None:
     sweep, sha256 = _recorded(layout, sweep_path)  # no record: nothing is launched
     try:
         return launch_restart(layout, sweep, arm, restart_index, _attempt(), sha256)
-    except Exception:  # recorded in restart.json by launch_restart
+    except Exception:  # recorded in the restart manifest by launch_restart
         return None
 
 

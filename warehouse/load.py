@@ -146,7 +146,7 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
 
 def _check_against_runs(con, run: _Manifest) -> None:
     """A run already in the warehouse keeps the sweep it was loaded with: a run folder
-    whose run.json now names another sweep text is refused, not loaded beside it."""
+    whose run manifest now names another sweep text is refused, not loaded beside it."""
     row = first_row(con, "SELECT sweep_sha256 FROM runs WHERE run_id = ?", [run.key])
     if row is not None and row[0] is not None and row[0] != run.data.get("sweep_sha256"):
         raise WarehouseError(f"{run.path}: names the sweep with sha256 "
