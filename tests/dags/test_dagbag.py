@@ -79,11 +79,13 @@ def test_warehouse_writers_share_the_one_slot_pool(dagbag):
 
 
 def test_parsing_does_no_heavy_work():
-    """No DuckDB, GX, scipy or Arrow at parse time: those belong in task bodies. The sweep
-    model reads the simulator's option declarations (benchledger.simulator.options, plain
-    standard library), never the server itself."""
+    """No DuckDB, GX, pandas, numpy, scipy or Arrow at parse time: those belong in task
+    bodies (the rule catalogue the sweep model reads declares its checks without them).
+    The sweep model reads the simulator's option declarations (benchledger.simulator.options,
+    plain standard library), never the server itself."""
     code = ("import sys, dags.benchledger_sweeps; "
             "print(','.join(m for m in ('duckdb', 'great_expectations', 'scipy', 'pyarrow', "
+            "'pandas', 'numpy', "
             "'uvicorn', 'starlette', 'benchledger.client', 'benchledger.simulator.engine', "
             "'benchledger.simulator.app', 'benchledger.simulator.server') "
             "if m in sys.modules))")
