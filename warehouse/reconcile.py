@@ -35,7 +35,7 @@ class Counter:
     """One server counter and the client count it must equal."""
 
     name: str  # the sample name as the warehouse stores it (prometheus_client's parser)
-    client: str  # the client count it is checked against (a key of _client_values)
+    client: str  # the client count it is checked against (a key of NO_REQUESTS)
     meaning: str  # that client count in words, for the detail
     left_out: tuple[str, str] | None = None  # a label value whose samples do not count
 
@@ -83,24 +83,10 @@ COLUMNS = ["window_id", "run_id", "counter", "client_value", "server_delta", "re
            "tolerance", "status", "detail", "quantity"]
 
 
-def _client_values(requests: pd.DataFrame) -> dict[str, float]:
-    measured = requests[~requests["is_warmup"].astype(bool)]
-    prompt = measured["prompt_tokens"]
-    cached = (measured["cached_tokens"] if "cached_tokens" in measured
-              else pd.Series(float("nan"), index=measured.index))
-    return {
-        "output_tokens": float(measured["output_tokens"].fillna(0).sum()),
-        "prompt_tokens": float(prompt.fillna(0).sum()),
-        "uncached_prompt_tokens": float((prompt.fillna(0) - cached.fillna(0)).sum()),
-        "completed": float((measured["status"] == "completed").sum()),
-        "cached_unknown": float((prompt.notna() & cached.isna()).sum()),
-        "prompt_unknown": float(((measured["status"] == "completed") & prompt.isna()).sum()),
-    }
-
-
-# _client_values of every window of a run, summed by DuckDB: a run holds up to 10^6
-# requests, which pandas would first have to fetch and then filter once per window.
-# (Token counts are integers: the sums are exact either way below 2^53.)
+# What the client counted in each window of a run (the measured requests only: warm-up is
+# outside the counters' bracket), summed by DuckDB: a run holds up to 10^6 requests.
+# (Token counts are integers: the sums are exact below 2^53.) tests/reference.py holds the
+# same sums written over a pandas frame, and tests/unit/test_gate_scale.py the two together.
 _CLIENT_VALUES_SQL = """
 SELECT r.window_id,
        sum(coalesce(r.output_tokens, 0))::DOUBLE AS output_tokens,
@@ -116,7 +102,7 @@ JOIN windows AS w USING (window_id)
 WHERE w.run_id = ? AND NOT r.is_warmup
 GROUP BY r.window_id
 """
-_NO_REQUESTS = dict.fromkeys(("output_tokens", "prompt_tokens", "uncached_prompt_tokens",
+NO_REQUESTS = dict.fromkeys(("output_tokens", "prompt_tokens", "uncached_prompt_tokens",
                               "completed", "cached_unknown", "prompt_unknown"), 0.0)
 
 
@@ -145,15 +131,11 @@ def _server_delta(metrics: pd.DataFrame, counter: Counter) -> float | None:
     return float(after - before)
 
 
-def reconcile_window(window: pd.Series, requests: pd.DataFrame, metrics: pd.DataFrame,
-                     family: str | None = None) -> list[dict]:
-    """One window's reconciliations; `family` defaults to the window's server_family."""
-    return _reconcile(window, _client_values(requests), metrics,
-                      family or window.get("server_family"))
-
-
-def _reconcile(window: pd.Series, client: dict[str, float], metrics: pd.DataFrame,
-               recorded_family) -> list[dict]:
+def reconcile_window(window: pd.Series, client: dict[str, float], metrics: pd.DataFrame,
+                     recorded_family: object) -> list[dict]:
+    """One window's reconciliations: `client` what the client counted in it (the keys of
+    NO_REQUESTS), `metrics` its scrapes of the counters, `recorded_family` its restart's
+    server_family (NULL: the one its scrapes show, else vLLM's names)."""
     family, known = window_family(recorded_family, metrics)
     clean = window["failed"] == 0 and window["unresolved"] == 0
     tolerance = window.get("reconcile_tolerance")
@@ -218,7 +200,7 @@ def reconcile_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
         "SELECT w.*, r.server_family FROM windows AS w "
         "LEFT JOIN restarts AS r ON r.restart_id = w.restart_id WHERE w.run_id = ?",
         [run_id]).df()
-    client = {row[0]: dict(zip(_NO_REQUESTS, row[1:], strict=True))
+    client = {row[0]: dict(zip(NO_REQUESTS, row[1:], strict=True))
               for row in con.execute(_CLIENT_VALUES_SQL, [run_id]).fetchall()}
     metrics = con.execute(
         "SELECT m.window_id, m.phase, m.name, m.labels, m.value FROM server_metrics m "
@@ -226,9 +208,9 @@ def reconcile_run(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
         [run_id, COUNTER_NAMES]).df()
     rows = []
     for _, window in windows.iterrows():
-        rows += _reconcile(window, client.get(window["window_id"], _NO_REQUESTS),
-                           metrics[metrics["window_id"] == window["window_id"]],
-                           window["server_family"])
+        rows += reconcile_window(window, client.get(window["window_id"], NO_REQUESTS),
+                                 metrics[metrics["window_id"] == window["window_id"]],
+                                 window["server_family"])
     frame = pd.DataFrame(rows, columns=COLUMNS)
     if not frame.empty:
         con.execute("DELETE FROM reconciliations WHERE run_id = ?", [run_id])

