@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import logging
+from itertools import islice
 
 import pytest
 
-from benchledger.client import Target, TokenCountUnavailable, WindowSpec, measure_window
+from benchledger.client import (
+    Target,
+    TokenCountUnavailable,
+    WindowSpec,
+    measure_window,
+    poisson_arrivals,
+)
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
 
@@ -120,9 +127,11 @@ def test_window_accounting_balances_and_warmup_is_separate(scripted_server):
     assert acc["elapsed_s"] == (last_done - first_measured) / 1e9
 
 
-def test_poisson_arrivals_are_seeded_and_the_achieved_rate_recorded(scripted_server):
-    from benchledger.client import poisson_offsets
+def poisson_offsets(count: int, rate_rps: float, seed: int) -> list[float]:
+    return list(islice(poisson_arrivals(rate_rps, seed), count))
 
+
+def test_poisson_arrivals_are_seeded_and_the_achieved_rate_recorded(scripted_server):
     assert poisson_offsets(5, 10.0, seed=3) == poisson_offsets(5, 10.0, seed=3)
     assert poisson_offsets(5, 10.0, seed=3) != poisson_offsets(5, 10.0, seed=4)
     _, base = scripted_server

@@ -19,6 +19,8 @@ import pytest
 
 import benchledger.client as client
 from benchledger.client import Target, WindowSpec, measure_window
+from benchledger.client import record as client_record
+from benchledger.client import sse as client_sse
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
 from tests.conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
@@ -153,7 +155,7 @@ def test_comments_and_other_sse_fields_are_allowed(server):
 
 
 def test_an_endless_line_is_refused_before_it_exhausts_memory(server, monkeypatch):
-    monkeypatch.setattr(client, "MAX_EVENT_BYTES", 64 * 1024)
+    monkeypatch.setattr(client_sse, "MAX_EVENT_BYTES", 64 * 1024)
     flood = [b"data: " + b"x" * 16 * 1024] * 8  # 128 KiB, never a line end
     target = script(server, "flood", every_other_bad(Script([chat_chunk("a"), *flood, 5.0])))
     rows = check_window(measure_window(target, spec(requests=2)), 2)
@@ -395,13 +397,13 @@ def test_request_timeout_is_a_total_deadline_not_a_per_read_one(server):
 
 def test_the_connect_timeout_never_exceeds_the_request_deadline(server, monkeypatch):
     seen = []
-    real = client.httpx.AsyncClient
+    real = httpx.AsyncClient
 
     def spy(*args, **kwargs):
         seen.append(kwargs["timeout"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(client.httpx, "AsyncClient", spy)
+    monkeypatch.setattr(httpx, "AsyncClient", spy)
     target = script(server, "ok", lambda n: Script(good_stream(2)))
     measure_window(target, spec(requests=1, request_timeout_s=2.0))
     measure_window(target, spec(requests=1, request_timeout_s=600.0))
@@ -416,7 +418,7 @@ def test_a_huge_request_count_sends_at_once_without_building_records(server, mon
                                                                     arrival):
     """requests = 10**9 used to build every record (and the Poisson schedule) up front."""
     shaped = []
-    real_shape = client.shape_prompt
+    real_shape = client_record.shape_prompt
 
     def counting_shape(*args):
         shaped.append(1)
@@ -424,7 +426,7 @@ def test_a_huge_request_count_sends_at_once_without_building_records(server, mon
             raise AssertionError("records are being built ahead of their submission")
         return real_shape(*args)
 
-    monkeypatch.setattr(client, "shape_prompt", counting_shape)
+    monkeypatch.setattr(client_record, "shape_prompt", counting_shape)
     target = script(server, "hang", lambda n: Script([chat_chunk("a"), 30.0]))
     window = spec(requests=10**9, concurrency=2, arrival=arrival, rate_rps=1000.0)
 

@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from benchledger.client import (
+    CHAT,
+    COMPLETIONS,
     INT64_MAX,
     INT64_MIN,
     Event,
@@ -61,6 +63,7 @@ choices = st.one_of(
 )
 payloads = st.fixed_dictionaries({}, optional={"choices": choices, "usage": usages,
                                                "error": json_values, "object": json_values})
+endpoints = st.sampled_from([CHAT, COMPLETIONS])
 
 
 def utf8(data: bytes) -> bool:
@@ -108,8 +111,8 @@ def row_for(event: Event) -> dict:
 @example(b"1" * 5000)  # more digits than int() converts
 @example(b"\xff\xfe{}")
 def test_any_bytes_parse_to_an_event_never_an_exception(data):
-    for chat in (True, False):
-        event = parse_event(data, chat)
+    for endpoint in (CHAT, COMPLETIONS):
+        event = parse_event(data, endpoint)
         assert_event_types(event)
         assert requests_table([row_for(event)]).num_rows == 1
 
@@ -123,11 +126,11 @@ def test_any_json_value_parses_to_an_event(value):
     requests_table([row_for(event)])
 
 
-@given(payloads, st.booleans())
-@example({"error": [None], "choices": [{"finish_reason": "\ud800"}]}, False)
-def test_any_payload_gives_a_row_of_the_schema_types(payload, chat):
+@given(payloads, endpoints)
+@example({"error": [None], "choices": [{"finish_reason": "\ud800"}]}, COMPLETIONS)
+def test_any_payload_gives_a_row_of_the_schema_types(payload, endpoint):
     data = encode(payload)
-    event = parse_event(data, chat)
+    event = parse_event(data, endpoint)
     assert_event_types(event)
     if payload.get("error"):
         # named as an error event, unless a lone surrogate elsewhere in it makes its bytes
@@ -168,11 +171,11 @@ def test_usage_flows_from_the_stream_to_the_row_unchanged(usage):
     assert requests_table([row]).num_rows == 1
 
 
-@given(payloads, usages, st.booleans())
-def test_chunks_never_read_usage(payload, other_usage, chat):
+@given(payloads, usages, endpoints)
+def test_chunks_never_read_usage(payload, other_usage, endpoint):
     """Trap T1: replacing or removing the usage changes nothing about chunks or timing."""
-    with_usage = parse_event(encode({**payload, "usage": other_usage}), chat)
-    without = parse_event(encode({k: v for k, v in payload.items() if k != "usage"}), chat)
+    with_usage = parse_event(encode({**payload, "usage": other_usage}), endpoint)
+    without = parse_event(encode({k: v for k, v in payload.items() if k != "usage"}), endpoint)
     assert (with_usage.content, with_usage.finish_reason, with_usage.problem) == \
            (without.content, without.finish_reason, without.problem)
 

@@ -9,6 +9,10 @@ import pandas as pd
 import pytest
 
 from benchledger.client import (
+    CHAT,
+    COMPLETIONS,
+    TOKEN_COUNTS,
+    Endpoint,
     Event,
     RequestRecord,
     Target,
@@ -40,20 +44,25 @@ def chat_event(text: str, tokens: list[str] | None, **extra) -> bytes:
     return json.dumps({"choices": [choice]}).encode()
 
 
+def read(data: bytes, endpoint: Endpoint, token_count: str = "usage") -> Event:
+    """parse_event as a window with this endpoint and token count reads each event."""
+    return parse_event(data, endpoint, TOKEN_COUNTS[token_count].event_reader(endpoint))
+
+
 def test_chat_logprobs_give_the_tokens_of_each_event():
-    event = parse_event(chat_event(" a b c", [" a", " b", " c"]), chat=True, count="logprobs")
+    event = read(chat_event(" a b c", [" a", " b", " c"]), CHAT, "logprobs")
     assert (event.content, event.tokens, event.problem) == (1, 3, None)
     # no logprobs: the event's count is unknown, not 0 and not its chunk
-    assert parse_event(chat_event(" a", None), True, "logprobs").tokens is None
+    assert read(chat_event(" a", None), CHAT, "logprobs").tokens is None
     # the usage path never reads them (the default costs nothing extra per event)
-    assert parse_event(chat_event(" a b", [" a", " b"]), True).tokens is None
+    assert read(chat_event(" a b", [" a", " b"]), CHAT).tokens is None
 
 
 def test_completion_logprobs_list_tokens():
     data = json.dumps({"choices": [{"index": 0, "text": "xy", "logprobs": {
         "tokens": ["x", "y"], "token_logprobs": [-1.0, -2.0], "top_logprobs": None,
         "text_offset": [0, 1]}}]}).encode()
-    assert parse_event(data, chat=False, count="logprobs").tokens == 2
+    assert read(data, COMPLETIONS, "logprobs").tokens == 2
 
 
 @pytest.mark.parametrize(("logprobs", "problem"), [
@@ -62,24 +71,24 @@ def test_completion_logprobs_list_tokens():
 ])
 def test_malformed_logprobs_fail_only_their_request(logprobs, problem):
     data = json.dumps({"choices": [{"delta": {"content": "a"}, "logprobs": logprobs}]})
-    event = parse_event(data.encode(), True, "logprobs")
+    event = read(data.encode(), CHAT, "logprobs")
     assert event.problem is not None and problem in event.problem
 
 
 def test_server_tokenizer_keeps_the_text():
-    assert parse_event(chat_event(" a b", None), True, "server_tokenizer").text == " a b"
+    assert read(chat_event(" a b", None), CHAT, "server_tokenizer").text == " a b"
 
 
 def record(token_count: str) -> RequestRecord:
     return RequestRecord("w/m0", "w", 0, False, load_prompt_set("code")[0], 64, 0.0,
-                         token_count=token_count)
+                         tally=TOKEN_COUNTS[token_count].new_tally())
 
 
 def feed(rec: RequestRecord, *events: Event) -> None:
     for event in events:
         rec.chunks += event.content
         rec.content_event_ns.extend([1] * event.content)
-        rec.tally(event)
+        rec.tally.add(event)
 
 
 def test_logprob_tokens_are_counted_per_text_bearing_event():
@@ -114,10 +123,10 @@ def test_usage_is_kept_beside_another_source():
 
 def test_tokenizer_count_or_why_not():
     rec = record("server_tokenizer")
-    rec.tokenizer_error = "/tokenize: HTTP 404: Not Found"
+    rec.tally.tokenizer_error = "/tokenize: HTTP 404: Not Found"
     row = rec.row()
     assert row["token_source"] == "missing" and "HTTP 404" in row["error"]
-    rec.tokenizer_tokens, rec.tokenizer_error = 12, None
+    rec.tally.tokenizer_tokens, rec.tally.tokenizer_error = 12, None
     assert (rec.row()["output_tokens"], rec.row()["token_source"]) == (12, "server_tokenizer")
 
 
@@ -168,26 +177,31 @@ def test_calibration_summary():
     assert "0 of 1" in none["calibration_detail"] and "no usage" in none["calibration_detail"]
 
 
-def warmup(token_count: str, **changes) -> list[RequestRecord]:
+def warmup(token_count: str, kept: dict | None = None, **changes) -> list[RequestRecord]:
+    """One completed warm-up request; `kept`: what its token count's tally kept."""
     rec = record(token_count)
     rec.status = "completed"
     for key, value in changes.items():
         setattr(rec, key, value)
+    for key, value in (kept or {}).items():
+        setattr(rec.tally, key, value)
     return [rec]
 
 
 def test_the_warmup_names_what_is_missing_and_the_options():
-    usage = warmup_problem("usage", warmup("usage"))
+    usage_count, logprobs, tokenizer_count = (TOKEN_COUNTS[name] for name in
+                                              ("usage", "logprobs", "server_tokenizer"))
+    usage = warmup_problem(usage_count, warmup("usage"))
     assert 'token_count = "logprobs"' in usage and '"server_tokenizer"' in usage
     assert "token_source_is_usage" in usage
-    assert "no logprobs" in warmup_problem("logprobs", warmup("logprobs", chunks=2,
-                                                              unlogged_events=2))
-    tokenizer = warmup_problem("server_tokenizer",
-                               warmup("server_tokenizer", tokenizer_error="HTTP 404"))
+    assert "no logprobs" in warmup_problem(logprobs, warmup("logprobs", {"unlogged_events": 2},
+                                                            chunks=2))
+    tokenizer = warmup_problem(tokenizer_count,
+                               warmup("server_tokenizer", {"tokenizer_error": "HTTP 404"}))
     assert "HTTP 404" in tokenizer and "/extras/tokenize" in tokenizer
     # some warm-up request counted, or none completed: nothing to say
-    assert warmup_problem("usage", warmup("usage", usage={"completion_tokens": 3})) is None
-    assert warmup_problem("usage", warmup("usage", status="failed")) is None
+    assert warmup_problem(usage_count, warmup("usage", usage={"completion_tokens": 3})) is None
+    assert warmup_problem(usage_count, warmup("usage", status="failed")) is None
     assert read_usage(None).token_source == "missing"
 
 

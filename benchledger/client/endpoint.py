@@ -1,0 +1,185 @@
+"""The endpoints a target is measured on, one strategy each: where a request goes, how it
+carries the prompt and asks for logprobs, and where the server's events and answers carry
+text and logprobs. The arm's `endpoint` picks one, once (Target); nothing else asks which."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+from benchledger.client.registry import Registry, Variant
+from benchledger.client.text import safe_text, show
+
+# The sweep's EndpointName (benchledger.sweep), spelled again: the client may not import the
+# sweep module, which imports the simulator's options, and the client and the simulator share
+# no code, not even through a third module (.importlinter). tests/unit/test_client.py checks
+# that both name the same endpoints, and mypy that the sweep's value fits Target.
+EndpointName = Literal["chat", "completions"]
+
+# What a token count reads of an event's choices besides their text and finish reason:
+# (tokens listed in their logprobs, their output text, why the event fails its request).
+Counted = tuple[int | None, str | None, str | None]
+ReadCounted = Callable[[list[Any]], Counted]
+
+
+class MalformedChoice(Exception):
+    """What holds a choice's text has the wrong shape: the event fails its request."""
+
+
+class Endpoint(Variant, ABC):
+    """An OpenAI-compatible completion endpoint (vLLM, SGLang, llama.cpp's server, the
+    built-in simulator: one code path for all)."""
+
+    name: ClassVar[EndpointName]
+    path: ClassVar[str]
+    text_field: ClassVar[str]  # where a streamed choice carries its text, as errors name it
+    logprobs_key: ClassVar[str]  # the list in a choice's logprobs with one entry per token
+
+    @abstractmethod
+    def prompt_fields(self, text: str) -> dict[str, Any]:
+        """The request body's fields that carry the prompt."""
+
+    @abstractmethod
+    def logprobs_fields(self) -> dict[str, Any]:
+        """The request body's fields that ask for the logprobs of every token."""
+
+    @abstractmethod
+    def choice_text(self, choice: dict[str, Any], index: int) -> object:
+        """A streamed choice's text as sent (None: none), or MalformedChoice."""
+
+    @abstractmethod
+    def _answer_choice_text(self, choice: dict[str, Any]) -> object:
+        """The text of a non-streamed answer's choice, as sent."""
+
+    def read_choices(self, choices: object) -> tuple[int, str | None, str | None]:
+        """(content-bearing choices, finish_reason, problem) of an event's `choices`."""
+        if choices is None:
+            return 0, None, None
+        if not isinstance(choices, list):
+            return 0, None, f"choices is not a list: {show(choices)}"
+        content, finish = 0, None
+        text_of = self.choice_text
+        for index, choice in enumerate(choices):
+            if not isinstance(choice, dict):
+                return 0, None, f"choices[{index}] is not an object: {show(choice)}"
+            try:
+                text = text_of(choice, index)
+            except MalformedChoice as exc:
+                return 0, None, str(exc)
+            if text is not None and not isinstance(text, str):
+                return 0, None, (f"choices[{index}].{self.text_field} is not a string: "
+                                 f"{show(text)}")
+            if text:
+                content += 1
+            reason = choice.get("finish_reason")
+            if reason is not None and not isinstance(reason, str):
+                return 0, None, f"choices[{index}].finish_reason is not a string: {show(reason)}"
+            if reason:
+                finish = safe_text(reason)
+        return content, finish, None
+
+    def logprob_tokens(self, choices: list[Any]) -> Counted:
+        """(tokens in logprobs, None, problem) of choices read_choices accepted: what
+        token_count = "logprobs" reads of an event."""
+        total = None
+        for index, choice in enumerate(choices):
+            tokens, problem = self._logprobs_listed(choice, index)
+            if problem:
+                return None, None, problem
+            if tokens is not None:
+                total = (total or 0) + tokens
+        return total, None, None
+
+    def _logprobs_listed(self, choice: dict[str, Any], index: int
+                         ) -> tuple[int | None, str | None]:
+        """(tokens listed, problem) of one choice's logprobs: chat `logprobs.content`
+        (OpenAI's list of {token, logprob, bytes, top_logprobs}), completions
+        `logprobs.tokens`; one entry per token. None: the choice carried no logprobs."""
+        logprobs = choice.get("logprobs")
+        if logprobs is None:
+            return None, None
+        if not isinstance(logprobs, dict):
+            return None, f"choices[{index}].logprobs is not an object: {show(logprobs)}"
+        entries = logprobs.get(self.logprobs_key)
+        if entries is None:
+            return None, None
+        if not isinstance(entries, list):
+            return None, (f"choices[{index}].logprobs.{self.logprobs_key} is not a list: "
+                          f"{show(entries)}")
+        return len(entries), None
+
+    def streamed_text(self, choices: list[Any]) -> Counted:
+        """(None, output text, None) of choices read_choices accepted: what
+        token_count = "server_tokenizer" reads of an event."""
+        text = "".join(part for index, choice in enumerate(choices)
+                       if isinstance(part := self.choice_text(choice, index), str))
+        return None, safe_text(text) if text else None, None
+
+    def answer_text(self, payload: dict[str, Any]) -> str | None:
+        """The text of a non-streamed answer's first choice."""
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return None
+        text = self._answer_choice_text(choices[0])
+        return text if isinstance(text, str) else None
+
+
+ENDPOINTS: Registry[Endpoint] = Registry("endpoint")
+
+
+@ENDPOINTS.register
+class ChatEndpoint(Endpoint):
+    """/v1/chat/completions: messages in, `delta.content` out."""
+
+    name = "chat"
+    path = "/v1/chat/completions"
+    text_field = "delta.content"
+    logprobs_key = "content"
+
+    def prompt_fields(self, text: str) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": text}]}
+
+    def logprobs_fields(self) -> dict[str, Any]:
+        # A boolean, and no top alternatives asked for by name: llama-cpp-python's server
+        # streams no chat logprobs at all unless top_logprobs is given (0 is valid in
+        # OpenAI's API, vLLM and SGLang).
+        return {"logprobs": True, "top_logprobs": 0}
+
+    def choice_text(self, choice: dict[str, Any], index: int) -> object:
+        delta = choice.get("delta")
+        if type(delta) is dict:  # (this runs for every event of every stream)
+            return delta.get("content")
+        if delta is None:
+            return None
+        raise MalformedChoice(f"choices[{index}].delta is not an object: {show(delta)}")
+
+    def _answer_choice_text(self, choice: dict[str, Any]) -> object:
+        message = choice.get("message")
+        return message.get("content") if isinstance(message, dict) else None
+
+
+@ENDPOINTS.register
+class CompletionsEndpoint(Endpoint):
+    """/v1/completions: a prompt in, `text` out."""
+
+    name = "completions"
+    path = "/v1/completions"
+    text_field = "text"
+    logprobs_key = "tokens"
+
+    def prompt_fields(self, text: str) -> dict[str, Any]:
+        return {"prompt": text}
+
+    def logprobs_fields(self) -> dict[str, Any]:
+        return {"logprobs": 1}  # the alternatives per token
+
+    def choice_text(self, choice: dict[str, Any], index: int) -> object:
+        return choice.get("text")
+
+    def _answer_choice_text(self, choice: dict[str, Any]) -> object:
+        return choice.get("text")
+
+
+CHAT = ENDPOINTS["chat"]
+COMPLETIONS = ENDPOINTS["completions"]

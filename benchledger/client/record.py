@@ -1,0 +1,119 @@
+"""A window's requests: what a window asks for (WindowSpec), and each request as it happens
+(RequestRecord), which becomes one raw row whatever its outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchledger.client.tally import Count, Tally, UsageTally
+from benchledger.client.text import safe_text
+from benchledger.client.usage import Usage, read_usage
+from benchledger.prompts import Prompt, cold_prefix, shape_prompt
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """One measurement window: warm-up, then `requests` measured requests."""
+
+    window_id: str
+    prompts: list[Prompt]
+    requests: int
+    warmup: int
+    concurrency: int
+    max_tokens: int
+    temperature: float
+    drain_timeout_s: float
+    request_timeout_s: float
+    arrival: str = "closed"  # closed | poisson (open loop, capped at `concurrency`)
+    rate_rps: float | None = None  # poisson: the requested arrival rate
+    prompt_cache: str = "warm"  # cold: a unique seeded prefix on every prompt
+    input_tokens: int | None = None  # filler words in front of each prompt (long inputs)
+    seed: int = 0
+    # server_tokenizer: non-streamed requests after the window whose usage checks the
+    # tokenizer's counts
+    calibration_requests: int = 0
+
+
+@dataclass
+class RequestRecord:
+    """A request as it happens; becomes one raw row whatever its outcome."""
+
+    request_id: str
+    window_id: str
+    seq: int
+    is_warmup: bool
+    prompt: Prompt
+    max_tokens: int
+    temperature: float
+    prompt_prefix: str | None = None
+    status: str = "unresolved"  # until the stream ends, the outcome is unknown
+    http_status: int | None = None
+    error: str | None = None
+    usage: object = None  # the last usage value the stream reported, unjudged
+    chunks: int = 0
+    finish_reason: str | None = None
+    t_submit_ns: int = 0
+    t_done_ns: int | None = None
+    content_event_ns: list[int] = field(default_factory=list)
+    # What the arm's token count keeps of the events; it gives the row's output_tokens.
+    tally: Tally = field(default_factory=UsageTally)
+
+    def fail(self, message: str) -> None:
+        self.status = "failed"
+        self.error = safe_text(message[:2000])
+
+    def counted(self, usage: Usage) -> Count:
+        """(output_tokens, token_source, notes): the count the arm's token_count names, or
+        None with token_source 'missing' and why."""
+        return self.tally.counted(usage, self.chunks)
+
+    def row(self) -> dict[str, Any]:
+        usage = read_usage(self.usage)
+        output_tokens, token_source, count_notes = self.counted(usage)
+        error = "; ".join(filter(None, (self.error, *usage.notes, *count_notes))) or None
+        events = self.content_event_ns
+        return {
+            "request_id": self.request_id,
+            "window_id": self.window_id,
+            "seq": self.seq,
+            "is_warmup": self.is_warmup,
+            "status": self.status,
+            "http_status": self.http_status,
+            "error": safe_text(error[:2000]) if error else None,
+            "prompt_id": self.prompt.id,
+            "prompt_sha256": self.prompt.sha256,
+            "prompt_prefix": self.prompt_prefix,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "prompt_tokens": usage.prompt_tokens,
+            "output_tokens": output_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "token_source": token_source,
+            "usage_output_tokens": usage.output_tokens,
+            "chunks": self.chunks,
+            "finish_reason": self.finish_reason,
+            "t_submit_ns": self.t_submit_ns,
+            "t_first_ns": events[0] if events else None,
+            "t_last_ns": events[-1] if events else None,
+            "t_done_ns": self.t_done_ns,
+            "content_event_ns": list(events),
+            "content_event_tokens": self.tally.per_event_tokens(len(events)),
+        }
+
+
+def new_record(spec: WindowSpec, is_warmup: bool, i: int, tally: Tally) -> RequestRecord:
+    """The window's request number `i` of its warm-up or measured part."""
+    request_id = f"{spec.window_id}/{'w' if is_warmup else 'm'}{i:04d}"
+    prefix = cold_prefix(spec.seed, request_id) if spec.prompt_cache == "cold" else None
+    return RequestRecord(
+        request_id=request_id,
+        window_id=spec.window_id,
+        seq=i,
+        is_warmup=is_warmup,
+        prompt=shape_prompt(spec.prompts[i % len(spec.prompts)], prefix, spec.input_tokens),
+        max_tokens=spec.max_tokens,
+        temperature=spec.temperature,
+        prompt_prefix=prefix,
+        tally=tally,
+    )

@@ -1,0 +1,143 @@
+"""One request: its body, sending it, and reading its stream into its record as the events
+arrive. Any outcome is recorded on the record; whatever one request hits never ends the
+window."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from benchledger.client.endpoint import Endpoint, ReadCounted
+from benchledger.client.events import parse_event
+from benchledger.client.record import RequestRecord
+from benchledger.client.sse import SSEReader
+from benchledger.client.target import Target
+
+ERROR_BODY_BYTES = 4096  # how much of a non-200 answer's body an error row keeps
+
+
+def request_body(target: Target, record: RequestRecord, stream: bool = True
+                 ) -> tuple[str, dict[str, Any]]:
+    """The OpenAI-compatible request: streamed, asking for per-request usage (and for
+    token_count = "logprobs", for the logprobs of every token). Not streamed (a
+    calibration request), usage comes with the answer."""
+    body: dict[str, Any] = {
+        "model": target.model,
+        "max_tokens": record.max_tokens,
+        "temperature": record.temperature,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    body |= target.token_count.request_fields(target.endpoint)
+    body |= target.endpoint.prompt_fields(record.prompt.text)
+    return target.endpoint.path, body
+
+
+async def _body_head(response: httpx.Response) -> str:
+    """The start of an answer's body (an error page may be large, or never end)."""
+    head = b""
+    async for part in response.aiter_bytes():
+        head += part
+        if len(head) >= ERROR_BODY_BYTES:
+            break
+    return head[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
+
+
+async def _read_stream(response: httpx.Response, record: RequestRecord, endpoint: Endpoint,
+                       counted: ReadCounted | None) -> None:
+    """Fill `record` from a 200 answer's event stream, then set its outcome. `counted`:
+    what the arm's token count reads of each event, for the record's tally to keep."""
+    content_type = response.headers.get("content-type", "")
+    if not content_type.lower().startswith("text/event-stream"):  # media types ignore case
+        record.fail(f"HTTP 200 but Content-Type {content_type!r}, not text/event-stream: "
+                    f"{(await _body_head(response))[:500]}")
+        return
+    reader = SSEReader()
+    stamps = record.content_event_ns
+    keep = record.tally.add
+    async for chunk in response.aiter_bytes():
+        now = time.perf_counter_ns()  # every event in this chunk arrived now
+        seen = reader.events
+        for number, data in enumerate(reader.feed(chunk), seen + 1):
+            event = parse_event(data, endpoint, counted)
+            if event.done:
+                record.status = "completed"
+                return
+            if event.problem:
+                record.fail(f"event {number}: {event.problem}")
+                return
+            if event.content == 1:
+                record.chunks += 1
+                stamps.append(now)
+            elif event.content:
+                record.chunks += event.content
+                stamps.extend([now] * event.content)
+            if event.usage is not None:
+                record.usage = event.usage
+            if event.finish_reason:
+                record.finish_reason = event.finish_reason
+            if counted is not None:  # the usage's path reads nothing more, keeps nothing
+                keep(event)
+        if reader.fault:
+            record.fail(f"malformed stream: {reader.fault}")
+            return
+    if record.finish_reason:
+        record.status = "completed"
+        return
+    unfinished = reader.leftover()
+    record.fail("stream ended without [DONE] or a finish_reason"
+                + (f" ({unfinished})" if unfinished else ""))
+
+
+def exception_text(exc: BaseException, http_status: int | None) -> str:
+    """What an exception that ended a request says, for the row's error. Some say nothing
+    (httpx's ReadError for a connection reset mid-stream has an empty message, which would
+    leave a bare `ReadError: `): then what happened is named from the exception's kind and
+    how far the request had got (`http_status`: None before the answer's status line)."""
+    message = str(exc)
+    if message.strip():
+        return message
+    if http_status is None:
+        where = "before the server answered"
+    elif http_status == 200:
+        where = "mid-stream"
+    else:
+        where = f"while its HTTP {http_status} answer was read"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out {where}"
+    if isinstance(exc, httpx.ConnectError):
+        return "no connection to the server could be made"
+    if isinstance(exc, (httpx.NetworkError, httpx.RemoteProtocolError)):
+        return f"the connection was closed or reset by the server {where}"
+    return f"no message given ({where})"
+
+
+async def stream_one(http: httpx.AsyncClient, target: Target, record: RequestRecord,
+                     request_timeout_s: float) -> None:
+    """Send one request and fill `record` as events arrive. Any outcome is recorded on the
+    record; only cancellation (a drain deadline) leaves it, still `unresolved`."""
+    path, body = request_body(target, record)
+    url = target.base_url.rstrip("/") + path
+    counted = target.token_count.event_reader(target.endpoint)
+    record.t_submit_ns = time.perf_counter_ns()
+    try:
+        async with asyncio.timeout(request_timeout_s), \
+                http.stream("POST", url, json=body) as response:
+            record.http_status = response.status_code
+            if response.status_code != 200:
+                record.fail(f"HTTP {response.status_code}: {(await _body_head(response))[:500]}")
+            else:
+                await _read_stream(response, record, target.endpoint, counted)
+    except TimeoutError:
+        record.fail(f"no complete answer within request_timeout_s ({request_timeout_s:g} s)")
+    except httpx.HTTPError as exc:
+        record.fail(f"{type(exc).__name__}: {exception_text(exc, record.http_status)}")
+    except Exception as exc:  # noqa: BLE001 (whatever one request hits must not end the window)
+        record.fail(f"unexpected {type(exc).__name__} while streaming: "
+                    f"{exception_text(exc, record.http_status)}")
+    finally:
+        record.t_done_ns = time.perf_counter_ns()

@@ -1,0 +1,100 @@
+"""What is measured (Target), and where its output token counts come from: the arm's
+`token_count`, one strategy (TokenCounter) per kind, registered by name.
+
+Output tokens are never chunks (docs/protocol.md, trap T1); they come from where the arm's
+`token_count` says, each named in the row's token_source: the usage the server reports for
+that request (`usage`), the tokens listed in its streamed logprobs, counted per event
+(`logprobs`), or the received text counted by the server's own tokenizer endpoint after the
+window, calibrated against non-streamed usage (`server_tokenizer`). A request whose count
+cannot be had is recorded with token_source = 'missing' instead of being guessed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import httpx
+
+from benchledger.client.endpoint import ENDPOINTS, Endpoint, EndpointName, ReadCounted
+from benchledger.client.record import RequestRecord, WindowSpec
+from benchledger.client.registry import Registry, Variant
+from benchledger.client.tally import Tally
+
+# The sweep's TokenCountName (benchledger.sweep), spelled again for the reason EndpointName
+# is (benchledger.client.endpoint).
+TokenCountName = Literal["usage", "logprobs", "server_tokenizer"]
+
+
+class WindowCount:
+    """The part of a window's count made after its requests, once per part (the warm-up,
+    then the measured requests). This one does nothing: a count read from usage or from
+    the events is complete when its request ends."""
+
+    async def count(self, records: list[RequestRecord]) -> None:
+        """Count what the part's requests left to be counted."""
+        return None
+
+    async def accounting(self) -> dict[str, Any]:
+        """What the window's accounting records of the counting, after its token_count."""
+        return {}
+
+
+class TokenCounter(Variant, ABC):
+    """One kind of token count: what it asks the server for, reads of each event, keeps
+    per request and counts after the window."""
+
+    name: ClassVar[TokenCountName]
+
+    def request_fields(self, endpoint: Endpoint) -> dict[str, Any]:
+        """What a request asks for besides the usage of a streamed request (always)."""
+        return {}
+
+    def event_reader(self, endpoint: Endpoint) -> ReadCounted | None:
+        """What parse_event reads of each event's choices for this count (None: nothing)."""
+        return None
+
+    @abstractmethod
+    def new_tally(self) -> Tally:
+        """What one request keeps of its events for this count."""
+
+    @abstractmethod
+    def nothing_counted(self, completed: list[RequestRecord]) -> str:
+        """Why this count gets no count from the server, when not one of the `completed`
+        warm-up requests got one: the window stops with this text (TokenCountUnavailable)."""
+
+    async def window_count(self, http: httpx.AsyncClient, target: Target,
+                           spec: WindowSpec) -> WindowCount:
+        """The window's count after its parts, made when the warm-up has run."""
+        return WindowCount()
+
+
+TOKEN_COUNTS: Registry[TokenCounter] = Registry("token count")
+
+
+@dataclass(frozen=True, init=False)
+class Target:
+    """Where and what to measure. The arm's endpoint and token_count are given by name (the
+    sweep's typed values) and chosen here, once: `endpoint` and `token_count` are then the
+    strategies they name, and nothing downstream compares names."""
+
+    base_url: str
+    model: str
+    endpoint: Endpoint  # chat -> /v1/chat/completions, completions -> /v1/completions
+    # Sent as `Authorization: Bearer <api_key>`; kept out of repr, rows, errors and logs.
+    api_key: str | None = field(repr=False)
+    token_count: TokenCounter  # usage | logprobs | server_tokenizer (the arm's key)
+    tokenize_path: str  # server_tokenizer: the tokenizer endpoint
+
+    def __init__(self, base_url: str, model: str, endpoint: EndpointName = "chat",
+                 api_key: str | None = None, token_count: TokenCountName = "usage",
+                 tokenize_path: str = "/tokenize") -> None:
+        chosen = {"base_url": base_url, "model": model, "endpoint": ENDPOINTS[endpoint],
+                  "api_key": api_key, "token_count": TOKEN_COUNTS[token_count],
+                  "tokenize_path": tokenize_path}
+        for name, value in chosen.items():
+            object.__setattr__(self, name, value)  # frozen: dataclasses set fields this way
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
