@@ -1,30 +1,23 @@
 """The GX gate: the catalogue's GX checks run over a run's rows, one result per subject.
 
 Each GX rule of the catalogue (benchledger.rules) is one named Great Expectations (GX 1.x)
-expectation; the rules of one suite ("restarts", "windows", "measured_requests", "entries",
-"comparisons") form one ExpectationSuite. Every rule runs (GX catches per-expectation
-errors, so one broken rule never hides the others) and every (subject, rule) pair becomes
-exactly one RuleResult row for the `validations` table. What a rule checks is declared with
-it: the columns its expectation reads that the caller's frame lacks (built here by the
-rule's own builders, after its suite's frame is prepared as the suite declares) and how its
-expected and found texts are written. This module is the runtime: it prepares the frames,
-builds and validates the suites, and splits each verdict per subject.
+expectation; the rules of a suite form one ExpectationSuite. Every rule runs (GX catches
+per-expectation errors, so one broken rule never hides the others) and every (subject,
+rule) pair becomes exactly one RuleResult row for the `validations` table. A rule declares
+what it checks (the columns it reads, their builders, its expected and found texts); this
+module is the runtime: it prepares each suite's frame as the catalogue declares it,
+validates it, and splits each verdict per subject.
 
 Speed: a suite is validated ONCE over all its subjects (one pandas batch per suite) and the
-verdict is split per subject using GX's `unexpected_index_list` (result_format COMPLETE).
-Validating one batch per subject also works but costs ~0.1 s per subject, which grows with
-every window of a concurrency ladder; three validations per call stay flat.
-
-Scale: a sweep measures 10^5-10^6 requests, so nothing here loops over requests in
-Python. GX's unexpected_index_list becomes one boolean mask per rule, each subject's rows
-are numpy positions (one groupby per suite), and the found writers count the values they
-show per distinct value; a subject is a window or a restart, never a request, so there are
-few of them. The batch GX validates holds only the columns the suite's expectations read
-(GX fingerprints the whole batch), and GX is told not to build its unexpected_index_query
-(a string listing every unexpected row again).
-
-GX itself is imported lazily: importing great_expectations takes seconds, and this module
-is imported by code (DAG files, the warehouse) that must stay cheap to import.
+verdict is split per subject using GX's `unexpected_index_list` (result_format COMPLETE);
+one batch per subject would cost ~0.1 s per subject, growing with every window of a
+concurrency ladder. Scale: a sweep measures 10^5-10^6 requests, so nothing loops over
+requests in Python. The unexpected_index_list becomes one boolean mask per rule, each
+subject's rows are numpy positions (one groupby per suite), and a subject is a window or a
+restart, never a request. The batch GX validates holds only the columns the suite's
+expectations read (GX fingerprints the whole batch), and GX is told not to build its
+unexpected_index_query (a string listing every unexpected row again). GX itself is
+imported lazily: importing great_expectations takes seconds.
 
 Data Docs (optional, `docs_dir=`): the very results the rows come from are also stored in a
 GX validation results store and rendered by `context.build_data_docs()` into a filesystem
@@ -104,12 +97,7 @@ def run_entry_gate(entries: pd.DataFrame, *, docs_dir: Path | None = None) -> li
 
 def run_comparison_gate(comparisons: pd.DataFrame) -> list[RuleResult]:
     """Run the comparison rules over A/B candidates; one RuleResult per (comparison, rule).
-
-    One row per A/B: comparison_id, a, b, their effective configs (a_config, b_config;
-    NULL when an arm's restarts disagree or did not report one), a_restarts and
-    b_restarts (restart means available), difference (b - a) and control_difference
-    (NULL without a measured A/A control).
-    """
+    The frame has one row per A/B, as benchledger.rules.comparisons describes it."""
     return _run_one_suite("comparisons", comparisons, None)
 
 

@@ -80,7 +80,6 @@ Builder: TypeAlias = Callable[[Frame], Any]
 Observer: TypeAlias = Callable[[Kw, Frame, Rows, Rows], tuple[str, str]]
 
 
-
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 
