@@ -267,10 +267,6 @@ class WindowFiles:
                    progress=stem.with_name(name + PROGRESS_SUFFIX))
 
 
-def run_dir_of(data_dir: Path, run_id: str) -> Path:
-    return RunLayout(data_dir, run_id).run_dir
-
-
 # --- finding files --------------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -165,7 +165,7 @@ def launch_failure(layout: RunLayout, arm_name: str, k: int) -> str:
     return str(manifest.get("error") or f"launch failed (status {manifest.get('status')})")
 
 
-def _stop_earlier_launch(manifest: dict[str, Any]) -> dict[str, Any]:
+def _stop_earlier_launch(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest changes for a launch that finds an earlier attempt's server of this
     slot still recorded as running: stop it when it is on this machine and still the
     process that attempt started; either way, list it under `earlier_launches`."""
@@ -186,7 +186,7 @@ def _stop_earlier_launch(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
-                  handle: dict[str, Any]) -> dict[str, Any]:
+                  handle: dict[str, Any]) -> raw.RestartManifest:
     """Wait until healthy, then record version, effective config, which probe declared
     the server ready and whose counters its /metrics carries (its server family)."""
     plan = sweep.arm(arm_name)
@@ -279,7 +279,7 @@ def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str
     )
 
 
-def _window_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+def _window_summary(manifest: Mapping[str, object]) -> dict[str, object]:
     return {key: manifest.get(key) for key in
             ("window_id", "submitted", "completed", "failed", "unresolved", "drain_status",
              "elapsed_s", "attempt")}
@@ -369,7 +369,7 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
                            min_requests: int, result: WindowResult,
                            observations: dict[str, Any], gone: str | None,
                            api_key: str | None, attempt: Attempt,
-                           sweep_sha256: str | None) -> dict[str, Any]:
+                           sweep_sha256: str | None) -> raw.WindowManifest:
     """write_window; when it fails, the restart manifest says so (and whether the server died)
     before the error is raised."""
     window_id = result.accounting["window_id"]
@@ -391,7 +391,7 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
 
 
 def stop_restart(layout: RunLayout, arm_name: str, k: int,
-                 handle: dict[str, Any] | None) -> dict[str, Any]:
+                 handle: dict[str, Any] | None) -> raw.RestartManifest:
     """Stop the server (teardown); a server found dead here is recorded as crashed.
 
     Windows still marked as started were left without files by their last attempt: they
@@ -408,13 +408,14 @@ def stop_restart(layout: RunLayout, arm_name: str, k: int,
     if elsewhere:  # its pid names some other process here: signal nothing
         return record.update(stop_status=elsewhere)
     outcome = lifecycle.stop(lifecycle.ServerHandle.from_dict(handle))
-    changes: dict[str, Any] = {"stopped_at": utc_now(), "stop_status": str(outcome)}
+    stopped: dict[str, Any] = {"stopped_at": utc_now(), "stop_status": str(outcome)}
     if outcome.ended_before_stop and manifest.get("status") == "ok":
-        changes.update(status="crashed", error=f"server ended before stop: {outcome}")
-    return record.update(**changes)
+        return record.update("crashed", error=f"server ended before stop: {outcome}",
+                             **stopped)
+    return record.update(**stopped)
 
 
-def _launched_elsewhere(manifest: dict[str, Any], handle: dict[str, Any]) -> str | None:
+def _launched_elsewhere(manifest: Mapping[str, Any], handle: dict[str, Any]) -> str | None:
     """Why a teardown must not signal the server's pid: it was launched on another machine
     (a queue served by several workers ran the launch and the teardown on different
     hosts). None when it is this machine's, or nothing says otherwise."""
@@ -431,10 +432,12 @@ def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
     for arm in sweep.arms:
         plan = sweep.plan(arm)
         for k in range(plan.restarts):
-            manifest = RestartRecord(layout, arm.name, k).read() or {"status": "never launched"}
+            manifest = RestartRecord(layout, arm.name, k).read()
             if not raw.is_healthy(manifest.get("status")):
-                problems.append(f"{arm.name} r{k}: restart {manifest.get('status')}"
-                                f"{': ' + manifest['error'] if manifest.get('error') else ''}")
+                status = manifest.get("status", "never launched")
+                error = manifest.get("error")
+                problems.append(f"{arm.name} r{k}: restart {status}"
+                                f"{': ' + error if error else ''}")
                 continue
             for workload in sweep.workloads:
                 for concurrency in plan.concurrency:

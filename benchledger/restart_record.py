@@ -18,10 +18,10 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from benchledger import raw
-from benchledger.raw import Attempt, RunLayout, WindowFiles
+from benchledger.raw import Attempt, RestartManifest, RestartStatus, RunLayout, WindowFiles
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +61,24 @@ class RestartRecord:
     def restart_id(self) -> str:
         return self.layout.restart_id(self.arm, self.k)
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> RestartManifest:
         """The manifest so far ({} before the launch wrote it)."""
-        return raw.read_manifest(self.path)
+        return cast(RestartManifest, raw.read_manifest(self.path))
 
-    def update(self, /, **changes: Any) -> dict[str, Any]:
-        """Merge `changes` into the manifest and write it atomically; a manifest that
-        cannot be written raises RawWriteError naming the file and the errno."""
-        manifest = self.read()
-        manifest.update(changes)
+    def update(self, /, status: RestartStatus | None = None,
+               **changes: Any) -> RestartManifest:
+        """Merge `changes` (and the new status, if one is given) into the manifest and
+        write it atomically; a manifest that cannot be written raises RawWriteError
+        naming the file and the errno."""
+        manifest: dict[str, Any] = {**self.read(), **changes}
+        if status is not None:
+            manifest["status"] = status
         try:
             raw.write_json(self.path, manifest)
         except OSError as exc:
             raise RawWriteError(f"{self.restart_id}: the restart manifest could not be "
                                 f"written: {os_error_text(exc, self.path)}") from exc
-        return manifest
+        return cast(RestartManifest, manifest)
 
     def refuse_after_crash(self) -> None:
         """A retried or later step of a crashed restart measures nothing: it would only
@@ -114,7 +117,7 @@ class RestartRecord:
         if updated != known:
             self.update(interrupted_windows=updated)
 
-    def fold_leftover_marks(self, noticed_by: str) -> dict[str, Any]:
+    def fold_leftover_marks(self, noticed_by: str) -> RestartManifest:
         """Every mark left in the restart's folder goes to `interrupted_windows` (called
         when no attempt of the restart measures anymore); returns the manifest."""
         manifest = self.read()
@@ -132,14 +135,13 @@ class RestartRecord:
         makes it crashed, anything else failed)."""
         manifest = self.read()
         changes: dict[str, Any] = {
-            "status": "crashed" if gone else "failed",
             "error": error + (f"; and the server died during it: {gone}" if gone else ""),
             "unwritten_windows": sorted({*manifest.get("unwritten_windows", []), window_id})}
         if gone:
             changes["crashed_in_window"] = window_id
         if raw.is_healthy(manifest.get("status")):
             changes["status_before_unwritten"] = manifest["status"]
-        self.update(**changes)
+        self.update("crashed" if gone else "failed", **changes)
 
     def written(self, window_id: str) -> None:
         """A retried step wrote a window an earlier attempt could not: when it was the last
@@ -148,11 +150,12 @@ class RestartRecord:
         if window_id not in manifest.get("unwritten_windows", []):
             return
         unwritten = [w for w in manifest["unwritten_windows"] if w != window_id]
-        changes: dict[str, Any] = {"unwritten_windows": unwritten}
         before = manifest.get("status_before_unwritten")
         if not unwritten and manifest.get("status") == "failed" and before:
-            changes.update(status=before, error=None, status_before_unwritten=None)
-        self.update(**changes)
+            self.update(before, unwritten_windows=unwritten, error=None,
+                        status_before_unwritten=None)
+        else:
+            self.update(unwritten_windows=unwritten)
 
 
 def read_mark(marker: Path, window_id: str) -> dict[str, Any]:
@@ -176,7 +179,8 @@ def with_interrupted(known: list[dict[str, Any]], mark: dict[str, Any],
     return [*known, {**entry, "noticed_by": noticed_by}]
 
 
-def fold_leftover_marks(slot: Path, manifest: dict[str, Any], noticed_by: str) -> list[Path]:
+def fold_leftover_marks(slot: Path, manifest: RestartManifest | dict[str, Any],
+                        noticed_by: str) -> list[Path]:
     """Add every window mark left in a restart's folder to its manifest's
     `interrupted_windows` (the manifest dict is changed; the caller writes it, then
     removes the marks returned)."""

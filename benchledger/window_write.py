@@ -11,13 +11,13 @@ manifest names has the sha256 it records) and measures only the others.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pyarrow.parquet as pq
 
 from benchledger import raw
 from benchledger.client import WindowResult
-from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout
+from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout, WindowManifest
 from benchledger.records import file_sha256, requests_table
 from benchledger.redaction import redact
 from benchledger.restart_record import RawWriteError, os_error_text
@@ -31,7 +31,7 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
                  min_requests: int, result: WindowResult,
                  observations: dict[str, Any] | None = None, secret: str | None = None,
                  attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None
-                 ) -> dict[str, Any]:
+                 ) -> WindowManifest:
     """Write one window's raw files: the requests (Parquet), what the server and node
     said during it (JSON) and its accounting (the manifest, JSON, written last). The
     manifest names the attempt that measured the window, its worker and the sha256 of the
@@ -49,7 +49,7 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
             {"window_id": accounting["window_id"], **(observations or {})}, secret)))
         writing = raw.staged(files.requests)
         pq.write_table(requests_table(redact(result.rows, secret)), writing)
-        manifest = {
+        manifest: dict[str, Any] = {
             **accounting,
             "restart_id": layout.restart_id(arm, k),
             "run_id": layout.run_id,
@@ -74,11 +74,11 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
         raw.remove_quietly(*(raw.staged(final) for final in order))
         raise RawWriteError(f"window {accounting['window_id']}: its raw files could not be "
                             f"written: {os_error_text(exc, writing)}") from exc
-    return manifest
+    return cast(WindowManifest, manifest)
 
 
 def written_window(layout: RunLayout, arm: str, k: int, workload: str,
-                   concurrency: int) -> dict[str, Any] | None:
+                   concurrency: int) -> WindowManifest | None:
     """The manifest of a window whose files are in place and whole (each file it names has
     the sha256 it records), else None: such a window is never measured twice. A manifest
     naming a file that changed (a write killed between renames) does not count."""
@@ -96,4 +96,4 @@ def written_window(layout: RunLayout, arm: str, k: int, workload: str,
         path = files.manifest.parent / name if name else None
         if path is not None and not (path.is_file() and file_sha256(path) == sha256):
             return None
-    return manifest
+    return cast(WindowManifest, manifest)
