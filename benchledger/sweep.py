@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic_core import ErrorDetails
 
 # The n rule's floor (T4: 15 speculative, 5 otherwise) and the default thresholds come from
 # the rule catalogue; a sweep may ask for more requests, never for fewer.
@@ -58,7 +59,27 @@ MAX_RETRY_DELAY_S = 3600.0
 BUILTIN_PROMPT_SETS = ("code", "prose")
 # Servers whose /metrics names benchledger knows (arms.server_family; benchledger.observe
 # recognises them, benchledger.warehouse.reconcile knows their counters).
-SERVER_FAMILIES = ("vllm", "sglang", "llamacpp", "tgi")
+ServerFamily = Literal["vllm", "sglang", "llamacpp", "tgi"]
+SERVER_FAMILIES: tuple[str, ...] = get_args(ServerFamily)
+
+# [defaults].endpoint and Arm.token_count (see there); benchledger.client's Target takes
+# these values.
+EndpointName = Literal["chat", "completions"]
+TokenCountName = Literal["usage", "logprobs", "server_tokenizer"]
+
+# The types and ranges of the [defaults] keys an arm may also set for itself (PER_ARM_KEYS),
+# declared once, for [defaults] (with its default) and for an arm (or None: not set).
+Requests = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]
+Warmup = Annotated[int, Field(ge=0, le=MAX_WARMUP)]
+Restarts = Annotated[int, Field(ge=1, le=MAX_RESTARTS)]
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Temperature = Annotated[float, Field(ge=0.0, le=100.0)]
+Concurrency = Annotated[list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]],
+                        Field(min_length=1, max_length=100)]
+Arrival = Literal["closed", "poisson"]
+RateRps = Annotated[float, Field(gt=0, le=1e6)]
+ClockSource = Literal["nvidia-smi", "http", "none"]
+ClockRatio = Annotated[float, Field(gt=0, le=1)]
 
 
 class SweepError(ValueError):
@@ -95,77 +116,91 @@ class SweepSection(_Strict):
 
 
 class Defaults(_Strict):
-    requests: int = Field(15, ge=1, le=MAX_REQUESTS)
+    requests: Requests = 15
     # The n the gate demands per workload per restart; may raise the protocol's floor
     # (15 speculative, 5 otherwise), never lower it.
-    min_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS)
-    warmup: int = Field(2, ge=0, le=MAX_WARMUP)
-    restarts: int = Field(2, ge=1, le=MAX_RESTARTS)
-    max_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
-    temperature: float = Field(0.0, ge=0.0, le=100.0)
-    concurrency: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(
-        default_factory=lambda: [1], min_length=1, max_length=100)
+    min_requests: Requests | None = None
+    warmup: Warmup = 2
+    restarts: Restarts = 2
+    max_tokens: MaxTokens = 128
+    temperature: Temperature = 0.0
+    concurrency: Concurrency = Field(default_factory=lambda: [1])
     drain_timeout_s: Seconds = 300.0
     request_timeout_s: Seconds = 600.0
     ready_timeout_s: Seconds = 120.0
-    endpoint: Literal["chat", "completions"] = "chat"
+    endpoint: EndpointName = "chat"
     # closed: keep `concurrency` requests outstanding. poisson: open-loop arrivals at
     # rate_rps (seeded), at most `concurrency` outstanding (like vLLM bench's max-concurrency).
-    arrival: Literal["closed", "poisson"] = "closed"
-    rate_rps: float | None = Field(None, gt=0, le=1e6)
+    arrival: Arrival = "closed"
+    rate_rps: RateRps | None = None
     prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
     # arrival times and cold-prompt prefixes derive from it; stored as a 64-bit integer
-    seed: int = Field(0, ge=-(2**63), lt=2**63)
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] = 0
     # Server counters must agree with delivered usage within this fraction (T3).
-    reconcile_tolerance: float = Field(DEFAULT_RECONCILE_TOLERANCE, ge=0, le=1)
+    reconcile_tolerance: Annotated[float, Field(ge=0, le=1)] = DEFAULT_RECONCILE_TOLERANCE
     # GPU clocks under load (T10): read with nvidia-smi on the measuring node, or from an
     # HTTP endpoint ({base_url} is the arm's server); "none" leaves the node unchecked.
-    clock_source: Literal["nvidia-smi", "http", "none"] = "nvidia-smi"
+    clock_source: ClockSource = "nvidia-smi"
     clock_url: URL | None = None
-    clock_interval_s: float = Field(0.5, gt=0, le=3600)
-    min_clock_ratio: float = Field(DEFAULT_MIN_CLOCK_RATIO, gt=0, le=1)
+    clock_interval_s: Annotated[float, Field(gt=0, le=3600)] = 0.5
+    min_clock_ratio: ClockRatio = DEFAULT_MIN_CLOCK_RATIO
     require_clock_check: bool = True  # false: an unchecked node may publish (recorded)
 
 
 def _simulator_options_model() -> type[_Strict]:
     """The [arms.simulator] table, from the simulator's own declaration of its settings
     (benchledger.simulator.options): same keys, types, defaults and ranges."""
-    fields: dict = {}
+    fields: dict[str, Any] = {}
     for option in simulator_options.SWEEP_OPTIONS:
+        key = option.sweep_key
+        assert key is not None  # SWEEP_OPTIONS are the options that have one
         if option.per_restart:  # e.g. low_clock_restarts: the restarts that get low_clock
-            fields[option.sweep_key] = (list[Annotated[int, Field(ge=0)]],
-                                        Field(default_factory=list,
-                                              description=option.setting.help))
+            fields[key] = (list[Annotated[int, Field(ge=0)]],
+                           Field(default_factory=list, description=option.setting.help))
         else:
-            fields[option.sweep_key] = (option.type, Field(option.default,
-                                                           description=option.setting.help,
-                                                           **option.setting.bounds))
+            fields[key] = (option.type, Field(
+                option.default, description=option.setting.help, ge=option.setting.ge,
+                gt=option.setting.gt, le=option.setting.le))
     return create_model("SimulatorOptions", __base__=_Strict, __module__=__name__,
                         __doc__="Settings of the built-in simulator; each becomes "
                                 "`benchledger simulator` flags (see lifecycle).",
                         **fields)
 
 
-SimulatorOptions = _simulator_options_model()
+if TYPE_CHECKING:
+    class SimulatorOptions(_Strict):
+        """What mypy knows of the [arms.simulator] model: it is made at import from the
+        simulator's declaration, so only the key the sweep itself reads is named here."""
+
+        speculative: bool
+else:
+    SimulatorOptions = _simulator_options_model()
 
 
-# The [defaults] keys an arm may set for itself; an arm that leaves one out gets the
-# [defaults] value (Sweep.plan). The other keys hold for the whole sweep: one request
-# timeout, endpoint, prompt cache, seed, reconcile tolerance and clock interval for all arms.
-PER_ARM_KEYS = ("requests", "min_requests", "warmup", "restarts", "max_tokens", "temperature",
-                "concurrency", "drain_timeout_s", "ready_timeout_s", "arrival", "rate_rps",
-                "clock_source", "clock_url", "min_clock_ratio", "require_clock_check")
+class _PerArmKeys(_Strict):
+    """The [defaults] keys an arm may set for itself (PER_ARM_KEYS), each of the [defaults]
+    key's type and range; None when the arm leaves it to [defaults] (Sweep.plan). The other
+    keys hold for the whole sweep: one request timeout, endpoint, prompt cache, seed,
+    reconcile tolerance and clock interval for all arms."""
+
+    requests: Requests | None = None
+    min_requests: Requests | None = None
+    warmup: Warmup | None = None
+    restarts: Restarts | None = None
+    max_tokens: MaxTokens | None = None
+    temperature: Temperature | None = None
+    concurrency: Concurrency | None = None
+    drain_timeout_s: Seconds | None = None
+    ready_timeout_s: Seconds | None = None
+    arrival: Arrival | None = None
+    rate_rps: RateRps | None = None
+    clock_source: ClockSource | None = None
+    clock_url: URL | None = None
+    min_clock_ratio: ClockRatio | None = None
+    require_clock_check: bool | None = None
 
 
-def _per_arm_field(key: str) -> tuple:
-    """An arm's `key`: the [defaults] key's type and range, or None (not set)."""
-    info = Defaults.model_fields[key]
-    annotation = info.annotation | None
-    return (Annotated[(annotation, *info.metadata)] if info.metadata else annotation), None
-
-
-_PerArmKeys = create_model("_PerArmKeys", __base__=_Strict, __module__=__name__,
-                           **{key: _per_arm_field(key) for key in PER_ARM_KEYS})
+PER_ARM_KEYS = tuple(_PerArmKeys.model_fields)
 
 
 class Arm(_PerArmKeys):
@@ -185,7 +220,7 @@ class Arm(_PerArmKeys):
     # Whose counter names /metrics carries (vLLM, SGLang, llama.cpp's server, TGI): "auto"
     # recognises them from the names when the server is ready; reconciliation then checks
     # that family's own counters (warehouse/reconcile.py).
-    server_family: Literal["auto", *SERVER_FAMILIES] = "auto"  # type: ignore[valid-type]
+    server_family: Literal["auto", ServerFamily] = "auto"
     node: Text = "local"
     # The NAME of an environment variable holding the server's API key (sent as
     # `Authorization: Bearer <value>`). Read when the run starts; the value itself is
@@ -195,7 +230,7 @@ class Arm(_PerArmKeys):
     # tokens listed in its streamed logprobs (exact, per event), or the received text
     # counted by its tokenizer endpoint (calibrated against non-streamed usage). Never
     # chunks, characters or max_tokens.
-    token_count: Literal["usage", "logprobs", "server_tokenizer"] = "usage"
+    token_count: TokenCountName = "usage"
     # token_count = "server_tokenizer": the server's tokenizer endpoint (vLLM and llama.cpp's
     # server: /tokenize; llama-cpp-python: /extras/tokenize).
     tokenize_path: URLPath = "/tokenize"
@@ -250,8 +285,10 @@ class Workload(_Strict):
 
 
 # Metrics a comparison may name (see warehouse/derive.py for what each one is).
-COMPARABLE_METRICS = ("decode_rate", "e2e_rate", "prefill_rate", "ttft", "tpot",
-                      "e2e_latency", "throughput", "success_fraction", "completion_fraction")
+ComparableMetric = Literal["decode_rate", "e2e_rate", "prefill_rate", "ttft", "tpot",
+                           "e2e_latency", "throughput", "success_fraction",
+                           "completion_fraction"]
+COMPARABLE_METRICS: tuple[str, ...] = get_args(ComparableMetric)
 
 
 class Comparison(_Strict):
@@ -259,7 +296,7 @@ class Comparison(_Strict):
 
     a: Name
     b: Name
-    metric: Literal[COMPARABLE_METRICS]  # type: ignore[valid-type]
+    metric: ComparableMetric
     numerator: Literal["output_tokens", "input_plus_output_tokens"] | None = None
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)  # default: the lowest shared
     # An arm run twice under two names (A/A): a difference no larger than theirs is noise.
@@ -270,20 +307,36 @@ class Comparison(_Strict):
 # demands (the protocol floor or more), the key's own value is plan.min_requests_key.
 _PLAN_NAMES = {"min_requests": "min_requests_key"}
 
-_PlannedKeys = create_model(
-    "_PlannedKeys", __base__=BaseModel, __module__=__name__,
-    **{_PLAN_NAMES.get(key, key): (info.annotation, ...)
-       for key, info in Defaults.model_fields.items()})
 
-
-class ArmPlan(_PlannedKeys):
+class ArmPlan(BaseModel):
     """One arm with [defaults] applied: what the DAG and the measurement actually use.
 
-    Its fields: `arm` and every [defaults] key with the value that applies to this arm
-    (min_requests as min_requests_key)."""
+    Its fields: every [defaults] key with the value that applies to this arm (min_requests
+    as min_requests_key; the values were checked where they were set), and `arm`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    requests: int
+    min_requests_key: int | None
+    warmup: int
+    restarts: int
+    max_tokens: int
+    temperature: float
+    concurrency: list[int]
+    drain_timeout_s: float
+    request_timeout_s: float
+    ready_timeout_s: float
+    endpoint: EndpointName
+    arrival: Arrival
+    rate_rps: float | None
+    prompt_cache: Literal["warm", "cold"]
+    seed: int
+    reconcile_tolerance: float
+    clock_source: ClockSource
+    clock_url: str | None
+    clock_interval_s: float
+    min_clock_ratio: float
+    require_clock_check: bool
     arm: Arm
 
     @property
@@ -400,13 +453,13 @@ def _arrival_problem(plan: ArmPlan) -> str | None:
     return None
 
 
-def server_settings(arm: Arm) -> tuple:
+def server_settings(arm: Arm) -> tuple[object, ...]:
     """What makes two arms' servers the same configuration, as far as the sweep says
     (the effective config each server reports is compared again at run time)."""
     return (arm.server, arm.model, arm.command, arm.base_url, arm.simulator, arm.speculative)
 
 
-def _key_path(loc: tuple) -> str:
+def _key_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
@@ -416,7 +469,7 @@ def _key_path(loc: tuple) -> str:
     return path
 
 
-def _describe(error: dict) -> str:
+def _describe(error: ErrorDetails) -> str:
     if error["type"] == "extra_forbidden":
         return "unknown key"
     if error["type"] == "missing":

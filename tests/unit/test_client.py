@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import logging
 from itertools import islice
+from typing import get_args
 
 import pytest
 
+import benchledger.client as client
+from benchledger import sweep
 from benchledger.client import (
+    ENDPOINTS,
+    TOKEN_COUNTS,
     Target,
     TokenCountUnavailable,
     WindowSpec,
@@ -16,6 +21,7 @@ from benchledger.client import (
 )
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
+from benchledger.sweep import parse_sweep
 
 
 def spec(**overrides) -> WindowSpec:
@@ -197,3 +203,35 @@ def test_no_api_key_sends_no_authorization(scripted_server):
     server, base = scripted_server
     measure_window(Target(base, "plain"), spec(requests=1, warmup=0))
     assert "Authorization" not in server.headers[-1]
+
+
+# --- the arm's endpoint and token count: strategies picked once, by the sweep's values ------
+
+
+def test_every_endpoint_and_token_count_of_the_sweep_has_its_strategy():
+    """The client spells the sweep's EndpointName and TokenCountName again (it may not import
+    the sweep module, which imports the simulator's): both must name the same values, and
+    each value must pick a strategy."""
+    assert get_args(sweep.EndpointName) == get_args(client.EndpointName)
+    assert get_args(sweep.TokenCountName) == get_args(client.TokenCountName)
+    assert set(ENDPOINTS.names()) == set(get_args(client.EndpointName))
+    assert set(TOKEN_COUNTS.names()) == set(get_args(client.TokenCountName))
+
+
+def test_a_target_is_made_from_the_arm_plan_with_the_strategies_it_names():
+    text = ('[sweep]\nname = "t"\n[defaults]\nendpoint = "completions"\n[[arms]]\nname = "a"\n'
+            'server = "simulator"\nmodel = "m"\ntoken_count = "logprobs"\n'
+            'tokenize_path = "/extras/tokenize"\n[[workloads]]\nname = "code"\n')
+    plan = parse_sweep(text).arm("a")
+    target = Target(base_url="http://x", model=plan.arm.model, endpoint=plan.endpoint,
+                    api_key=None, token_count=plan.arm.token_count,
+                    tokenize_path=plan.arm.tokenize_path)
+    assert (target.endpoint, target.token_count) == (ENDPOINTS["completions"],
+                                                     TOKEN_COUNTS["logprobs"])
+    assert (target.endpoint.name, target.token_count.name) == ("completions", "logprobs")
+    assert target.tokenize_path == "/extras/tokenize"
+    with pytest.raises(ValueError, match=r"no endpoint named 'responses' \(known: chat, "
+                                         r"completions\)"):
+        Target("http://x", "m", endpoint="responses")  # not a value the sweep allows
+    with pytest.raises(ValueError, match="no token count named 'chunks'"):
+        Target("http://x", "m", token_count="chunks")
