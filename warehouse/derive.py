@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,149 +36,14 @@ from benchledger.rules import EXCLUDE_RESTART, names_with_effect
 from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, parse_sweep
 from benchledger.warehouse.db import first_row, insert_frame, query_frame
+from benchledger.warehouse.metrics import LOG_METRICS, REQUEST_METRICS, WINDOW_METRICS
 from benchledger.warehouse.reconcile import COUNTERS
 from benchledger.warehouse.validate import coverage_subject, store_results
 
-PERCENTILES = (50, 90, 99)
-LATENCY_STATS = tuple(f"p{q}" for q in PERCENTILES)
 # Rules whose failure leaves a restart out (its windows feed no entry) instead of
 # blocking the entries: a throttled node is a fault of that instance, not of the arm.
 EXCLUDING_RULES = names_with_effect(EXCLUDE_RESTART)
-
-
-@dataclass(frozen=True)
-class RequestMetric:
-    """A per-request number (a column of the `requests` view), summarised over requests.
-
-    The column list of queries/derive_request_stats.sql and views/entry_requests.sql must
-    name exactly these columns (a unit test holds them together)."""
-
-    metric: str
-    column: str
-    unit: str
-    phase: str  # prefill | decode | end_to_end (T7)
-    numerator: str | None  # rates: output_tokens | prompt_tokens (T12); None for latencies
-    denominator: str | None
-    extra: tuple[str, ...] = ()  # statistics besides the mean: p50/p90/p99, min/max
-    optional: bool = False  # no entry at all where no request has it (not applicable)
-
-
-REQUEST_METRICS = (
-    RequestMetric("decode_rate", "decode_tok_s", "tok/s", "decode", "output_tokens",
-                  "t_last - t_first of each request (its tokens after the first)"),
-    RequestMetric("e2e_rate", "e2e_tok_s", "tok/s", "end_to_end", "output_tokens",
-                  "t_done - t_submit of each request"),
-    RequestMetric("prefill_rate", "prefill_tok_s", "tok/s", "prefill", "prompt_tokens",
-                  "t_first - t_submit of each request (TTFT)"),
-    RequestMetric("ttft", "ttft_s", "s", "prefill", None, None, LATENCY_STATS),
-    RequestMetric("tpot", "tpot_s", "s", "decode", None, None, LATENCY_STATS),
-    RequestMetric("e2e_latency", "e2e_s", "s", "end_to_end", None, None, LATENCY_STATS),
-    # > 1 means each streamed event carried several tokens (speculative decoding): a
-    # harness counting chunks would under-report by this factor (T1).
-    RequestMetric("tokens_per_chunk", "tokens_per_chunk", "tokens/chunk", "decode", None,
-                  "output_tokens / content-bearing stream events, per request",
-                  ("min", "max")),
-    # Only where each event's tokens are known (token_source 'logprobs'): a gap between
-    # events spread over the later event's tokens, never a gap taken as one token's.
-    RequestMetric("itl_per_token", "itl_per_token_s", "s", "decode", None,
-                  "each event's gap divided over its tokens; per request the mean over its "
-                  "tokens after the first event: (t_last - t_first) / those tokens",
-                  optional=True),
-)
 CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
-
-
-# Per-window values. `w` is one window (a row of `windows`) with its totals over completed
-# measured requests (queries/derive_window_sums.sql) and its counter deltas (`counters`).
-
-def _per_elapsed(tokens, w: pd.Series) -> float | None:
-    """tokens / elapsed_s; None where a count is missing (the window sums leave a total
-    NULL when any request lacks it) or the window has no span."""
-    return None if pd.isna(tokens) or not w["elapsed_s"] else tokens / w["elapsed_s"]
-
-
-def _output_throughput(w: pd.Series) -> float | None:
-    return _per_elapsed(w["output_tokens"], w)
-
-
-def _total_throughput(w: pd.Series) -> float | None:
-    return _per_elapsed(w["total_tokens"], w)
-
-
-def _aggregate_decode(w: pd.Series) -> float | None:
-    """Tokens after each request's first, over the span in which the window decoded."""
-    if pd.isna(w["decode_start_ns"]) or pd.isna(w["decode_end_ns"]) \
-            or pd.isna(w["decode_tokens"]):
-        return None
-    span_s = (w["decode_end_ns"] - w["decode_start_ns"]) / 1e9
-    return w["decode_tokens"] / span_s if span_s > 0 else None
-
-
-def _acceptance_length(w: pd.Series) -> float | None:
-    """1 + accepted / drafts from the server's spec-decode counter deltas (vLLM's mean
-    acceptance length); compare with the client's tokens per chunk."""
-    counters = w["counters"]
-    drafts = counters.get("vllm:spec_decode_num_drafts_total")
-    accepted = counters.get("vllm:spec_decode_num_accepted_tokens_total")
-    return 1 + accepted / drafts if drafts and accepted is not None else None
-
-
-def _completion_fraction(w: pd.Series) -> float | None:
-    finished = w["completed"] + w["failed"]
-    return finished / w["submitted"] if w["submitted"] else None
-
-
-def _success_fraction(w: pd.Series) -> float | None:
-    return w["completed"] / w["submitted"] if w["submitted"] else None
-
-
-def _success_rate_finished(w: pd.Series) -> float | None:
-    finished = w["completed"] + w["failed"]
-    return w["completed"] / finished if finished else None
-
-
-@dataclass(frozen=True)
-class WindowMetric:
-    """A per-window number (the unit is the window); entry value = mean over windows."""
-
-    metric: str
-    unit: str
-    phase: str
-    numerator: str
-    denominator: str
-    value: Callable[[pd.Series], float | None]
-    population: str | None = None  # None: 'all_submitted' or 'completed_only' by the data
-    counts: str = "completed"  # n_requests counts completed or submitted requests
-    optional: bool = False  # no entry at all where no window has a value (not applicable)
-
-
-WINDOW_ELAPSED = "window elapsed_s: first measured submission to last completion or drain deadline"
-WINDOW_METRICS = (
-    WindowMetric("throughput", "tok/s", "end_to_end", "output_tokens", WINDOW_ELAPSED,
-                 _output_throughput),
-    WindowMetric("throughput", "tok/s", "end_to_end", "input_plus_output_tokens",
-                 WINDOW_ELAPSED, _total_throughput),
-    WindowMetric("decode_rate", "tok/s", "decode", "output_tokens",
-                 "first t_first to last t_last in the window (each request's tokens after "
-                 "its first)", _aggregate_decode),
-    WindowMetric("completion_fraction", "fraction", "end_to_end", "finished_requests",
-                 "submitted_requests", _completion_fraction, "all_submitted", "submitted"),
-    WindowMetric("success_fraction", "fraction", "end_to_end", "completed_requests",
-                 "submitted_requests", _success_fraction, "all_submitted", "submitted"),
-    # "80 of 85 finished" is true only with its label; never an unlabelled 94% (T14).
-    WindowMetric("success_rate", "fraction", "end_to_end", "completed_requests",
-                 "finished_requests", _success_rate_finished, "finished_only", "submitted"),
-    WindowMetric("mean_acceptance_length", "tokens/step", "decode",
-                 "vllm:spec_decode_num_accepted_tokens_total delta",
-                 "vllm:spec_decode_num_drafts_total delta (plus one token per step)",
-                 _acceptance_length, optional=True),
-)
-
-# Server log lines (T2): each field under its own metric name, as peak and mean; never
-# the delivered rate (the entry gate checks these names stay apart).
-LOG_METRICS = (("server_log_generation_throughput", "generation_tok_s"),
-               ("server_log_prompt_throughput", "prompt_tok_s"),
-               ("server_log_accepted_throughput", "accepted_tok_s"))
 
 
 def _digest(*parts) -> str:

@@ -27,15 +27,8 @@ from benchledger import __version__
 from benchledger.imports.evidence import NOT_RECORDED
 from benchledger.stats import t_bounds
 from benchledger.warehouse.db import first_row, insert_frame, query_frame
-from benchledger.warehouse.derive import (
-    NO_COUNTER,
-    REQUEST_METRICS,
-    WINDOW_METRICS,
-    Block,
-    entry_id,
-    entry_key,
-    gate_entries,
-)
+from benchledger.warehouse.derive import NO_COUNTER, Block, entry_id, entry_key, gate_entries
+from benchledger.warehouse.metrics import REQUEST_METRICS, WINDOW_METRICS
 
 # The window-level metrics an import supports: its totals over the tool's own elapsed time
 # and its outcome fractions. The aggregate decode span and acceptance length need a shared

@@ -12,8 +12,9 @@ import pytest
 from benchledger.publishing.explain import explain
 from benchledger.warehouse.compare import derive_comparisons
 from benchledger.warehouse.db import connect
-from benchledger.warehouse.derive import REQUEST_METRICS, derive_entries
+from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
+from benchledger.warehouse.metrics import REQUEST_METRICS
 from benchledger.warehouse.validate import validate_run
 from benchmarks.synthetic_run import write_scale_run
 from tests.conftest import REPO
