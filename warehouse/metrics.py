@@ -4,8 +4,8 @@
 A request metric is a column of the `requests` view, summarised over requests by DuckDB
 (queries/derive_request_stats.sql); a window metric is one value per window, computed here
 from the window's totals (queries/derive_window_sums.sql); a log metric is a field of the
-server's own log lines. warehouse/derive.py (measured) and warehouse/evidence_entries.py
-(imported) make entries of request and window metrics; log metrics are measured only.
+server's own log lines. warehouse/entries.py makes the entries of request and window
+metrics for both kinds of evidence; log metrics are measured only (warehouse/derive.py).
 """
 
 from __future__ import annotations

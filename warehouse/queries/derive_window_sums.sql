@@ -1,8 +1,10 @@
 -- Totals over each window's completed measured requests, for the window-level entries and
--- the labels every entry carries (`derive_windows` registered by the caller). A window
--- without completed requests gets zeros (and NULL decode span). A total over requests of
--- which some lack the count is NULL, never the sum of the others or 0: a missing count
--- stays missing (no rate), it is not guessed (T16).
+-- the labels every entry carries (`derive_windows` registered by the caller): a measured
+-- run's passing windows (warehouse/derive.py) or an imported run's windows
+-- (warehouse/evidence_entries.py), one query for both. A window without completed
+-- requests gets zeros (and NULL decode span). A total over requests of which some lack the
+-- count is NULL, never the sum of the others or 0: a missing count stays missing (no
+-- rate), it is not guessed (T16).
 SELECT d.window_id,
        count(r.request_id) AS n_done,
        CASE WHEN count(r.output_tokens) = count(r.request_id)
@@ -12,8 +14,11 @@ SELECT d.window_id,
        sum(r.prompt_tokens) AS prompt_tokens_sum, count(r.prompt_tokens) AS prompt_tokens_n,
        sum(r.output_tokens) AS output_tokens_sum, count(r.output_tokens) AS output_tokens_n,
        sum(r.cached_tokens) AS cached_tokens_sum, count(r.cached_tokens) AS cached_tokens_n,
-       -- where the window's output token counts came from (one value when all agree)
-       string_agg(DISTINCT r.token_source, ', ' ORDER BY r.token_source) AS token_sources,
+       -- where the window's output token counts came from (one value when all agree);
+       -- 'not recorded' for an imported record without one (a measured record always has
+       -- one: the client writes it, and a rule blocks its window otherwise)
+       string_agg(DISTINCT coalesce(r.token_source, 'not recorded'), ', '
+                  ORDER BY coalesce(r.token_source, 'not recorded')) AS token_sources,
        -- The aggregate decode rate: tokens after each request's first, over the span from
        -- the earliest first token to the latest last token of the window's timed requests.
        min(r.t_first_ns) FILTER (WHERE r.t_last_ns IS NOT NULL) AS decode_start_ns,
