@@ -44,6 +44,13 @@ def test_timing_values_are_held_within_their_spread_and_counts_exactly():
     assert differences(fixture, found) == []  # within the spread of a loaded machine
     entry["value"] *= 3
     assert any(f"{rate}: value" in line for line in differences(fixture, found))
+    latency = next(k for k, e in fixture["entries"].items()
+                   if e["unit"] == "s" and e["value"] is not None and e["statistic"] == "p99")
+    found = copy.deepcopy(fixture)
+    found["entries"][latency]["value"] += 0.02  # scheduling on a loaded machine
+    assert differences(fixture, found) == []
+    found["entries"][latency]["value"] += 1.0  # a second more is no longer noise
+    assert any(f"{latency}: value" in line for line in differences(fixture, found))
     tokens = next(k for k, e in fixture["entries"].items()
                   if e.get("mean_output_tokens") is not None)
     found = copy.deepcopy(fixture)
