@@ -126,8 +126,21 @@ def snapshot(warehouse: Path, data_dir: Path) -> dict:
     finally:
         con.close()
     assert len(ids) == len(keyed), "two entries of the run share their labels"
-    return {"entries": dict(sorted(keyed.items())), "comparisons": comparisons,
+    keyed = dict(sorted(keyed.items()))
+    _name_configs(keyed)
+    return {"entries": keyed, "comparisons": comparisons,
             "blocks": blocks, "explain": dict(sorted(explained.items()))}
+
+
+def _name_configs(entries: dict[str, dict]) -> None:
+    """Each distinct effective config as config-1, config-2, ... in order of first use.
+    A config's sha256 covers the server's command line, which holds the interpreter's path
+    (another checkout, another sha256); which entries share a config is what must hold."""
+    names: dict[str, str] = {}
+    for entry in entries.values():
+        sha = entry.get("effective_config_sha256")
+        if sha is not None:
+            entry["effective_config_sha256"] = names.setdefault(sha, f"config-{len(names) + 1}")
 
 
 def _same(a: Any, b: Any, how: str) -> bool:

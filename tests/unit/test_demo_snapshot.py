@@ -22,7 +22,8 @@ def test_a_changed_label_count_block_or_verdict_is_reported():
     fixture = read_fixture()
     rate = _pick(fixture, "tok/s")
     for change in (("population", "completed_only"), ("n_requests", 29),
-                   ("publishable", False), ("token_source", "logprobs")):
+                   ("publishable", False), ("token_source", "logprobs"),
+                   ("effective_config_sha256", "config-3")):  # a config no other entry has
         found = copy.deepcopy(fixture)
         found["entries"][rate][change[0]] = change[1]
         assert any(change[0] in line for line in differences(fixture, found)), change
