@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -234,7 +235,7 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
     numerator = comparison.numerator or ("output_tokens" if comparison.metric == "throughput"
                                          else None)
     labels = [role, comparison.a, comparison.b, workload, comparison.metric, numerator, c]
-    record = {
+    record: dict[str, Any] = {
         "comparison_id": hashlib.sha256(json.dumps([run_id, *labels]).encode()).hexdigest()[:20],
         "run_id": run_id, "role": role, "a": comparison.a, "b": comparison.b,
         "workload": workload,

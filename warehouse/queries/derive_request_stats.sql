@@ -3,7 +3,7 @@
 -- (cell, metric column, restart) and, pooled over restarts, per (cell, metric column; then
 -- restart_id is NULL). UNPIVOT drops NULL values, so a request without a metric (a one-token
 -- answer has no decode rate) is left out of that metric only, as derivation always did.
--- The ON list names warehouse/derive.py's REQUEST_METRICS columns (a test holds them
+-- The ON list names warehouse/metrics.py's REQUEST_METRICS columns (a test holds them
 -- together). quantile_cont interpolates linearly, as numpy.percentile does.
 WITH done AS (
     SELECT d.cell, d.restart_id,

@@ -2,7 +2,7 @@
 -- window (and which requests of it count: request_metric); this view expands that to the
 -- requests on demand, so auditors still get "exactly these requests" while storage grows
 -- with windows, not with entries x requests. The WHEN list names every per-request metric
--- column derivation summarises (warehouse/derive.py REQUEST_METRICS; a test holds them
+-- column derivation summarises (warehouse/metrics.py REQUEST_METRICS; a test holds them
 -- together). Lineage rows from before per-window lineage name their request directly.
 CREATE VIEW entry_requests AS
 SELECT l.entry_id, r.request_id, r.window_id
