@@ -26,7 +26,9 @@ TO_REPO_PATHS := -e 's,^benchledger/\(operators\|expectations\|publishing\|wareh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	rm -rf $(LAYERS) && mkdir -p $(dir $(LAYERS))
+	# build/lib is setuptools' staging folder: a file deleted from the tree lingers there and
+	# would be installed again.
+	rm -rf $(LAYERS) build/lib && mkdir -p $(dir $(LAYERS))
 	$(BIN)/pip install --quiet --no-deps --no-compile --target $(LAYERS) . >$(LAYERS).log 2>&1 \
 	  || { cat $(LAYERS).log; exit 1; }
 	cd $(LAYERS) && $(CURDIR)/$(BIN)/lint-imports $(CURDIR)/.importlinter

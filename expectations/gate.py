@@ -158,11 +158,6 @@ def prepare(suite: str, frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
-    # tests/unit/test_usage_properties.py reads the prepared request frame through this.
-    return prepare("measured_requests", requests)
-
-
 def _gx_rules(suite: str) -> list[tuple[Rule, GxCheck]]:
     """The suite's rules with their checks (every rule of a GX suite has a GxCheck)."""
     return [(rule, rule.check) for rule in rules_of_suite(suite)

@@ -51,9 +51,6 @@ from benchledger.warehouse.entries import (
     window_labels,
     window_totals,
 )
-
-# re-exported: tests/unit/test_token_sources.py imports it from here
-from benchledger.warehouse.entries import token_source as token_source
 from benchledger.warehouse.metrics import LOG_METRICS, WINDOW_METRICS
 from benchledger.warehouse.reconcile import COUNTERS
 from benchledger.warehouse.validate import coverage_subject

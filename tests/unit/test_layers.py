@@ -57,7 +57,7 @@ def test_the_layer_contracts_hold(installed):
     # The warehouse importing Airflow: the core must stay Airflow-free.
     ("warehouse/db.py", "import airflow", "Only the Airflow tasks"),
     # The client reusing the simulator's SSE code: each side must check the other.
-    ("client.py", "from benchledger.simulator import protocol", "share no code"),
+    ("client/request.py", "from benchledger.simulator import protocol", "share no code"),
     # export <-> report_html importing each other: a cycle.
     ("publishing/read.py", "from benchledger.publishing import export", "No import cycles"),
 ])

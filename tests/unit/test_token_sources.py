@@ -30,7 +30,7 @@ from benchledger.simulator import protocol
 from benchledger.simulator.options import SimConfig
 from benchledger.simulator.tokenizer import tokenize
 from benchledger.sweep import SweepError, parse_sweep
-from benchledger.warehouse.derive import token_source
+from benchledger.warehouse.entries import token_source
 from tests.unit.test_gate import by_key, entry, failures, make_run
 
 # --- the client reads what the server sent -----------------------------------------------

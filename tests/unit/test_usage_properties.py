@@ -59,7 +59,7 @@ def as_gate_reads_it(requests: list[dict]) -> pd.DataFrame:
 
 @given(st.lists(REQUEST, min_size=1, max_size=30))
 def test_each_verdict_equals_the_exact_reference(requests):
-    frame = gate._prepare_requests(as_gate_reads_it(requests))
+    frame = gate.prepare("measured_requests", as_gate_reads_it(requests))
     assert list(frame["completed_usage_check"]) == [reference(r) for r in requests]
 
 
