@@ -29,6 +29,7 @@ import pandas as pd
 
 from benchledger.expectations.gate import run_entry_gate
 from benchledger.imports.evidence import NOT_RECORDED
+from benchledger.rules.core import COMPLETED_ONLY
 from benchledger.stats import t_bounds
 from benchledger.warehouse.db import insert_frame, query_frame
 from benchledger.warehouse.metrics import REQUEST_METRICS, WINDOW_ELAPSED, WindowMetric
@@ -62,7 +63,7 @@ def scope(concurrency: Any, arrival: Any) -> str:
 def population(some_not_completed: bool) -> str:
     """completed_only where some submitted request did not complete (the values rest on
     the completed ones only), else all_submitted."""
-    return "completed_only" if some_not_completed else "all_submitted"
+    return COMPLETED_ONLY if some_not_completed else "all_submitted"
 
 
 def token_source(window_sources: pd.Series) -> str | None:
