@@ -47,7 +47,7 @@ browser:
 
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
-# Airflow, overlap. About 10 minutes on 2 cores instead of 18 one file after another.
+# Airflow, overlap. About 12 minutes on 2 cores instead of 20 one file after another.
 test: lint browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
