@@ -47,7 +47,8 @@ browser:
 
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
-# Airflow, overlap. About 12 minutes on 2 cores instead of 20 one file after another.
+# Airflow, overlap. About 12 minutes on 2 cores (one file after another took 18 before the
+# 2-minute demo regression test).
 test: lint browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
