@@ -23,8 +23,8 @@ from benchledger import __version__
 from benchledger import rules as R
 from benchledger.expectations.gate import run_comparison_gate
 from benchledger.stats import Difference, welch, welch_from_summary
-from benchledger.sweep import Comparison, Sweep, parse_sweep
-from benchledger.warehouse.db import first_row, query_frame
+from benchledger.sweep import Comparison, Sweep
+from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
@@ -116,16 +116,15 @@ def _arm_config(restarts: pd.DataFrame, arm: str) -> str | None:
     return next(iter(hashes)) if len(hashes) == 1 else None
 
 
-def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
+def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
+                       sweep: Sweep | None = None) -> int:
     """Write every comparison of the run's sweep, per workload; returns how many were new.
+    `sweep`: the run's recorded sweep, when the caller has parsed it already.
 
     Each new A/B is first held to the comparison rules of the catalogue (their results go
     to `validations`, suite "comparisons"); its verdict follows from those results.
     """
-    row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
-    if row is None:
-        raise LookupError(f"run {run_id!r} is not in the warehouse")
-    sweep = parse_sweep(row[0], source=f"runs[{run_id}].sweep_toml")
+    sweep = sweep or recorded_sweep(con, run_id)
     entries = con.execute("SELECT * FROM current_entries WHERE run_id = ?", [run_id]).df()
     restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
     restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "

@@ -12,6 +12,7 @@ warehouse/load.py.
 from __future__ import annotations
 
 import graphlib
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 import pyarrow as pa
+
+from benchledger.sweep import Sweep, parse_sweep
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = Path(__file__).parent / "queries"
@@ -301,6 +304,29 @@ def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None
     work on a connection with an unfinished result, which fetchone() would leave)."""
     rows = con.execute(sql, params or []).fetchall()
     return rows[0] if rows else None
+
+
+def recorded_sweep(con: duckdb.DuckDBPyConnection, run_id: str) -> Sweep:
+    """The sweep a measured run recorded (runs.sweep_toml), checked against the sha256
+    recorded beside it (runs.sweep_sha256) and parsed once: what validation and derivation
+    of the run read, never the file. LookupError for a run the warehouse does not hold."""
+    row = first_row(con, "SELECT sweep_toml, sweep_sha256 FROM runs WHERE run_id = ?",
+                    [run_id])
+    if row is None:
+        raise LookupError(f"run {run_id!r} is not in the warehouse")
+    text, recorded = row
+    if recorded is not None and recorded not in _sweep_digests(text):
+        raise WarehouseError(f"run {run_id}: its recorded sweep text (runs.sweep_toml) does "
+                             f"not have the sha256 recorded with it ({recorded}); refusing "
+                             "to judge the run by another sweep")
+    return parse_sweep(text, source=f"runs[{run_id}].sweep_toml")
+
+
+def _sweep_digests(text: str) -> set[str]:
+    """The sha256 the file of this recorded text had: of the text itself, or (runs recorded
+    before the text was read as bytes kept it with universal newlines) of its CRLF form."""
+    return {hashlib.sha256(variant.encode("utf-8")).hexdigest()
+            for variant in (text, text.replace("\n", "\r\n"))}
 
 
 def only_row(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> tuple[Any, ...]:

@@ -36,8 +36,8 @@ from benchledger import __version__
 from benchledger import rules as R
 from benchledger.rules import EXCLUDE_RESTART, names_with_effect
 from benchledger.stats import t_bounds
-from benchledger.sweep import ArmPlan, parse_sweep
-from benchledger.warehouse.db import first_row, query_frame
+from benchledger.sweep import ArmPlan, Sweep
+from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.entries import (
     Block,
     Candidate,
@@ -65,7 +65,7 @@ CHUNK_WARNING = "chunk counting would under-report output tokens by this factor 
 class RunFacts:
     """Everything derivation reads about one run, queried once (no request rows)."""
 
-    sweep_toml: str
+    sweep: Sweep  # as the run recorded it (warehouse.db.recorded_sweep)
     restarts: pd.DataFrame
     windows: pd.DataFrame
     validations: pd.DataFrame
@@ -74,10 +74,9 @@ class RunFacts:
     counter_checks: pd.DataFrame  # window_id, matched, lower_bound, mismatched, no_counter
 
     @classmethod
-    def query(cls, con: duckdb.DuckDBPyConnection, run_id: str) -> RunFacts:
-        row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
-        if row is None:
-            raise LookupError(f"run {run_id!r} is not in the warehouse")
+    def query(cls, con: duckdb.DuckDBPyConnection, run_id: str,
+              sweep: Sweep | None = None) -> RunFacts:
+        sweep = sweep or recorded_sweep(con, run_id)
         restarts = con.execute(
             "SELECT restart_id, arm, status, server_kind, server_version, "
             "effective_config_sha256 FROM restarts WHERE run_id = ?", [run_id]).df()
@@ -88,7 +87,7 @@ class RunFacts:
         # The clock ratio the clock rule judged (NULL: no sample under load).
         clocks = frame("gate_restarts")[["restart_id", "clock_ratio"]]
         restarts = restarts.merge(clocks, on="restart_id", how="left")
-        return cls(row[0], restarts, frame("run_windows"), frame("latest_validations"),
+        return cls(sweep, restarts, frame("run_windows"), frame("latest_validations"),
                    frame("counter_deltas_for_run"), frame("log_lines_for_run"),
                    frame("counter_checks_for_run"))
 
@@ -189,7 +188,7 @@ class Cell:
 
 def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
     """Every planned cell, with the windows that passed every rule (before their totals)."""
-    sweep = parse_sweep(facts.sweep_toml, source=f"runs[{run_id}].sweep_toml")
+    sweep = facts.sweep
     v = facts.validations
     failed = v[~v["success"].astype(bool)]
     excluding = failed["expectation"].isin(EXCLUDING_RULES)
@@ -309,10 +308,11 @@ def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
 
 
 def derive_entries(con: duckdb.DuckDBPyConnection, run_id: str,
-                   docs_dir: Path | None = None) -> int:
+                   docs_dir: Path | None = None, sweep: Sweep | None = None) -> int:
     """Write the run's entries and their lineage; returns how many were new. The entry
-    rules' results join the run's GX Data Docs when docs_dir is given."""
-    facts = RunFacts.query(con, run_id)
+    rules' results join the run's GX Data Docs when docs_dir is given. `sweep`: the run's
+    recorded sweep, when the caller has parsed it already."""
+    facts = RunFacts.query(con, run_id, sweep)
     return record_entries(con, run_id, _candidates(con, facts, run_id), docs_dir)
 
 

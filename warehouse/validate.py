@@ -12,8 +12,8 @@ import pandas as pd
 from benchledger import rules as R
 from benchledger.expectations.gate import REQUEST_COLUMNS, RuleResult, run_gate
 from benchledger.rules import RULESET_VERSION, QueryCheck, Rule
-from benchledger.sweep import parse_sweep
-from benchledger.warehouse.db import first_row, insert_frame, query_frame, query_sql
+from benchledger.sweep import Sweep
+from benchledger.warehouse.db import insert_frame, query_frame, query_sql, recorded_sweep
 from benchledger.warehouse.reconcile import reconcile_run
 
 
@@ -21,9 +21,8 @@ def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> 
     return f"{run_id}/{arm}/{workload}-c{concurrency}"
 
 
-def planned_cells(run_id: str, sweep_toml: str) -> pd.DataFrame:
+def planned_cells(run_id: str, sweep: Sweep) -> pd.DataFrame:
     """The run's plan: one row per (arm, workload, concurrency) with its planned windows."""
-    sweep = parse_sweep(sweep_toml, source=f"runs[{run_id}].sweep_toml")
     rows = [(coverage_subject(run_id, arm.name, workload.name, concurrency), arm.name,
              workload.name, concurrency, sweep.plan(arm).restarts)
             for arm in sweep.arms for workload in sweep.workloads
@@ -69,16 +68,14 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
                  docs_dir: Path | None = None) -> dict:
     """Run the gate over the run's rows and store every result; with docs_dir, also render
     the results as GX Data Docs there and remember where (runs.data_docs_path)."""
-    row = first_row(con, "SELECT sweep_toml FROM runs WHERE run_id = ?", [run_id])
-    if row is None:
-        raise LookupError(f"run {run_id!r} is not in the warehouse")
+    sweep = recorded_sweep(con, run_id)
     reconcile_run(con, run_id)  # the windows suite reads its results
     restarts = query_frame(con, "gate_restarts", run_id=run_id)
     windows = query_frame(con, "gate_windows", run_id=run_id)
     requests = gate_requests(con, run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
                + query_check_results(con, R.WINDOWS_PRESENT, run_id,
-                                     planned_cells=planned_cells(run_id, row[0])))
+                                     planned_cells=planned_cells(run_id, sweep)))
     store_results(con, run_id, results)
     if docs_dir is not None:
         con.execute("UPDATE runs SET data_docs_path = ? WHERE run_id = ?",

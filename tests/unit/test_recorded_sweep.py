@@ -95,3 +95,22 @@ def test_the_load_refuses_a_run_whose_recorded_sweep_is_not_the_one_loaded(tmp_p
         raw.write_json(layout.run_manifest, {**manifest, "sweep_sha256": "e" * 64})
         with pytest.raises(WarehouseError, match=re.escape(f"run {RUN_ID} is in the warehouse")):
             load_run_dir(con, layout.run_dir)
+
+
+def test_validation_and_derivation_refuse_a_run_whose_recorded_text_was_altered(tmp_path):
+    from benchledger.warehouse.db import recorded_sweep
+    from benchledger.warehouse.validate import validate_run
+
+    layout = _one_window_run(tmp_path)
+    with connect(tmp_path / "wh.duckdb") as con:
+        load_run_dir(con, layout.run_dir)
+        assert recorded_sweep(con, RUN_ID).sweep.name == "recorded"
+        con.execute("UPDATE runs SET sweep_toml = replace(sweep_toml, 'requests = 5', "
+                    "'requests = 50') WHERE run_id = ?", [RUN_ID])
+        with pytest.raises(WarehouseError, match="does not have the sha256 recorded with it"):
+            validate_run(con, RUN_ID)
+        # a run recorded before the text was read as bytes (universal newlines) still reads
+        crlf = SWEEP.replace("\n", "\r\n")
+        con.execute("UPDATE runs SET sweep_toml = ?, sweep_sha256 = ? WHERE run_id = ?",
+                    [SWEEP, hashlib.sha256(crlf.encode()).hexdigest(), RUN_ID])
+        assert recorded_sweep(con, RUN_ID).arm("sim").requests == 5
