@@ -284,7 +284,7 @@ class Workload(_Strict):
         return self.prompt_set or self.name
 
 
-# Metrics a comparison may name (see warehouse/derive.py for what each one is).
+# Metrics a comparison may name (see warehouse/metrics.py for what each one is).
 ComparableMetric = Literal["decode_rate", "e2e_rate", "prefill_rate", "ttft", "tpot",
                            "e2e_latency", "throughput", "success_fraction",
                            "completion_fraction"]

@@ -12,7 +12,7 @@ ALTER TABLE validations ADD COLUMN ruleset_version VARCHAR;
 -- summary, the report and audits read this table.
 CREATE TABLE entry_blocks (
     entry_id       VARCHAR NOT NULL,
-    rule           VARCHAR NOT NULL,   -- a rule of the catalogue (benchledger/rules.py)
+    rule           VARCHAR NOT NULL,   -- a rule of the catalogue (benchledger/rules/)
     subject        VARCHAR NOT NULL,
     validation_id  VARCHAR,            -- the result that failed
     expected       VARCHAR,

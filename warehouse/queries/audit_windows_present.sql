@@ -1,4 +1,4 @@
--- Rule windows_present (benchledger/rules.py): every planned (arm, workload, concurrency)
+-- Rule windows_present (benchledger/rules/windows.py): every planned (arm, workload, concurrency)
 -- of a run has one window per planned restart. `planned_cells` (subject, arm, workload,
 -- concurrency, planned_windows) is the sweep's plan, registered by the caller. Returns
 -- every planned cell with its verdict; the rows breaking the rule are those with
