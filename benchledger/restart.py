@@ -21,7 +21,6 @@ manifest's `interrupted_windows`, so the requests it lost are on record.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import socket
 from collections.abc import Callable, Mapping
@@ -55,7 +54,15 @@ from benchledger.restart_record import (
     fold_leftover_marks,
     utc_now,
 )
-from benchledger.sweep import Arm, ArmPlan, Sweep, parse_sweep, read_sweep_file
+from benchledger.sweep import (
+    Arm,
+    ArmPlan,
+    RecordedSweepMismatch,
+    Sweep,
+    parse_recorded,
+    parse_sweep,
+    read_sweep_file,
+)
 from benchledger.window_write import write_window, written_window
 
 log = logging.getLogger(__name__)
@@ -101,18 +108,18 @@ def recorded_sweep(layout: RunLayout, sweep_path: Path | None = None) -> tuple[S
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RecordMismatch(f"{layout.run_manifest}: no recorded sweep to measure "
                              f"({type(exc).__name__}: {exc}); plan did not run") from exc
-    found = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if found != sha256:
-        raise RecordMismatch(f"{layout.run_manifest}: the recorded sweep text has sha256 "
-                             f"{found}, not the {sha256} recorded with it; refusing to "
-                             "measure a sweep other than the one this run planned")
+    try:
+        sweep = parse_recorded(text, sha256, f"{layout.run_manifest} (sweep_toml)")
+    except RecordedSweepMismatch as exc:
+        raise RecordMismatch(f"{exc}; refusing to measure a sweep other than the one this "
+                             "run planned") from exc
     if sweep_path is not None and Path(sweep_path).is_file():
         _, now = read_sweep_file(sweep_path)
         if now != sha256:
             log.warning("%s changed since run %s was planned (sha256 %s, planned %s); "
                         "this run measures the planned text", sweep_path, layout.run_id,
                         now, sha256)
-    return parse_sweep(text, source=f"{layout.run_manifest} (sweep_toml)"), sha256
+    return sweep, sha256
 
 
 # --- launch and readiness -------------------------------------------------------------------

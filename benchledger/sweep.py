@@ -512,6 +512,26 @@ def read_sweep_file(path: str | Path) -> tuple[str, str]:
     return text, hashlib.sha256(data).hexdigest()
 
 
+class RecordedSweepMismatch(SweepError):
+    """A recorded sweep text that is not the text its recorded sha256 names."""
+
+
+def parse_recorded(text: str, sha256: str | None, source: str) -> Sweep:
+    """A sweep as a run recorded it (its text and the sha256 of the file it was read from),
+    the text checked against the sha256, then parsed: what every step after the plan reads.
+    The file's sha256 is of the text itself or, for runs recorded before the text was read
+    as bytes (it kept universal newlines), of its CRLF form. None: nothing was recorded to
+    check against."""
+    if sha256 is not None:
+        digests = {hashlib.sha256(variant.encode("utf-8")).hexdigest()
+                   for variant in (text, text.replace("\n", "\r\n"))}
+        if sha256 not in digests:
+            raise RecordedSweepMismatch(
+                f"{source}: the recorded sweep text does not have the sha256 recorded with it "
+                f"({sha256}; the text's is {hashlib.sha256(text.encode()).hexdigest()})")
+    return parse_sweep(text, source=source)
+
+
 def load_sweep(path: str | Path) -> Sweep:
     text, _ = read_sweep_file(path)
     return parse_sweep(text, source=str(path))

@@ -12,7 +12,6 @@ warehouse/load.py.
 from __future__ import annotations
 
 import graphlib
-import hashlib
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from benchledger.sweep import Sweep, parse_sweep
+from benchledger.sweep import RecordedSweepMismatch, Sweep, parse_recorded
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = Path(__file__).parent / "queries"
@@ -315,18 +314,11 @@ def recorded_sweep(con: duckdb.DuckDBPyConnection, run_id: str) -> Sweep:
     if row is None:
         raise LookupError(f"run {run_id!r} is not in the warehouse")
     text, recorded = row
-    if recorded is not None and recorded not in _sweep_digests(text):
-        raise WarehouseError(f"run {run_id}: its recorded sweep text (runs.sweep_toml) does "
-                             f"not have the sha256 recorded with it ({recorded}); refusing "
-                             "to judge the run by another sweep")
-    return parse_sweep(text, source=f"runs[{run_id}].sweep_toml")
-
-
-def _sweep_digests(text: str) -> set[str]:
-    """The sha256 the file of this recorded text had: of the text itself, or (runs recorded
-    before the text was read as bytes kept it with universal newlines) of its CRLF form."""
-    return {hashlib.sha256(variant.encode("utf-8")).hexdigest()
-            for variant in (text, text.replace("\n", "\r\n"))}
+    try:
+        return parse_recorded(text, recorded, f"runs[{run_id}].sweep_toml")
+    except RecordedSweepMismatch as exc:
+        raise WarehouseError(f"run {run_id}: {exc}; refusing to judge the run by another "
+                             "sweep") from exc
 
 
 def only_row(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> tuple[Any, ...]:
