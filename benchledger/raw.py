@@ -232,17 +232,14 @@ class RunLayout:
     def window_id(self, arm: str, restart_index: int, workload: str, concurrency: int) -> str:
         return f"{self.restart_id(arm, restart_index)}/{window_stem(workload, concurrency)}"
 
-    def window_stem(self, arm: str, restart_index: int, workload: str,
-                    concurrency: int) -> Path:
-        """The window's files without their suffix."""
-        return self.slot_dir(arm, restart_index) / window_stem(workload, concurrency)
-
     def window_files(self, arm: str, restart_index: int, workload: str,
                      concurrency: int) -> WindowFiles:
-        return WindowFiles.of(self.window_stem(arm, restart_index, workload, concurrency))
+        return WindowFiles.of(self.slot_dir(arm, restart_index)
+                              / window_stem(workload, concurrency))
 
 
 def window_stem(workload: str, concurrency: int) -> str:
+    """A window's name in its restart's folder and id, and its files' name before suffixes."""
     return f"{workload}-c{concurrency}"
 
 

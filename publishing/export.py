@@ -191,19 +191,17 @@ def publish_run(con: duckdb.DuckDBPyConnection, run_id: str | None,
     id); refuses a run the warehouse does not hold (LookupError) or one with nothing
     derived (PublicationError)."""
     run_id = run_id or latest_run_id(con)
-    folder = export_run(con, run_id, out(run_id) if callable(out) else out)
     counts = check_publishable(con, run_id)
+    folder = Path(out(run_id) if callable(out) else out)
+    previous = _owned_files(folder)  # refuses before anything is rendered or touched
+    write_publication(folder, render_publication(con, run_id), previous)
     return Publication(run_id, folder, counts)
 
 
 def export_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path) -> Path:
     """Write one run's publication into `out`: a new or empty folder, or one an earlier
     publication marked (see the module's docstring)."""
-    check_publishable(con, run_id)
-    out = Path(out)
-    previous = _owned_files(out)  # refuses before anything is rendered or touched
-    write_publication(out, render_publication(con, run_id), previous)
-    return out
+    return publish_run(con, run_id, out).out
 
 
 def write_publication(out: Path, files: dict[str, bytes],
