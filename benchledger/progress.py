@@ -127,6 +127,7 @@ class PartCounter:
         self._finished = self._failed = self._unresolved = 0
         self._tokens: int | None = None
         self._drain_deadline_ns: int | None = None
+        self._elsewhere: Snapshot | None = None  # the counts of workers running the part
 
     def submitted(self, task: asyncio.Task, record: object) -> None:
         if self._first_ns is None:
@@ -138,7 +139,22 @@ class PartCounter:
         """Every request is submitted; the drain deadline starts now."""
         self._drain_deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
 
+    def elsewhere(self, snapshot: Snapshot) -> None:
+        """The part runs in worker processes: their summed counts (without tokens, which
+        are read from records) stand for this counter's until `came_back`."""
+        self._elsewhere = snapshot
+
+    def came_back(self, records: list) -> None:
+        """The records of a part that worker processes ran, once they are all here."""
+        self._elsewhere = None
+        self._submitted = len(records)
+        self._ended.extend(records)
+        submits = [t for r in records if (t := getattr(r, "t_submit_ns", 0))]
+        self._first_ns = min(submits, default=self._first_ns)
+
     def snapshot(self, done: bool = False) -> Snapshot:
+        if self._elsewhere is not None and not done:
+            return self._elsewhere
         self._count_ended()
         now = time.perf_counter_ns()
         unresolved = self._submitted - self._finished if done else self._unresolved

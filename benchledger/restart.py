@@ -283,6 +283,7 @@ def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str
         input_tokens=workload.input_tokens, seed=plan.seed,
         calibration_requests=(plan.arm.calibration_requests
                               if plan.arm.token_count == "server_tokenizer" else 0),
+        workers=None if plan.client_workers == "auto" else plan.client_workers,
     )
 
 

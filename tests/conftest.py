@@ -105,6 +105,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def _play(self, script: Script) -> None:
         self.send_response(script.status)
         self.send_header("Content-Type", script.content_type)
+        for name, value in script.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.flush()
         try:
@@ -135,6 +137,7 @@ class Script:
     steps: list = dataclasses.field(default_factory=list)
     status: int = 200
     content_type: str = "text/event-stream"
+    headers: dict = dataclasses.field(default_factory=dict)  # more of them, e.g. chunked
 
 
 def sse_event(payload) -> bytes:

@@ -23,9 +23,12 @@ the variants in `counting.py` and `tokenizer.py`: usage, logprobs or server_toke
     record.py     WindowSpec, RequestRecord (one raw row each)
     target.py     Target, TokenCounter (the token count's strategy)
     counting.py   the usage and logprobs counts
-    request.py    one streamed request
+    request.py    one streamed request (aiohttp), its reads stamped as they come
+    ruler.py      the client's measure of its own error: loop lag, CPU share, bunching
+    streams.py    one event loop's share of a part: submit, read, drain
+    workers.py    the streams spread over worker processes, one event loop each
     tokenizer.py  the count by the server's tokenizer, and its calibration
-    window.py     a window: warm-up, measured part, drain, accounting
+    window.py     a window: warm-up, measured part, accounting, rows
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from benchledger.client.events import DONE, Event, parse_event
 from benchledger.client.record import RequestRecord, WindowSpec
 from benchledger.client.request import exception_text, request_body
 from benchledger.client.sse import MAX_EVENT_BYTES, SSEReader
+from benchledger.client.streams import poisson_arrivals
 from benchledger.client.target import TOKEN_COUNTS, Target, TokenCounter, TokenCountName
 from benchledger.client.tokenizer import (
     calibration_summary,
@@ -49,9 +53,9 @@ from benchledger.client.window import (
     WindowResult,
     measure_window,
     measure_window_async,
-    poisson_arrivals,
     warmup_problem,
 )
+from benchledger.client.workers import worker_count
 
 __all__ = [
     "CHAT", "COMPLETIONS", "DONE", "ENDPOINTS", "INT64_MAX", "INT64_MIN", "MAX_EVENT_BYTES",
@@ -60,4 +64,5 @@ __all__ = [
     "WindowResult", "WindowSpec", "calibration_summary", "exception_text", "measure_window",
     "measure_window_async", "parse_event", "poisson_arrivals", "read_token_count",
     "read_usage", "request_body", "tokenize_body", "tokenizer_count", "warmup_problem",
+    "worker_count",
 ]

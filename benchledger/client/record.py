@@ -33,6 +33,9 @@ class WindowSpec:
     # server_tokenizer: non-streamed requests after the window whose usage checks the
     # tokenizer's counts
     calibration_requests: int = 0
+    # Client worker processes the streams are spread over (None: one per core, at most
+    # one per 64 streams; benchledger.client.workers.worker_count)
+    workers: int | None = None
 
 
 @dataclass

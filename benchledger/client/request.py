@@ -1,6 +1,13 @@
 """One request: its body, sending it, and reading its stream into its record as the events
 arrive. Any outcome is recorded on the record; whatever one request hits never ends the
-window."""
+window.
+
+The stream is read with aiohttp (its HTTP parser is C, llhttp) on the worker's uvloop:
+per network read the client pays tens of microseconds where httpx's pure-Python stack
+paid over a hundred, which is what decides how late events are stamped once hundreds of
+streams share one core (benchmarks/client_fidelity.py). Each read is stamped the moment
+the stream's task gets it, before any of it is parsed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
+import aiohttp
 
 from benchledger.client.endpoint import Endpoint, ReadCounted
 from benchledger.client.events import parse_event
@@ -37,17 +44,18 @@ def request_body(target: Target, record: RequestRecord, stream: bool = True
     return target.endpoint.path, body
 
 
-async def _body_head(response: httpx.Response) -> str:
+async def _body_head(response: aiohttp.ClientResponse) -> str:
     """The start of an answer's body (an error page may be large, or never end)."""
     head = b""
-    async for part in response.aiter_bytes():
+    async for part in response.content.iter_any():
         head += part
         if len(head) >= ERROR_BODY_BYTES:
             break
     return head[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
 
 
-async def _read_stream(response: httpx.Response, record: RequestRecord, endpoint: Endpoint,
+async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
+                       endpoint: Endpoint,
                        counted: ReadCounted | None) -> None:
     """Fill `record` from a 200 answer's event stream, then set its outcome. `counted`:
     what the arm's token count reads of each event, for the record's tally to keep."""
@@ -59,8 +67,13 @@ async def _read_stream(response: httpx.Response, record: RequestRecord, endpoint
     reader = SSEReader()
     stamps = record.content_event_ns
     keep = record.tally.add
-    async for chunk in response.aiter_bytes():
-        now = time.perf_counter_ns()  # every event in this chunk arrived now
+    body = response.content
+    async for first in body.iter_any():
+        now = time.perf_counter_ns()  # every event in this chunk arrived by now
+        # What else is buffered came in before this moment too (aiohttp hands out one
+        # network read at a time): one stamp for all of it, so that the events a late
+        # loop finds waiting show as bunched, not as spread over microseconds.
+        chunk = first + rest if (rest := body.read_nowait()) else first
         seen = reader.events
         for number, data in enumerate(reader.feed(chunk), seen + 1):
             event = parse_event(data, endpoint, counted)
@@ -93,30 +106,43 @@ async def _read_stream(response: httpx.Response, record: RequestRecord, endpoint
                 + (f" ({unfinished})" if unfinished else ""))
 
 
+def _reset(exc: BaseException) -> bool:
+    """Whether a connection reset is behind `exc` (aiohttp wraps it in a payload error)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionResetError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def exception_text(exc: BaseException, http_status: int | None) -> str:
-    """What an exception that ended a request says, for the row's error. Some say nothing
-    (httpx's ReadError for a connection reset mid-stream has an empty message, which would
-    leave a bare `ReadError: `): then what happened is named from the exception's kind and
-    how far the request had got (`http_status`: None before the answer's status line)."""
-    message = str(exc)
-    if message.strip():
-        return message
+    """What an exception that ended a request says, for the row's error: what happened,
+    named from the exception's kind and how far the request had got (`http_status`: None
+    before the answer's status line), then what the library said, if anything. Library
+    texts alone are terse ("Server disconnected") or empty."""
     if http_status is None:
         where = "before the server answered"
     elif http_status == 200:
         where = "mid-stream"
     else:
         where = f"while its HTTP {http_status} answer was read"
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out {where}"
-    if isinstance(exc, httpx.ConnectError):
-        return "no connection to the server could be made"
-    if isinstance(exc, (httpx.NetworkError, httpx.RemoteProtocolError)):
-        return f"the connection was closed or reset by the server {where}"
-    return f"no message given ({where})"
+    message = str(exc).strip()
+    if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError is one
+        what = f"timed out {where}"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        what = "no connection to the server could be made"
+    elif _reset(exc) or isinstance(exc, (aiohttp.ServerDisconnectedError,
+                                         aiohttp.ClientConnectionError, ConnectionError)):
+        what = f"the connection was closed or reset by the server {where}"
+    elif isinstance(exc, aiohttp.ClientPayloadError):
+        what = f"the answer's body was cut short or malformed {where}"
+    else:
+        return message or f"no message given ({where})"
+    return f"{what} ({message})" if message else what
 
 
-async def stream_one(http: httpx.AsyncClient, target: Target, record: RequestRecord,
+async def stream_one(http: aiohttp.ClientSession, target: Target, record: RequestRecord,
                      request_timeout_s: float) -> None:
     """Send one request and fill `record` as events arrive. Any outcome is recorded on the
     record; only cancellation (a drain deadline) leaves it, still `unresolved`."""
@@ -126,16 +152,16 @@ async def stream_one(http: httpx.AsyncClient, target: Target, record: RequestRec
     record.t_submit_ns = time.perf_counter_ns()
     try:
         async with asyncio.timeout(request_timeout_s), \
-                http.stream("POST", url, json=body) as response:
-            record.http_status = response.status_code
-            if response.status_code != 200:
-                record.fail(f"HTTP {response.status_code}: {(await _body_head(response))[:500]}")
+                http.post(url, json=body) as response:
+            record.http_status = response.status
+            if response.status != 200:
+                record.fail(f"HTTP {response.status}: {(await _body_head(response))[:500]}")
             else:
                 await _read_stream(response, record, target.endpoint, counted)
-    except TimeoutError:
-        record.fail(f"no complete answer within request_timeout_s ({request_timeout_s:g} s)")
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientError as exc:  # before TimeoutError: a connect timeout is both
         record.fail(f"{type(exc).__name__}: {exception_text(exc, record.http_status)}")
+    except TimeoutError:  # the request's own total deadline (asyncio.timeout)
+        record.fail(f"no complete answer within request_timeout_s ({request_timeout_s:g} s)")
     except Exception as exc:  # noqa: BLE001 (whatever one request hits must not end the window)
         record.fail(f"unexpected {type(exc).__name__} while streaming: "
                     f"{exception_text(exc, record.http_status)}")

@@ -1,34 +1,38 @@
-"""A window: the warm-up, then the measured requests, each part submitted and drained, and
-the window's accounting.
+"""A window: the warm-up, then the measured requests, each part submitted and drained (by
+one event loop or by worker processes: benchledger.client.streams and .workers), and the
+window's accounting, with the client's measure of its own error (benchledger.client.ruler).
 
-Every wait is bounded: a request has a total deadline (`request_timeout_s`, not httpx's
-per-read timeout), and both the warm-up and the measured part of a window wait at most
-`drain_timeout_s` after their last submission; requests still running then are cancelled and
-recorded as `unresolved` rows.
+Whatever the number of workers, the window has the same rows (one per request, numbered
+as one loop would number them), the same accounting (submitted = completed + failed +
+unresolved) and is written all-or-nothing by its caller. Token counts that need the
+server's tokenizer, the warm-up's check and the rows are made here, after each part,
+never on the path that stamps events.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from benchledger.client.record import RequestRecord, WindowSpec, new_record
-from benchledger.client.request import stream_one
+from benchledger.client.record import RequestRecord, WindowSpec
+from benchledger.client.ruler import Reading, summarise
+from benchledger.client.streams import (
+    CONNECT_TIMEOUT_S,
+    PartOutcome,
+    Share,
+    client_session,
+    drive_part,
+)
 from benchledger.client.target import Target, TokenCounter
 from benchledger.client.usage import read_usage
+from benchledger.client.workers import WorkerPool, WorkerProgress, worker_count
 from benchledger.progress import DEFAULT_INTERVAL_S, PartCounter, Snapshot, reporter
 from benchledger.redaction import redact
-
-CONNECT_TIMEOUT_S = 30.0
-# After cancelling the requests still running at a drain deadline, how long to wait for
-# them to unwind (closing their connections) before going on regardless.
-CANCEL_GRACE_S = 5.0
 
 
 @dataclass
@@ -51,83 +55,6 @@ def warmup_problem(token_count: TokenCounter, warmup: list[RequestRecord]) -> st
     return token_count.nothing_counted(completed)
 
 
-def poisson_arrivals(rate_rps: float, seed: int) -> Iterator[float]:
-    """Seeded open-loop arrival times (seconds from the first): exponential gaps, lazily
-    (a window of 10^9 requests must not build its schedule before sending anything)."""
-    rng = random.Random(seed)
-    t = 0.0
-    yield t
-    while True:
-        t += rng.expovariate(rate_rps)
-        yield t
-
-
-def _arrivals(spec: WindowSpec) -> Iterator[float] | None:
-    """The measured part's schedule: None for a closed loop."""
-    if spec.arrival != "poisson":
-        return None
-    if spec.rate_rps is None:  # the sweep refuses this (arrival = 'poisson' needs rate_rps)
-        raise ValueError(f"window {spec.window_id}: arrival = 'poisson' needs rate_rps")
-    return poisson_arrivals(spec.rate_rps, spec.seed)
-
-
-async def _drain(in_flight: dict[asyncio.Task[None], RequestRecord], drain_timeout_s: float,
-                 what: str) -> int | None:
-    """Wait at most `drain_timeout_s` for the running requests; cancel the rest, which stay
-    `unresolved` rows (docs/protocol.md, trap T14). Returns the deadline if it was hit."""
-    deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
-    if not in_flight:
-        return None
-    _, pending = await asyncio.wait(in_flight, timeout=drain_timeout_s)
-    if not pending:
-        return None
-    for task in pending:
-        task.cancel()
-    # Bounded too: a request that does not unwind in time is left to the loop's shutdown.
-    await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
-    for task in pending:
-        # Cancellation must not turn it into a failure: its outcome is unknown.
-        record = in_flight[task]
-        record.status = "unresolved"
-        record.error = f"{what} still running at the drain deadline ({drain_timeout_s:g} s)"
-        record.t_done_ns = None
-    return deadline_ns
-
-
-async def _drive(http: httpx.AsyncClient, target: Target, spec: WindowSpec, is_warmup: bool,
-                 records: list[RequestRecord], offsets: Iterator[float] | None = None,
-                 progress: PartCounter | None = None) -> int | None:
-    """Submit the part's requests (creating each record as it is submitted, into
-    `records`), then drain; returns the drain deadline if it was hit.
-
-    Closed loop (offsets None): a new request as soon as fewer than `concurrency` are
-    outstanding. Open loop: each request at its scheduled offset, still capped at
-    `concurrency` outstanding (a late submission shows in the achieved rate). After the
-    last submission the part waits at most `drain_timeout_s`, warm-up included.
-    """
-    total = spec.warmup if is_warmup else spec.requests
-    in_flight: dict[asyncio.Task[None], RequestRecord] = {}
-    start = time.perf_counter()
-    schedule = offsets if offsets is not None else iter(())
-    for i in range(total):
-        while len(in_flight) >= spec.concurrency:
-            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                in_flight.pop(task)
-        if offsets is not None and (delay := start + next(schedule) - time.perf_counter()) > 0:
-            await asyncio.sleep(delay)
-        record = new_record(spec, is_warmup, i, target.token_count.new_tally())
-        records.append(record)
-        task = asyncio.create_task(stream_one(http, target, record, spec.request_timeout_s))
-        in_flight[task] = record
-        if progress is not None:
-            progress.submitted(task, record)
-    if progress is not None:
-        progress.draining(spec.drain_timeout_s)
-    return await _drain(in_flight, spec.drain_timeout_s,
-                        "warm-up request" if is_warmup else "request")
-
-
 def _achieved_rate(measured: list[RequestRecord]) -> float | None:
     """Submissions per second over the submission span (n - 1 gaps)."""
     submits = sorted(r.t_submit_ns for r in measured if r.t_submit_ns)
@@ -143,10 +70,11 @@ def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[Re
     counts = {s: sum(r.status == s for r in measured)
               for s in ("completed", "failed", "unresolved")}
     wall_ns, perf_ns = anchor
-    start_ns = min((r.t_submit_ns for r in measured), default=perf_ns)
+    start_ns = min((r.t_submit_ns for r in measured if r.t_submit_ns), default=perf_ns)
     finished = [r.t_done_ns for r in measured if r.status != "unresolved" and r.t_done_ns]
     if counts["unresolved"]:
-        # Only a drain deadline leaves measured requests unresolved (_drain): there is one.
+        # Only a drain deadline (or a lost worker, at the moment it was seen) leaves
+        # measured requests unresolved: there is one.
         assert drain_deadline_ns is not None
         end_ns = drain_deadline_ns
     else:
@@ -191,6 +119,50 @@ def _delivered_tokens(record: object) -> int | None:
     return record.counted(read_usage(record.usage))[0]
 
 
+class _OneLoop:
+    """A window's streams on the calling event loop (one worker: no process to start)."""
+
+    def __init__(self, target: Target, spec: WindowSpec) -> None:
+        self._target, self._spec = target, spec
+        self._http = client_session(target, spec.concurrency, spec.request_timeout_s)
+
+    async def part(self, is_warmup: bool, progress: PartCounter | None) -> list[PartOutcome]:
+        return [await drive_part(self._http, self._target, self._spec, is_warmup, Share(),
+                                 progress=progress)]
+
+    async def close(self) -> None:
+        await self._http.close()
+
+
+class _Workers:
+    """A window's streams spread over worker processes."""
+
+    def __init__(self, target: Target, spec: WindowSpec, workers: int,
+                 interval_s: float | None) -> None:
+        self._spec, self._interval_s = spec, interval_s
+        self._pool = WorkerPool(target, spec, workers, interval_s)
+
+    async def part(self, is_warmup: bool, progress: PartCounter | None) -> list[PartOutcome]:
+        outcomes = await self._pool.part(
+            is_warmup, WorkerProgress(progress) if progress is not None else None)
+        if progress is not None:
+            progress.came_back(_records(outcomes))
+        return outcomes
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._pool.close)
+
+
+def _records(outcomes: list[PartOutcome]) -> list[RequestRecord]:
+    """The part's records in the order one loop would have submitted them."""
+    return sorted((r for outcome in outcomes for r in outcome.records), key=lambda r: r.seq)
+
+
+def _deadline(outcomes: list[PartOutcome]) -> int | None:
+    deadlines = [o.drain_deadline_ns for o in outcomes if o.drain_deadline_ns is not None]
+    return max(deadlines) if deadlines else None
+
+
 async def measure_window_async(target: Target, spec: WindowSpec,
                                on_start: Callable[[], None] | None = None,
                                on_stop: Callable[[], None] | None = None,
@@ -202,46 +174,54 @@ async def measure_window_async(target: Target, spec: WindowSpec,
     gets a snapshot of the running part every progress_interval_s, and the measured
     part's last one (benchledger.progress).
 
+    The streams run on this event loop when the window has one worker
+    (workers.worker_count of spec.workers), else in worker processes.
+
     token_count = "server_tokenizer": the received texts are counted with the server's
     tokenizer after the measured part (outside the counters' bracket, never while requests
     are timed), then the calibration requests run. Raises TokenCountUnavailable, before
     the measured part, when no completed warm-up request got a count of the arm's kind."""
-    warmup: list[RequestRecord] = []
-    measured: list[RequestRecord] = []
-    # httpx's read timeout is per read; the total deadline is asyncio.timeout in stream_one.
+    workers = worker_count(spec.workers, spec.concurrency)
+    interval = progress_interval_s if on_progress is not None else None
+    streams: _OneLoop | _Workers = (_OneLoop(target, spec) if workers == 1
+                                    else _Workers(target, spec, workers, interval))
+    # The counts after a part (the server's tokenizer, calibration) are not timed: httpx.
     timeout = httpx.Timeout(spec.request_timeout_s,
                             connect=min(CONNECT_TIMEOUT_S, spec.request_timeout_s))
-    limits = httpx.Limits(max_connections=spec.concurrency + 4)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits,
-                                 headers=target.headers()) as http, \
-            reporter(on_progress, progress_interval_s, _delivered_tokens) as progress:
-        # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
-        await _drive(http, target, spec, True, warmup,
-                     progress=progress.part(spec.window_id, "warm-up", spec.warmup))
-        counted_after = await target.token_count.window_count(http, target, spec)
-        await counted_after.count(warmup)
-        problem = warmup_problem(target.token_count, warmup)
-        if problem:
-            raise TokenCountUnavailable(problem)
-        offsets = _arrivals(spec)
-        if on_start:
-            await asyncio.to_thread(on_start)
-        anchor = (time.time_ns(), time.perf_counter_ns())
-        deadline = await _drive(http, target, spec, False, measured, offsets,
-                                progress.part(spec.window_id, "measuring", spec.requests))
-        await progress.finish()
-        if on_stop:
-            await asyncio.to_thread(on_stop)
-        await counted_after.count(measured)
-        counting = {"token_count": target.token_count.name,
-                    **await counted_after.accounting()}
+    try:
+        async with httpx.AsyncClient(timeout=timeout, headers=target.headers()) as http, \
+                reporter(on_progress, progress_interval_s, _delivered_tokens) as progress:
+            # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
+            warmup = _records(await streams.part(
+                True, progress.part(spec.window_id, "warm-up", spec.warmup)))
+            counted_after = await target.token_count.window_count(http, target, spec)
+            await counted_after.count(warmup)
+            problem = warmup_problem(target.token_count, warmup)
+            if problem:
+                raise TokenCountUnavailable(problem)
+            if on_start:
+                await asyncio.to_thread(on_start)
+            anchor = (time.time_ns(), time.perf_counter_ns())
+            outcomes = await streams.part(
+                False, progress.part(spec.window_id, "measuring", spec.requests))
+            measured = _records(outcomes)
+            await progress.finish()
+            if on_stop:
+                await asyncio.to_thread(on_stop)
+            await counted_after.count(measured)
+            counting = {"token_count": target.token_count.name,
+                        **await counted_after.accounting()}
+    finally:
+        await streams.close()
     rows = [r.row() for r in warmup + measured]
     if target.api_key:  # the texts a server controls: it may echo the key back
         for row in rows:
             row["error"] = redact(row["error"], target.api_key)
             row["finish_reason"] = redact(row["finish_reason"], target.api_key)
-    accounting = _accounting(spec, measured, warmup, anchor, deadline)
-    return WindowResult(rows=rows, accounting={**accounting, **counting})
+    accounting = _accounting(spec, measured, warmup, anchor, _deadline(outcomes))
+    readings: list[Reading] = [o.reading for o in outcomes if o.reading is not None]
+    ruler = summarise(readings, (r.content_event_ns for r in measured))
+    return WindowResult(rows=rows, accounting={**accounting, **ruler, **counting})
 
 
 def measure_window(target: Target, spec: WindowSpec,
@@ -249,6 +229,10 @@ def measure_window(target: Target, spec: WindowSpec,
                    on_stop: Callable[[], None] | None = None,
                    on_progress: Callable[[Snapshot], None] | None = None,
                    progress_interval_s: float = DEFAULT_INTERVAL_S) -> WindowResult:
-    """Run one window to the end (synchronous entry point for tasks and tests)."""
-    return asyncio.run(measure_window_async(target, spec, on_start, on_stop, on_progress,
-                                            progress_interval_s))
+    """Run one window to the end on a uvloop event loop (the synchronous entry point for
+    tasks and tests)."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(measure_window_async(target, spec, on_start, on_stop, on_progress,
+                                               progress_interval_s))

@@ -14,7 +14,7 @@ import socket
 import time
 import tracemalloc
 
-import httpx
+import aiohttp
 import pytest
 
 import benchledger.client as client
@@ -201,42 +201,59 @@ def test_connection_refused_at_start_is_a_failed_row_per_request():
     result = measure_window(Target(f"http://127.0.0.1:{port}", "m"), spec(requests=3, warmup=1))
     rows = check_window(result, 3)
     assert all(r["status"] == "failed" and r["http_status"] is None
-               and r["error"].startswith("ConnectError") for r in result.rows)
+               and r["error"].startswith("ClientConnectorError: no connection to the server "
+                                         "could be made (Cannot connect to host")
+               for r in result.rows), result.rows[0]["error"]
     assert result.accounting["warmup_failed"] == 1 and rows[0]["t_first_ns"] is None
 
 
 def test_connection_reset_mid_stream_is_a_failed_row(server):
-    bad = Script([chat_chunk("a"), chat_chunk("b"), 0.05, RESET])
+    """A chunked stream (as every OpenAI-compatible server sends) reset mid-stream."""
+    bad = Script([chunked(chat_chunk("a")), chunked(chat_chunk("b")), 0.05, RESET],
+                 headers={"Transfer-Encoding": "chunked"})
     target = script(server, "reset", every_other_bad(bad))
     rows = check_window(measure_window(target, spec(requests=4)), 4)
     assert_good_rows_intact(rows)
     for row in rows[1::2]:
         assert row["status"] == "failed" and row["chunks"] == 2
-        assert any(word in row["error"] for word in ("ReadError", "RemoteProtocolError")), \
-            row["error"]
-        # httpx's exception says nothing here: the row must say what happened, not `ReadError: `
         kind, _, said = row["error"].partition(": ")
-        assert said.strip() and kind in ("ReadError", "RemoteProtocolError"), row["error"]
+        assert kind == "ClientPayloadError", row["error"]
         assert "reset" in said.lower() and "mid-stream" in said, row["error"]
 
 
+def test_a_reset_ending_an_unframed_stream_is_a_stream_without_done(server):
+    """HTTP/1.0 without a length: the body is what comes before the connection closes, and
+    aiohttp reads a reset there as that end. The row still fails, saying what was missing."""
+    bad = Script([chat_chunk("a"), chat_chunk("b"), 0.05, RESET])
+    target = script(server, "reset-unframed", every_other_bad(bad))
+    rows = check_window(measure_window(target, spec(requests=4)), 4)
+    assert_good_rows_intact(rows)
+    for row in rows[1::2]:
+        assert row["status"] == "failed" and row["chunks"] == 2
+        assert row["error"] == "stream ended without [DONE] or a finish_reason", row["error"]
+
+
 @pytest.mark.parametrize(("exc", "http_status", "expected"), [
-    (httpx.ReadError(""), 200,
-     "ReadError: the connection was closed or reset by the server mid-stream"),
-    (httpx.RemoteProtocolError(" "), None,
-     "RemoteProtocolError: the connection was closed or reset by the server before the "
-     "server answered"),
-    (httpx.WriteError(""), 503, "WriteError: the connection was closed or reset by the "
-                                "server while its HTTP 503 answer was read"),
-    (httpx.ReadTimeout(""), 200, "ReadTimeout: timed out mid-stream"),
-    (httpx.ConnectError(""), None, "ConnectError: no connection to the server could be made"),
-    (httpx.DecodingError(""), 200, "DecodingError: no message given (mid-stream)"),
-    (httpx.ReadError("Connection reset by peer"), 200, "ReadError: Connection reset by peer"),
+    (aiohttp.ServerDisconnectedError(), 200,
+     "ServerDisconnectedError: the connection was closed or reset by the server mid-stream "
+     "(Server disconnected)"),
+    (aiohttp.ClientOSError(104, "Connection reset by peer"), None,
+     "ClientOSError: the connection was closed or reset by the server before the server "
+     "answered ([Errno 104] Connection reset by peer)"),
+    (aiohttp.ClientPayloadError("Response payload is not completed"), 503,
+     "ClientPayloadError: the answer's body was cut short or malformed while its HTTP 503 "
+     "answer was read (Response payload is not completed)"),
+    (aiohttp.SocketTimeoutError(), 200, "SocketTimeoutError: timed out mid-stream"),
+    (aiohttp.ClientPayloadError(""), 200,
+     "ClientPayloadError: the answer's body was cut short or malformed mid-stream"),
+    (ValueError(""), 200, "unexpected ValueError while streaming: no message given "
+                          "(mid-stream)"),
+    (ValueError("odd"), None, "unexpected ValueError while streaming: odd"),
 ])
-def test_an_exception_without_a_message_is_named_by_what_happened(server, monkeypatch, exc,
-                                                                   http_status, expected):
-    """Any exception class with an empty message (httpx's ReadError on a reset is one)
-    gets a text saying what happened; one with a message keeps it."""
+def test_an_exception_is_named_by_what_happened(server, monkeypatch, exc, http_status,
+                                                expected):
+    """Every exception gets a text saying what happened and how far the request had got,
+    then what the library said, if anything (its texts alone are terse or empty)."""
     target = script(server, f"raise-{type(exc).__name__}-{http_status}",
                     lambda n: Script([chat_chunk("a")], status=http_status or 200))
 
@@ -244,19 +261,24 @@ def test_an_exception_without_a_message_is_named_by_what_happened(server, monkey
         raise exc
 
     if http_status is None:  # before the answer: the request itself fails
-        monkeypatch.setattr(httpx.AsyncClient, "send", raise_it)
+        monkeypatch.setattr(aiohttp.ClientSession, "_request", raise_it)
     else:  # after the status line: reading the body fails
-        monkeypatch.setattr(httpx.Response, "aiter_bytes", raise_it_iter(exc))
+        monkeypatch.setattr(aiohttp.StreamReader, "iter_any", raise_it_iter(exc))
     rows = check_window(measure_window(target, spec(requests=1)), 1)
     assert rows[0]["status"] == "failed" and rows[0]["error"] == expected, rows[0]["error"]
 
 
 def raise_it_iter(exc: BaseException):
-    """A stand-in for Response.aiter_bytes that raises `exc` on the first read."""
-    async def aiter_bytes(self, *args, **kwargs):
+    """A stand-in for StreamReader.iter_any that raises `exc` on the first read."""
+    async def iter_any(self, *args, **kwargs):
         raise exc
-        yield b""  # an async generator, as the real one
-    return aiter_bytes
+        yield b""  # an async generator, as the real one gives
+    return iter_any
+
+
+def chunked(data: bytes) -> bytes:
+    """One chunk of a chunked transfer encoding."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 # --- usage recorded honestly ------------------------------------------------------------------
@@ -383,7 +405,7 @@ def test_a_silent_stream_past_the_drain_deadline_is_unresolved(server):
 
 
 def test_request_timeout_is_a_total_deadline_not_a_per_read_one(server):
-    """A keep-alive comment every 0.2 s resets httpx's per-read timeout forever."""
+    """A keep-alive comment every 0.2 s would reset a per-read timeout forever."""
     trickle = Script([chat_chunk("a"), *[x for _ in range(100) for x in (0.2, b": .\n\n")]])
     target = script(server, "trickle", lambda n: trickle)
     started = time.monotonic()
@@ -397,17 +419,17 @@ def test_request_timeout_is_a_total_deadline_not_a_per_read_one(server):
 
 def test_the_connect_timeout_never_exceeds_the_request_deadline(server, monkeypatch):
     seen = []
-    real = httpx.AsyncClient
+    real = aiohttp.ClientSession.__init__
 
-    def spy(*args, **kwargs):
+    def spy(self, *args, **kwargs):
         seen.append(kwargs["timeout"])
-        return real(*args, **kwargs)
+        real(self, *args, **kwargs)
 
-    monkeypatch.setattr(httpx, "AsyncClient", spy)
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", spy)
     target = script(server, "ok", lambda n: Script(good_stream(2)))
     measure_window(target, spec(requests=1, request_timeout_s=2.0))
     measure_window(target, spec(requests=1, request_timeout_s=600.0))
-    assert [t.connect for t in seen] == [2.0, 30.0]
+    assert [(t.sock_connect, t.total) for t in seen] == [(2.0, None), (30.0, None)]
 
 
 # --- memory: records are made as requests are submitted ---------------------------------------

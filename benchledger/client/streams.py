@@ -1,0 +1,162 @@
+"""One event loop's streams: submitting its share of a part's requests, reading them, and
+draining; nothing else runs on this path while a part is timed.
+
+A window's requests are driven by one event loop, or spread over worker processes
+(benchledger.client.workers), each its own event loop with its own connections. Either
+way every loop drives a `Share` of each part: the requests whose number is its index
+modulo the number of loops, with its slice of the concurrency (and, open loop, the same
+seeded arrival schedule, every n-th offset of it from one shared start). Parsing a read
+into events happens in the stream's task after the read is stamped; usage, token counts
+and rows are made after the part, by the window (benchledger.client.window).
+
+Every wait is bounded: a request has a total deadline (`request_timeout_s`), and both the
+warm-up and the measured part wait at most `drain_timeout_s` after their last submission;
+requests still running then are cancelled and recorded as `unresolved` rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+
+import aiohttp
+
+from benchledger.client.record import RequestRecord, WindowSpec, new_record
+from benchledger.client.request import stream_one
+from benchledger.client.ruler import Reading, Ruler
+from benchledger.client.target import Target
+from benchledger.progress import PartCounter
+
+CONNECT_TIMEOUT_S = 30.0
+# After cancelling the requests still running at a drain deadline, how long to wait for
+# them to unwind (closing their connections) before going on regardless.
+CANCEL_GRACE_S = 5.0
+
+
+def poisson_arrivals(rate_rps: float, seed: int) -> Iterator[float]:
+    """Seeded open-loop arrival times (seconds from the first): exponential gaps, lazily
+    (a window of 10^9 requests must not build its schedule before sending anything)."""
+    rng = random.Random(seed)
+    t = 0.0
+    yield t
+    while True:
+        t += rng.expovariate(rate_rps)
+        yield t
+
+
+def arrivals(spec: WindowSpec) -> Iterator[float] | None:
+    """The measured part's schedule: None for a closed loop."""
+    if spec.arrival != "poisson":
+        return None
+    if spec.rate_rps is None:  # the sweep refuses this (arrival = 'poisson' needs rate_rps)
+        raise ValueError(f"window {spec.window_id}: arrival = 'poisson' needs rate_rps")
+    return poisson_arrivals(spec.rate_rps, spec.seed)
+
+
+@dataclass(frozen=True)
+class Share:
+    """Which of a part's requests one event loop drives: numbers index, index + of, ...
+    and its slice of the concurrency (the slices add up to the window's)."""
+
+    index: int = 0
+    of: int = 1
+
+    def seqs(self, total: int) -> range:
+        return range(self.index, total, self.of)
+
+    def concurrency(self, concurrency: int) -> int:
+        return concurrency // self.of + (self.index < concurrency % self.of)
+
+    def offsets(self, schedule: Iterator[float] | None) -> Iterator[float] | None:
+        return None if schedule is None else islice(schedule, self.index, None, self.of)
+
+
+@dataclass
+class PartOutcome:
+    """What one event loop brings back from one part (picklable: a worker sends it)."""
+
+    records: list[RequestRecord]
+    drain_deadline_ns: int | None  # the drain deadline, if requests were still running
+    reading: Reading | None  # the loop's measure of itself (the measured part only)
+
+
+def client_session(target: Target, connections: int,
+                   request_timeout_s: float) -> aiohttp.ClientSession:
+    """The loop's connections: kept alive between requests and between its two parts (the
+    warm-up opens what the measured part reuses). The total deadline of a request is
+    asyncio.timeout in stream_one; only the connect is bounded here. The environment's
+    proxy settings are not used: a measurement goes to the server it names."""
+    timeout = aiohttp.ClientTimeout(total=None,
+                                    sock_connect=min(CONNECT_TIMEOUT_S, request_timeout_s))
+    return aiohttp.ClientSession(timeout=timeout, headers=target.headers(),
+                                 connector=aiohttp.TCPConnector(limit=connections + 4))
+
+
+async def _drain(in_flight: dict[asyncio.Task[None], RequestRecord], drain_timeout_s: float,
+                 what: str) -> int | None:
+    """Wait at most `drain_timeout_s` for the running requests; cancel the rest, which stay
+    `unresolved` rows (docs/protocol.md, trap T14). Returns the deadline if it was hit."""
+    deadline_ns = time.perf_counter_ns() + int(drain_timeout_s * 1e9)
+    if not in_flight:
+        return None
+    _, pending = await asyncio.wait(in_flight, timeout=drain_timeout_s)
+    if not pending:
+        return None
+    for task in pending:
+        task.cancel()
+    # Bounded too: a request that does not unwind in time is left to the loop's shutdown.
+    await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
+    for task in pending:
+        # Cancellation must not turn it into a failure: its outcome is unknown.
+        record = in_flight[task]
+        record.status = "unresolved"
+        record.error = f"{what} still running at the drain deadline ({drain_timeout_s:g} s)"
+        record.t_done_ns = None
+    return deadline_ns
+
+
+async def drive_part(http: aiohttp.ClientSession, target: Target, spec: WindowSpec,
+                     is_warmup: bool, share: Share, start_ns: int | None = None,
+                     progress: PartCounter | None = None) -> PartOutcome:
+    """Submit this loop's share of the part (creating each record as it is submitted),
+    then drain. The measured part is measured by a Ruler from its first submission.
+
+    Closed loop: a new request as soon as fewer than the share's concurrency are
+    outstanding. Open loop: each request at its scheduled offset from `start_ns` (the
+    window's shared start, perf_counter_ns: one monotonic clock for every process), still
+    capped at the share's concurrency (a late submission shows in the achieved rate).
+    """
+    total = spec.warmup if is_warmup else spec.requests
+    concurrency = share.concurrency(spec.concurrency)
+    offsets = None if is_warmup else share.offsets(arrivals(spec))
+    if start_ns is not None and (wait_ns := start_ns - time.perf_counter_ns()) > 0:
+        await asyncio.sleep(wait_ns / 1e9)
+    start = (start_ns or time.perf_counter_ns()) / 1e9
+    ruler = None if is_warmup else Ruler()
+    if ruler is not None:
+        ruler.start()
+    records: list[RequestRecord] = []
+    in_flight: dict[asyncio.Task[None], RequestRecord] = {}
+    for i in share.seqs(total):
+        while len(in_flight) >= concurrency:
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                in_flight.pop(task)
+        if offsets is not None and \
+                (delay := start + next(offsets) - time.perf_counter_ns() / 1e9) > 0:
+            await asyncio.sleep(delay)
+        record = new_record(spec, is_warmup, i, target.token_count.new_tally())
+        records.append(record)
+        task = asyncio.create_task(stream_one(http, target, record, spec.request_timeout_s))
+        in_flight[task] = record
+        if progress is not None:
+            progress.submitted(task, record)
+    if progress is not None:
+        progress.draining(spec.drain_timeout_s)
+    deadline = await _drain(in_flight, spec.drain_timeout_s,
+                            "warm-up request" if is_warmup else "request")
+    return PartOutcome(records, deadline, ruler.stop() if ruler is not None else None)
