@@ -95,9 +95,11 @@ async def _part(conn: Connection, http: Any, target: Target, spec: WindowSpec,
                 interval_s: float | None) -> PartOutcome:
     """One part in the worker, its progress sent to the parent every interval_s."""
     total = len(share.seqs(spec.warmup if is_warmup else spec.requests))
-    counter = None if interval_s is None else PartCounter(
-        spec.window_id, "warm-up" if is_warmup else "measuring", total, _no_tokens, interval_s)
-    ticker = None if counter is None else asyncio.create_task(_tick(conn, counter, interval_s))
+    counter = ticker = None
+    if interval_s is not None:
+        counter = PartCounter(spec.window_id, "warm-up" if is_warmup else "measuring", total,
+                              _no_tokens, interval_s)
+        ticker = asyncio.create_task(_tick(conn, counter, interval_s))
     try:
         return await drive_part(http, target, spec, is_warmup, share, start_ns, counter)
     finally:
@@ -179,7 +181,7 @@ class WorkerPool:
             for ready in wait(list(waiting.values())):
                 k = next(k for k, conn in waiting.items() if conn is ready)
                 try:
-                    kind, payload = ready.recv()
+                    kind, payload = waiting[k].recv()
                 except (EOFError, OSError):
                     outcomes[k] = self._lost(k, is_warmup)
                     del waiting[k]

@@ -36,7 +36,10 @@ Modes (MODES below; `--help` lists them too):
 - http-429, http-500, http-503: that status instead of a stream;
 - usage-negative, usage-absurd, usage-non-integer, usage-over-max, usage-no-prompt: a
   usage event that cannot be true;
-- health-404: every GET answers 404; health-401: every request answers 401.
+- health-404: every GET answers 404; health-401: every request answers 401;
+- stall-burst: the first content event, then nothing for STALL_S, then every other event,
+  the usage and [DONE] in one write (an API server that stalled while its engine ran on:
+  the answer arrives at once, and a per-request decode rate over it means nothing).
 
 Options that hold whatever the mode:
 
@@ -78,6 +81,7 @@ EVENT_GAP_S = 0.005  # between content events, so timings are positive and order
 HANG_BOUND_S = 600.0
 # Content events sent before a mid-stream fault (exit, sickness, reset, odd event) strikes.
 EVENTS_BEFORE_FAULT = 2
+STALL_S = 0.3  # stall-burst: how long the affected stream says nothing after its first event
 EXIT_STATUS = 3  # exit-mid-stream's exit status
 ABSURD_TOKENS = 10**9
 # usage-non-integer: the values it cycles through, one per affected request.
@@ -108,6 +112,8 @@ MODES = {
     "choices-str": "an event whose choices is [\"x\"] (a string, not an object)",
     "health-404": "every GET (/health, /v1/models, ...) answers 404",
     "health-401": "every request answers 401 (an API key is missing or wrong)",
+    "stall-burst": f"the first content event, {STALL_S} s of silence, then the rest of the "
+                   "answer in one write",
 }
 WHOLE_SERVER_MODES = {"clean", "health-404", "health-401"}
 HTTP_ERRORS = {"http-429": (429, "rate limited"), "http-500": (500, "engine exploded"),
@@ -330,20 +336,25 @@ class FaultHandler(BaseHTTPRequestHandler):
             self._write(sse({"object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": {"role": "assistant", "content": ""},
                  "finish_reason": None}]}))
+        held: list[bytes] = []  # stall-burst: what waits for the one write at the end
         for i in range(words):
             if i == EVENTS_BEFORE_FAULT and self._strike_mid_stream(mode):
                 return None
             last = i == words - 1 and mode != "no-done"
             finish = ("length" if words == max_tokens else "stop") if last else None
-            self._write(sse(content_event(chat, f" w{i}", finish)))
-            time.sleep(EVENT_GAP_S)
+            event = sse(content_event(chat, f" w{i}", finish))
+            if mode == "stall-burst" and i > 0:
+                held.append(event)
+                continue
+            self._write(event)
+            time.sleep(STALL_S if mode == "stall-burst" else EVENT_GAP_S)
         if mode == "no-done":
             return None  # the connection closes: no finish_reason, usage or [DONE]
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = usage_for(mode, ordinal, max(1, len(prompt.split())), words, max_tokens)
-            self._write(sse({"object": "chat.completion.chunk" if chat else "text_completion",
+            held.append(sse({"object": "chat.completion.chunk" if chat else "text_completion",
                              "choices": [], "usage": usage}))
-        self._write(sse("[DONE]"))
+        self._write(b"".join([*held, sse("[DONE]")]))
         return None
 
     def _strike_mid_stream(self, mode: str) -> bool:
