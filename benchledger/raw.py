@@ -149,6 +149,18 @@ class WindowManifest(TypedDict, total=False):
     temperature: float
     attempt: int | None
     worker_hostname: str | None
+    # The ruler's own error (T17), over the measured part; absent in windows recorded
+    # before the client measured it (and NULL for imports): how many worker processes
+    # measured, how late each worker's event loop ran a callback that became ready (a 5 ms
+    # probe, pooled over the workers), their CPU seconds over wall seconds x workers, and
+    # the fraction of content events that shared one network read with another.
+    client_workers: int
+    client_lag_p50_ms: float
+    client_lag_p99_ms: float
+    client_lag_max_ms: float
+    client_lag_samples: int
+    client_cpu_share: float
+    bunched_event_fraction: float | None
     requests_file: str
     requests_file_sha256: str
     observed_file: str
@@ -175,7 +187,9 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "worker_hostname", "token_count", "calibration_requests",
                   "calibration_compared", "calibration_rel_error",
                   "calibration_max_rel_error", "calibration_detail",
-                  "tokenizer_special_tokens")
+                  "tokenizer_special_tokens", "client_workers", "client_lag_p50_ms",
+                  "client_lag_p99_ms", "client_lag_max_ms", "client_lag_samples",
+                  "client_cpu_share", "bunched_event_fraction")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
 JSON_COLUMNS = ("effective_config", "interrupted_windows")
 
