@@ -4,7 +4,8 @@
 -- (warehouse/evidence_entries.py), one query for both. A window without completed
 -- requests gets zeros (and NULL decode span). A total over requests of which some lack the
 -- count is NULL, never the sum of the others or 0: a missing count stays missing (no
--- rate), it is not guessed (T16).
+-- rate), it is not guessed (T16). burst_requests: those whose decode span the requests view
+-- withheld (rate_withheld: their tokens arrived at once, T17).
 SELECT d.window_id,
        count(r.request_id) AS n_done,
        CASE WHEN count(r.output_tokens) = count(r.request_id)
@@ -27,8 +28,9 @@ SELECT d.window_id,
                                     AND r.output_tokens IS NULL) = 0
             THEN coalesce(sum(r.output_tokens - 1)
                           FILTER (WHERE r.t_first_ns IS NOT NULL AND r.t_last_ns IS NOT NULL),
-                          0) END AS decode_tokens
+                          0) END AS decode_tokens,
+       count(r.rate_withheld) AS burst_requests
 FROM derive_windows AS d
-LEFT JOIN request_records AS r
+LEFT JOIN requests AS r
        ON r.window_id = d.window_id AND NOT r.is_warmup AND r.status = 'completed'
 GROUP BY d.window_id

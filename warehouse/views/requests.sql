@@ -4,7 +4,35 @@
 -- server delivered (docs/protocol.md, definitions): a metric computed in two places will disagree one
 -- day. Rates use the counts token_source names (usage, logprobs, server_tokenizer) only; no
 -- count, no rate.
+--
+-- A request whose tokens after the first arrived at once (a burst: a server that stalled and
+-- then sent a whole answer, or a client too late to tell its events apart; T17) has no
+-- measured decode span: its decode_tok_s, tpot_s and itl_per_token_s are NULL and
+-- rate_withheld says what was seen (NULL: its events were spread). A completed request with
+-- at least 2 content events is a burst when its span t_last - t_first is shorter than its
+-- window's client lag p99 (no lag known: this criterion does not apply), or when at least 3
+-- events after the first arrived in at most 2 reads (distinct stamps after t_first). Events
+-- of one read share a stamp. A request without event stamps (some imports) is never one.
 CREATE VIEW requests AS
+WITH spread AS (
+    -- Stamps are in arrival order (one monotonic clock), so a request whose events after
+    -- the first fill at most 2 reads has two equal neighbours at its start or end: only
+    -- those requests (few) pay for counting their distinct reads. CASE, not AND: DuckDB
+    -- evaluates only the rows a branch selects.
+    SELECT r.*, w.client_lag_p99_ms,
+           CASE WHEN r.status IS DISTINCT FROM 'completed'
+                     OR coalesce(len(r.content_event_ns), 0) < 2 THEN false
+                WHEN (r.t_last_ns - r.t_first_ns) < w.client_lag_p99_ms * 1e6 THEN true
+                WHEN len(r.content_event_ns) >= 4
+                     AND (r.content_event_ns[2] = r.content_event_ns[1]
+                          OR r.content_event_ns[2] = r.content_event_ns[3]
+                          OR r.content_event_ns[-1] = r.content_event_ns[-2])
+                     THEN list_unique(list_filter(r.content_event_ns,
+                                                  lambda t: t > r.t_first_ns)) <= 2
+                ELSE false END AS is_burst
+    FROM request_records AS r
+    LEFT JOIN windows AS w ON w.window_id = r.window_id
+)
 SELECT
     r.request_id,
     r.window_id,
@@ -27,9 +55,9 @@ SELECT
     r.finish_reason,
     (r.t_first_ns - r.t_submit_ns) / 1e9                                  AS ttft_s,
     (r.t_done_ns - r.t_submit_ns) / 1e9                                   AS e2e_s,
-    CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns
+    CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns AND r.is_burst IS NOT TRUE
          THEN (r.t_last_ns - r.t_first_ns) / 1e9 / (r.output_tokens - 1) END AS tpot_s,
-    CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns
+    CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns AND r.is_burst IS NOT TRUE
          THEN (r.output_tokens - 1) / ((r.t_last_ns - r.t_first_ns) / 1e9) END AS decode_tok_s,
     CASE WHEN r.output_tokens IS NOT NULL AND r.t_done_ns > r.t_submit_ns
          THEN r.output_tokens / ((r.t_done_ns - r.t_submit_ns) / 1e9) END     AS e2e_tok_s,
@@ -42,11 +70,28 @@ SELECT
     -- those tokens is the decode span over their number (view token_gaps: per event).
     CASE WHEN len(r.content_event_tokens) >= 2
               AND list_sum(r.content_event_tokens[2:]) > 0 AND r.t_last_ns > r.t_first_ns
+              AND r.is_burst IS NOT TRUE
          THEN (r.t_last_ns - r.t_first_ns) / 1e9 / list_sum(r.content_event_tokens[2:])
          END                                                                  AS itl_per_token_s,
+    CASE WHEN r.is_burst THEN
+        'burst: ' || (len(r.content_event_ns) - 1) || ' events after the first in '
+        || CASE list_unique(list_filter(r.content_event_ns, lambda t: t > r.t_first_ns))
+               WHEN 0 THEN 'the first''s read'
+               ELSE list_unique(list_filter(r.content_event_ns, lambda t: t > r.t_first_ns))
+                    || ' read(s)' END
+        || ' within ' || CASE WHEN (r.t_last_ns - r.t_first_ns) >= 1e8
+                              THEN format('{:.0f}', (r.t_last_ns - r.t_first_ns) / 1e6)
+                              ELSE format('{:.3g}', (r.t_last_ns - r.t_first_ns) / 1e6) END
+        || ' ms'
+        || CASE WHEN r.client_lag_p99_ms IS NULL THEN ''
+                ELSE ' (client lag p99 '
+                     || CASE WHEN r.client_lag_p99_ms >= 100
+                             THEN format('{:.0f}', r.client_lag_p99_ms)
+                             ELSE format('{:.3g}', r.client_lag_p99_ms) END || ' ms)' END
+    END                                                                       AS rate_withheld,
     r.t_submit_ns,
     r.t_first_ns,
     r.t_last_ns,
     r.t_done_ns,
     r.raw_file_sha256
-FROM request_records AS r;
+FROM spread AS r;
