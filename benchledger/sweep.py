@@ -12,13 +12,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 # The n rule's floor (T4: 15 speculative, 5 otherwise) and the default thresholds come from
 # the rule catalogue; a sweep may ask for more requests, never for fewer.
 from benchledger.rules import (
     AB_ARMS_DIFFER,
+    DEFAULT_MAX_BURST_FRACTION,
     DEFAULT_MIN_CLOCK_RATIO,
     DEFAULT_RECONCILE_TOLERANCE,
     MIN_REQUESTS_PLAIN,
@@ -54,6 +63,9 @@ MAX_SWEEP_BYTES = 1 << 20
 # is retried at most this often; more would only hide a broken node.
 MAX_RETRIES = 10
 MAX_RETRY_DELAY_S = 3600.0
+# Worker processes of the measurement client: each holds one event loop on one core, and
+# no measuring machine has spare cores for more.
+MAX_CLIENT_WORKERS = 64
 
 
 BUILTIN_PROMPT_SETS = ("code", "prose")
@@ -80,6 +92,20 @@ Arrival = Literal["closed", "poisson"]
 RateRps = Annotated[float, Field(gt=0, le=1e6)]
 ClockSource = Literal["nvidia-smi", "http", "none"]
 ClockRatio = Annotated[float, Field(gt=0, le=1)]
+
+
+def _client_workers(value: object) -> int | str:
+    # One message naming both forms, not pydantic's one error per member of the union.
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 1 <= value <= MAX_CLIENT_WORKERS:
+        raise ValueError(f'expected "auto" or a number of worker processes from 1 to '
+                         f"{MAX_CLIENT_WORKERS}")
+    return value
+
+
+ClientWorkers = Annotated[int | Literal["auto"], PlainValidator(_client_workers)]
 
 
 class SweepError(ValueError):
@@ -145,6 +171,17 @@ class Defaults(_Strict):
     clock_interval_s: Annotated[float, Field(gt=0, le=3600)] = 0.5
     min_clock_ratio: ClockRatio = DEFAULT_MIN_CLOCK_RATIO
     require_clock_check: bool = True  # false: an unchecked node may publish (recorded)
+    # The ruler (T17). Sweep-wide, not per arm: arms measured by different rulers would
+    # differ by the ruler. How many worker processes the measurement client spreads a
+    # window's streams over ("auto": the client decides from the concurrency and the
+    # cores); benchledger.restart hands ArmPlan.client_workers to the client.
+    client_workers: ClientWorkers = "auto"
+    # client_lag_within_bound: the client lag p99 (ms) a window may show; None: a tenth of
+    # the smallest quantity the window measures (its median TTFT or decode span).
+    max_client_lag_ms: Annotated[float, Field(gt=0, le=MAX_WAIT_S * 1000)] | None = None
+    # burst_share_bounded: the share of completed requests that may arrive in a burst
+    # before the decode-phase per-request entries resting on them are blocked.
+    max_burst_fraction: Annotated[float, Field(ge=0, le=1)] = DEFAULT_MAX_BURST_FRACTION
 
 
 def _simulator_options_model() -> type[_Strict]:
@@ -181,7 +218,8 @@ class _PerArmKeys(_Strict):
     """The [defaults] keys an arm may set for itself (PER_ARM_KEYS), each of the [defaults]
     key's type and range; None when the arm leaves it to [defaults] (Sweep.plan). The other
     keys hold for the whole sweep: one request timeout, endpoint, prompt cache, seed,
-    reconcile tolerance and clock interval for all arms."""
+    reconcile tolerance, clock interval and ruler (client workers, lag and burst bounds)
+    for all arms."""
 
     requests: Requests | None = None
     min_requests: Requests | None = None
@@ -337,6 +375,9 @@ class ArmPlan(BaseModel):
     clock_interval_s: float
     min_clock_ratio: float
     require_clock_check: bool
+    client_workers: int | Literal["auto"]
+    max_client_lag_ms: float | None
+    max_burst_fraction: float
     arm: Arm
 
     @property

@@ -21,9 +21,12 @@ WALL_ANCHOR_NS = 1_796_000_000 * S
 
 
 def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=50,
-                tokens=21, submit_s=None, ttft_s=0.5, decode_s=1.0, tail_s=0.1):
+                tokens=21, submit_s=None, ttft_s=0.5, decode_s=1.0, tail_s=0.1,
+                reads=None):
     """One request: submitted at submit_s (default i * 10 s), first token after ttft_s,
-    last token decode_s later, stream done tail_s after that."""
+    last token decode_s later, stream done tail_s after that. Its content events are the
+    first and the last, or with `reads` (seconds after t_first, one per content event
+    after the first; events of one read share its stamp) those."""
     t0 = int((i * 10 if submit_s is None else submit_s) * S)
     t_first, t_last = t0 + int(ttft_s * S), t0 + int((ttft_s + decode_s) * S)
     row = {
@@ -36,6 +39,11 @@ def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=5
         "t_last_ns": t_last, "t_done_ns": t_last + int(tail_s * S),
         "content_event_ns": [t_first, t_last],
     }
+    if reads is not None:
+        row["content_event_ns"] = [t_first, *(t_first + int(r * S) for r in reads)]
+        row["t_last_ns"] = row["content_event_ns"][-1]
+        row["t_done_ns"] = row["t_last_ns"] + int(tail_s * S)
+        row["chunks"] = len(row["content_event_ns"])
     if status == "failed":
         row.update(http_status=500, error="HTTP 500", prompt_tokens=None, output_tokens=None,
                    cached_tokens=None, token_source="missing", chunks=0, finish_reason=None,
@@ -47,8 +55,19 @@ def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=5
     return row
 
 
-def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_cache="warm"):
-    """The window manifest the client would write for these rows (docs/protocol.md, definitions)."""
+def ruler(lag_p99_ms, *, lag_p50_ms=None, cpu_share=None, bunched=None, workers=1):
+    """The client's account of its own lateness in a window (issue #21's accounting keys)."""
+    return {"client_workers": workers, "client_lag_p50_ms": lag_p50_ms,
+            "client_lag_p99_ms": lag_p99_ms, "client_lag_max_ms": lag_p99_ms,
+            "client_lag_samples": 1000, "client_cpu_share": cpu_share,
+            "bunched_event_fraction": bunched}
+
+
+def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_cache="warm",
+               client=None):
+    """The window manifest the client would write for these rows (docs/protocol.md,
+    definitions); `client`: the client's account of its lateness (ruler()), which windows
+    recorded before issue #21 do not have."""
     measured = [r for r in rows if not r["is_warmup"]]
     counts = {s: sum(r["status"] == s for r in measured)
               for s in ("completed", "failed", "unresolved")}
@@ -66,7 +85,8 @@ def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_
             "window_end_wall_ns": WALL_ANCHOR_NS + end, "elapsed_s": (end - start) / S,
             "denominator": "synthetic", "max_tokens": 128, "temperature": 0.0,
             "arrival": "closed", "requested_rate_rps": None, "achieved_rate_rps": None,
-            "prompt_cache": prompt_cache, "input_tokens_target": None, "seed": 0}
+            "prompt_cache": prompt_cache, "input_tokens_target": None, "seed": 0,
+            **(client or {})}
 
 
 def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_requests=5,

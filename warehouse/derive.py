@@ -34,7 +34,7 @@ import pandas as pd
 
 from benchledger import __version__
 from benchledger import rules as R
-from benchledger.rules import EXCLUDE_RESTART, names_with_effect
+from benchledger.rules import BLOCK_TIMING_ENTRIES, EXCLUDE_RESTART, names_with_effect
 from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
@@ -58,6 +58,10 @@ from benchledger.warehouse.validate import coverage_subject
 # Rules whose failure leaves a restart out (its windows feed no entry) instead of
 # blocking the entries: a throttled node is a fault of that instance, not of the arm.
 EXCLUDING_RULES = names_with_effect(EXCLUDE_RESTART)
+# Rules whose failure blocks only the per-request timing entries of the subject's cell
+# (T17: a late client misstamps each request; its window still backs throughput, counts
+# and fractions, whose error is the lag over the window's length).
+TIMING_RULES = names_with_effect(BLOCK_TIMING_ENTRIES)
 CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
 
 
@@ -133,6 +137,7 @@ class Cell:
     concurrency: int
     passing: pd.DataFrame  # windows whose every rule passed, with their request totals
     failed_rules: pd.DataFrame  # latest failed validations of its restarts and windows
+    timing_rules: pd.DataFrame  # its failed TIMING_RULES: they block its timing entries only
     rules: pd.DataFrame  # every latest validation of its restarts and windows
     restarts: pd.DataFrame
     excluded: pd.DataFrame  # failed EXCLUDING_RULES: restarts left out
@@ -162,6 +167,7 @@ class Cell:
             "drain_status": ("incomplete" if (w["drain_status"] == "incomplete").any()
                              else "complete") if len(w) else None,
             "evidence": "rerun", "harness_version": __version__,
+            "max_burst_fraction": self.plan.max_burst_fraction,
             "clock_check": self.clock_check(),
             "counter_check": counter_check(w["window_id"], self.counter_checks),
             "excluded": "; ".join(f"{r.subject}: {r.expectation}: {r.observed}"
@@ -185,6 +191,9 @@ class Cell:
     def blocked_by(self) -> list[Block]:
         return [Block.of(r) for r in self.failed_rules.itertuples()]
 
+    def timing_blocked_by(self) -> list[Block]:
+        return [Block.of(r) for r in self.timing_rules.itertuples()]
+
 
 def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
     """Every planned cell, with the windows that passed every rule (before their totals)."""
@@ -192,7 +201,8 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
     v = facts.validations
     failed = v[~v["success"].astype(bool)]
     excluding = failed["expectation"].isin(EXCLUDING_RULES)
-    failed_subjects = set(failed.loc[~excluding, "subject"])
+    timing = failed["expectation"].isin(TIMING_RULES)  # its windows still pass
+    failed_subjects = set(failed.loc[~excluding & ~timing, "subject"])
     excluded_restarts = set(failed.loc[excluding, "subject"])
     cells: list[Cell] = []
     for arm in sweep.arms:
@@ -211,10 +221,11 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
                 rules = v[v["subject"].isin(subjects)]
                 bad = rules[~rules["success"].astype(bool)]
                 out = bad["expectation"].isin(EXCLUDING_RULES)
+                only_timing = bad["expectation"].isin(TIMING_RULES)
                 logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
                 cells.append(Cell(len(cells), run_id, plan, workload.name, concurrency,
-                                  passing, bad[~out], rules, restarts, bad[out], logs,
-                                  facts.counter_checks))
+                                  passing, bad[~out & ~only_timing], bad[only_timing], rules,
+                                  restarts, bad[out], logs, facts.counter_checks))
     return cells
 
 
@@ -303,7 +314,7 @@ def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
         _chunk_warning(made)
         made += _log_entries(cell)
         candidates += settle(made, run_id, cell.labels(), cell.passing, cell.blocked_by(),
-                             cell.rules["validation_id"])
+                             cell.rules["validation_id"], cell.timing_blocked_by())
     return candidates
 
 

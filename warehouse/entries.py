@@ -32,7 +32,12 @@ from benchledger.imports.evidence import NOT_RECORDED
 from benchledger.rules.core import COMPLETED_ONLY
 from benchledger.stats import t_bounds
 from benchledger.warehouse.db import insert_frame, query_frame
-from benchledger.warehouse.metrics import REQUEST_METRICS, WINDOW_ELAPSED, WindowMetric
+from benchledger.warehouse.metrics import (
+    REQUEST_METRICS,
+    TIMING_COLUMNS,
+    WINDOW_ELAPSED,
+    WindowMetric,
+)
 from benchledger.warehouse.validate import store_results
 
 Entry = dict[str, Any]
@@ -84,9 +89,18 @@ def _pooled_mean(windows: pd.DataFrame, column: str) -> float | None:
     return float(windows[f"{column}_sum"].sum() / count) if count else None
 
 
+def _largest(windows: pd.DataFrame, column: str) -> float | None:
+    """The largest value of column over the windows (None: none measured it, or windows
+    from a source without the column)."""
+    return as_float(windows[column].max()) if column in windows.columns and len(windows) \
+        else None
+
+
 def window_labels(windows: pd.DataFrame) -> Entry:
     """The labels that follow from the windows an entry describes, with their totals
-    (derive_window_sums.sql): request counts, population, mean token counts, token source."""
+    (derive_window_sums.sql): request counts, population, mean token counts, token source,
+    and the ruler's error (T17): requests that arrived in a burst, the worst client lag p99
+    and CPU share of the windows (NULL: not measured)."""
     return {
         "n_submitted": int(windows["submitted"].sum()),
         "n_completed": int(windows["completed"].sum()),
@@ -97,6 +111,9 @@ def window_labels(windows: pd.DataFrame) -> Entry:
         "mean_output_tokens": _pooled_mean(windows, "output_tokens"),
         "mean_cached_tokens": _pooled_mean(windows, "cached_tokens"),
         "token_source": token_source(windows["token_sources"]),
+        "n_burst": int(windows["burst_requests"].sum()),
+        "client_lag_p99_ms": _largest(windows, "client_lag_p99_ms"),
+        "client_cpu_share": _largest(windows, "client_cpu_share"),
     }
 
 
@@ -166,15 +183,19 @@ def identify(c: Candidate, run_id: str, inputs: Iterable[tuple[Any, Any]],
 
 
 def settle(made: list[Candidate], run_id: str, labels: Entry, windows: pd.DataFrame,
-           blocked: Sequence[Block], validation_ids: Iterable[str]) -> list[Candidate]:
+           blocked: Sequence[Block], validation_ids: Iterable[str],
+           timing_blocked: Sequence[Block] = ()) -> list[Candidate]:
     """The candidates of one cell, given its labels, the windows they rest on (window_id,
-    requests_file_sha256), the failed rules that block them and the validations behind
-    them; identified."""
+    requests_file_sha256), the failed rules that block them, those that block only its
+    per-request timing entries (rules of effect block_timing_entries: the windows still
+    back every other entry) and the validations behind them; identified."""
     rests_on = list(zip(windows["window_id"], windows["requests_file_sha256"], strict=True))
     validation_ids = list(validation_ids)
     for c in made:
         c.entry = {**labels, **c.entry}
-        c.rests_on, c.blocked, c.validation_ids = rests_on, list(blocked), list(validation_ids)
+        timing = list(timing_blocked) if c.request_metric in TIMING_COLUMNS else []
+        c.rests_on, c.blocked = rests_on, [*blocked, *timing]
+        c.validation_ids = list(validation_ids)
         identify(c, run_id, rests_on)
     return made
 

@@ -35,30 +35,40 @@ class RequestMetric:
     denominator: str | None
     extra: tuple[str, ...] = ()  # statistics besides the mean: p50/p90/p99, min/max
     optional: bool = False  # no entry at all where no request has it (not applicable)
+    # Its value is an interval of one request that the client stamped (or a count over
+    # one): a client too late to stamp events (T17, rule client_lag_within_bound) gets each
+    # of them wrong, so a failure of a block_timing_entries rule blocks its entries.
+    timing: bool = False
 
 
 REQUEST_METRICS = (
     RequestMetric("decode_rate", "decode_tok_s", "tok/s", "decode", "output_tokens",
-                  "t_last - t_first of each request (its tokens after the first)"),
+                  "t_last - t_first of each request (its tokens after the first)",
+                  timing=True),
     RequestMetric("e2e_rate", "e2e_tok_s", "tok/s", "end_to_end", "output_tokens",
-                  "t_done - t_submit of each request"),
+                  "t_done - t_submit of each request", timing=True),
     RequestMetric("prefill_rate", "prefill_tok_s", "tok/s", "prefill", "prompt_tokens",
-                  "t_first - t_submit of each request (TTFT)"),
-    RequestMetric("ttft", "ttft_s", "s", "prefill", None, None, LATENCY_STATS),
-    RequestMetric("tpot", "tpot_s", "s", "decode", None, None, LATENCY_STATS),
-    RequestMetric("e2e_latency", "e2e_s", "s", "end_to_end", None, None, LATENCY_STATS),
+                  "t_first - t_submit of each request (TTFT)", timing=True),
+    RequestMetric("ttft", "ttft_s", "s", "prefill", None, None, LATENCY_STATS, timing=True),
+    RequestMetric("tpot", "tpot_s", "s", "decode", None, None, LATENCY_STATS, timing=True),
+    RequestMetric("e2e_latency", "e2e_s", "s", "end_to_end", None, None, LATENCY_STATS,
+                  timing=True),
     # > 1 means each streamed event carried several tokens (speculative decoding): a
-    # harness counting chunks would under-report by this factor (T1).
+    # harness counting chunks would under-report by this factor (T1). A count, not an
+    # interval: each event is counted whether or not it shared a read with another, so a
+    # late client does not change it.
     RequestMetric("tokens_per_chunk", "tokens_per_chunk", "tokens/chunk", "decode", None,
                   "output_tokens / content-bearing stream events, per request",
-                  ("min", "max")),
+                  ("min", "max"), timing=False),
     # Only where each event's tokens are known (token_source 'logprobs'): a gap between
     # events spread over the later event's tokens, never a gap taken as one token's.
     RequestMetric("itl_per_token", "itl_per_token_s", "s", "decode", None,
                   "each event's gap divided over its tokens; per request the mean over its "
                   "tokens after the first event: (t_last - t_first) / those tokens",
-                  optional=True),
+                  optional=True, timing=True),
 )
+# The columns of the per-request metrics a late client gets wrong (RequestMetric.timing).
+TIMING_COLUMNS = frozenset(spec.column for spec in REQUEST_METRICS if spec.timing)
 
 
 # Per-window values. `w` is one window (a row of `windows`) with its totals over completed

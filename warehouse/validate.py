@@ -72,6 +72,8 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
     reconcile_run(con, run_id)  # the windows suite reads its results
     restarts = query_frame(con, "gate_restarts", run_id=run_id)
     windows = query_frame(con, "gate_windows", run_id=run_id)
+    # The bound of client_lag_within_bound: sweep-wide (None: each window's own medians).
+    windows["max_client_lag_ms"] = sweep.defaults.max_client_lag_ms
     requests = gate_requests(con, run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
                + query_check_results(con, R.WINDOWS_PRESENT, run_id,

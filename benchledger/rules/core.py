@@ -25,7 +25,12 @@ BLOCK_ENTRIES: Final = "block_entries"  # entries resting on the subject are not
 EXCLUDE_RESTART: Final = "exclude_restart"  # the restart feeds no entry; its arm's others still may
 REFUSE_COMPARISON: Final = "refuse_comparison"  # the comparison's verdict is 'not decidable'
 LIMIT_VERDICT: Final = "limit_verdict"  # no improvement/regression claim: at best 'no finding'
-Effect = Literal["block_entries", "exclude_restart", "refuse_comparison", "limit_verdict"]
+# The entries of per-request timing metrics resting on the subject are not publishable; its
+# other entries still are (T17: a late ruler misstamps each request's intervals, while an
+# aggregate over the window errs by the lag over the window's length).
+BLOCK_TIMING_ENTRIES: Final = "block_timing_entries"
+Effect = Literal["block_entries", "exclude_restart", "refuse_comparison", "limit_verdict",
+                 "block_timing_entries"]
 
 # What an entry rests on (docs/protocol.md, warehouse relations; docs/imports.md): measured
 # by this pipeline, another tool's file, a recovered report, or a recovered value that was
@@ -46,6 +51,18 @@ MIN_RESTARTS_FOR_CLAIM = 2  # T5: restarts per arm before an A/B may claim a dif
 # Defaults of thresholds a sweep sets (benchledger.sweep uses these as its defaults).
 DEFAULT_RECONCILE_TOLERANCE = 0.01  # T3: counters vs delivered usage, relative
 DEFAULT_MIN_CLOCK_RATIO = 0.9  # T10: SM clock under load as a fraction of max
+# T17: the share of a cell's completed requests that may arrive in a burst before its
+# decode-phase per-request entries are blocked (a sweep sets max_burst_fraction).
+DEFAULT_MAX_BURST_FRACTION = 0.1
+# T17: without the sweep's max_client_lag_ms, a window's client lag p99 may be this share
+# of the smallest quantity it measures (its median TTFT or median decode span): a ruler
+# reads to a tenth of what it measures.
+CLIENT_LAG_SHARE = 0.1
+# T17: the per-request metrics whose value rests on the span from a request's first to its
+# last content event (decode_tok_s, tpot_s, itl_per_token_s of the requests view), which the
+# view withholds for a request that arrived in a burst (rate_withheld; a test holds the
+# view to this list).
+DECODE_SPAN_METRICS = ("decode_rate", "tpot", "itl_per_token")
 # T1: a prompt longer than any model's context window is a broken usage report, not a
 # prompt (2**24 = 16,777,216 tokens). Below it every plausible count is exact in float64.
 MAX_PROMPT_TOKENS = 2**24

@@ -17,6 +17,8 @@ from benchledger.rules.core import (
     BLOCK_ENTRIES,
     COMPLETED_ONLY,
     COUNTED_TOKEN_SOURCES,
+    DECODE_SPAN_METRICS,
+    DEFAULT_MAX_BURST_FRACTION,
     EVIDENCE_KINDS,
     SERVER_LOG_APART,
     STATED,
@@ -41,13 +43,16 @@ from benchledger.rules.frame import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 SUITE = SuiteFrame(
     "entries", frame="entries", subject="entry_id",
     required=("entry_id", "metric", "unit", "numerator", "population", "drain_status",
               "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
-    optional=("token_source",))  # NULL: derived before sources were named, not checked
+    # NULL: derived before sources were named (or bursts counted), not checked
+    optional=("token_source", "scope"),
+    numeric=("n_burst", "n_completed", "max_burst_fraction"))
 
 
 def _server_log(column: pd.Series) -> pd.Series:
@@ -246,3 +251,70 @@ SERVER_LOG_KEPT_APART = Rule(
     check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="server_log_check",
              value_set=[SERVER_LOG_APART], columns={"server_log_check": _server_log_labels},
              observe=_observe_label("metric / statistic")))
+
+
+def _decode_span_entry(frame: Frame) -> np.ndarray:
+    """Per-request entries of a metric the requests view withholds for bursts (never the
+    aggregate decode rate, which spans the whole window)."""
+    return (frame["metric"].isin(DECODE_SPAN_METRICS) & frame["scope"].ne("aggregate")
+            ).to_numpy(dtype=bool, na_value=False)
+
+
+def _burst_share(frame: Frame) -> np.ndarray:
+    """n_burst / n_completed where the rule applies and both are known; NaN elsewhere."""
+    import numpy as np
+
+    bursts, completed = as_float(frame["n_burst"]), as_float(frame["n_completed"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = bursts / completed
+    return np.where(_decode_span_entry(frame) & (completed > 0), share, np.nan)
+
+
+def _burst_bound(frame: Frame) -> np.ndarray:
+    """The sweep's max_burst_fraction the entry carries, else the protocol's default."""
+    import numpy as np
+
+    bound = as_float(frame["max_burst_fraction"])
+    return np.where(np.isnan(bound), DEFAULT_MAX_BURST_FRACTION, bound)
+
+
+def _bursts_expected(r: pd.Series) -> str:
+    bound = r["burst_bound"]
+    return (f"at most {100 * bound:.0f}% of completed requests arrived in a burst "
+            f"(max_burst_fraction {bound:g})")
+
+
+def _bursts_found(r: pd.Series, decode_span: bool) -> str:
+    import pandas as pd
+
+    if pd.isna(r["burst_share"]):
+        why = ("not a per-request decode-span metric" if not decode_span
+               else "bursts not counted" if pd.isna(r["n_burst"]) else "no completed requests")
+        return f"{NOT_APPLICABLE} ({why})"
+    return (f"{show_count(r['n_burst'])} of {show_count(r['n_completed'])} completed "
+            f"requests arrived in a burst ({100 * r['burst_share']:.0f}%)")
+
+
+def _observe_bursts(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    # One text per row: a duplicated entry id shows every row instead of hiding one.
+    decode_span = _decode_span_entry(frame.loc[rows])
+    entries = [frame.loc[row] for row in rows]
+    return ("; ".join(map(_bursts_expected, entries)),
+            "; ".join(_bursts_found(r, bool(d)) for r, d in zip(entries, decode_span,
+                                                                  strict=True)))
+
+
+BURST_SHARE_BOUNDED = Rule(
+    name="burst_share_bounded", traps=("T17",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="a per-request decode rate, TPOT or ITL rests on requests whose tokens were "
+            "spread out: at most max_burst_fraction of its completed requests arrived in a "
+            "burst (their decode-span metrics are withheld, so the rest would be a "
+            "selected sample)",
+    threshold=f"n_burst / n_completed <= max_burst_fraction (default "
+              f"{DEFAULT_MAX_BURST_FRACTION})",
+    threshold_source="sweep key max_burst_fraction",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="burst_bound", column_B="burst_share", or_equal=True,
+             ignore_row_if="either_value_is_missing",
+             columns={"burst_share": _burst_share, "burst_bound": _burst_bound},
+             observe=_observe_bursts))

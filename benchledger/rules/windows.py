@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from benchledger.rules.core import (
     ABOVE_TOLERANCE,
     BLOCK_ENTRIES,
+    BLOCK_TIMING_ENTRIES,
+    CLIENT_LAG_SHARE,
     DEFAULT_RECONCILE_TOLERANCE,
     MIN_REQUESTS_PLAIN,
     MIN_REQUESTS_SPECULATIVE,
@@ -35,6 +37,7 @@ from benchledger.rules.frame import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 SUITE = SuiteFrame(
@@ -44,7 +47,13 @@ SUITE = SuiteFrame(
     # was recorded): NULL, so the rules that read it find nothing to check there.
     optional=("token_count", "calibration_rel_error", "calibration_detail",
               "generation_detail", "prompt_detail", "success_detail"),
-    numeric=("reconcile_tolerance", "generation_error", "prompt_error", "success_error"))
+    numeric=("reconcile_tolerance", "generation_error", "prompt_error", "success_error",
+             # the ruler (T17): NULL for windows recorded before the client measured its
+             # lag, and for imports; the medians come from the window's requests, the
+             # bound from the sweep (None: derived from the medians)
+             "client_lag_p50_ms", "client_lag_p99_ms", "client_cpu_share",
+             "bunched_event_fraction", "median_ttft_ms", "median_decode_span_ms",
+             "max_client_lag_ms"))
 
 WINDOWS_PRESENT = Rule(
     name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
@@ -174,3 +183,80 @@ TOKENIZER_CALIBRATED = Rule(
              value_set=[WITHIN_TOLERANCE],
              columns={"calibration_check": _calibration_verdicts},
              observe=_observe_calibration))
+
+
+def _lag_bound(frame: Frame) -> np.ndarray:
+    """The client lag p99 each window may show (ms): the sweep's max_client_lag_ms, else
+    CLIENT_LAG_SHARE of the smaller of its median TTFT and median decode span (NaN where it
+    has neither: no completed measured request to measure against)."""
+    import numpy as np
+
+    sweep = as_float(frame["max_client_lag_ms"])
+    smallest = np.fmin(as_float(frame["median_ttft_ms"]),
+                       as_float(frame["median_decode_span_ms"]))
+    return np.where(np.isnan(sweep), CLIENT_LAG_SHARE * smallest, sweep)
+
+
+def _ms(value: float) -> str:
+    """Milliseconds as a reader reads them: 0.741, 7.4, 12.3, 254."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+_SHARE = {0.1: "a tenth of"}.get(CLIENT_LAG_SHARE, f"{CLIENT_LAG_SHARE:g} x")
+
+
+def _bound_text(r: pd.Series) -> str:
+    import pandas as pd
+
+    share = _SHARE
+    if not pd.isna(r["max_client_lag_ms"]):
+        return f"client lag p99 <= {_ms(r['max_client_lag_ms'])} ms (the sweep's max_client_lag_ms)"
+    ttft, span = r["median_ttft_ms"], r["median_decode_span_ms"]
+    if pd.isna(ttft) and pd.isna(span):
+        return (f"client lag p99 <= {share} the smaller of the median TTFT and median decode "
+                "span (no completed measured request to take them from)")
+    name, value = (("median TTFT", ttft) if pd.isna(span) or (not pd.isna(ttft) and ttft <= span)
+                   else ("median decode span", span))
+    return (f"client lag p99 <= {_ms(r['client_lag_bound_ms'])} ms ({share} the {name}, "
+            f"{_ms(value)} ms)")
+
+
+def _lag_text(r: pd.Series) -> str:
+    import pandas as pd
+
+    if pd.isna(r["client_lag_p99_ms"]):
+        return ("client lag not measured (a window recorded before the client measured it, "
+                "or imported evidence): nothing to check")
+    seen = [f"p50 {_ms(r['client_lag_p50_ms'])} ms"] if not pd.isna(r["client_lag_p50_ms"]) \
+        else []
+    if not pd.isna(r["client_cpu_share"]):
+        seen.append(f"CPU share {r['client_cpu_share']:.2f}")
+    if not pd.isna(r["bunched_event_fraction"]):
+        seen.append(f"{100 * r['bunched_event_fraction']:.0f}% of events bunched")
+    found = f"client lag p99 {_ms(r['client_lag_p99_ms'])} ms" + (
+        f" ({', '.join(seen)})" if seen else "")
+    return found + ("; no bound to check it against" if pd.isna(r["client_lag_bound_ms"])
+                    else "")
+
+
+def _observe_lag(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    # One text per row: a duplicated window id shows every row instead of hiding one.
+    windows = [frame.loc[row] for row in rows]
+    return ("; ".join(map(_bound_text, windows)) or "client lag p99 within its bound",
+            "; ".join(map(_lag_text, windows)) or "no window")
+
+
+CLIENT_LAG_WITHIN_BOUND = Rule(
+    name="client_lag_within_bound", traps=("T17",), applies_to="window",
+    effect=BLOCK_TIMING_ENTRIES,
+    summary="the measurement client was not too late to stamp the window's stream events: "
+            "its event-loop lag p99 is within the bound, else the per-request timing "
+            "entries resting on the window are blocked (its aggregate entries still "
+            "publish); a window whose lag was not measured has nothing to check",
+    threshold=f"client lag p99 <= max_client_lag_ms, else <= {CLIENT_LAG_SHARE:g} x "
+              "min(median TTFT, median decode span) of its completed measured requests",
+    threshold_source="sweep key max_client_lag_ms; the protocol (T17)",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="client_lag_bound_ms", column_B="client_lag_p99_ms", or_equal=True,
+             ignore_row_if="either_value_is_missing",
+             columns={"client_lag_bound_ms": _lag_bound}, observe=_observe_lag))

@@ -23,14 +23,15 @@ SUITE_RULES = {
     "restarts": ["restart_healthy", "clock_under_load"],
     "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
                 "prompt_tokens_reconcile", "finished_requests_reconcile",
-                "tokenizer_calibrated"],
+                "tokenizer_calibrated", "client_lag_within_bound"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e",
                           "usage_plausible", "logprobs_match_usage"],
 }
 ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "latency_population_labelled", "rate_numerator_labelled",
                "prefill_rate_cold_prompts", "entry_token_source_single", "evidence_labelled",
-               "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart"]
+               "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart",
+               "burst_share_bounded"]
 COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
 
 

@@ -190,6 +190,8 @@ def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
                 join(r["completed"] for r in rows))
     if rule == "tokenizer_calibrated":
         return reference_calibration(rows)
+    if rule == "client_lag_within_bound":
+        return reference_lag(rows)
     prefix, counter = RECONCILED[rule]
     ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
              or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
@@ -215,6 +217,47 @@ def reference_calibration(rows: list[dict]) -> tuple[bool, str, str]:
                else "no detail" for r in checked]
     found = "; ".join(f"{v}: {d}" for v, d in zip(verdicts, details, strict=True))
     return all(v == "within reconcile_tolerance" for v in verdicts), expected, found
+
+
+def ms(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def reference_lag(rows: list[dict]) -> tuple[bool, str, str]:
+    """Issue #21: the client lag p99 within the sweep's bound, else a tenth of the smaller
+    of the window's median TTFT and median decode span; not measured, nothing to check."""
+    expected, found, ok = [], [], True
+    for r in rows:
+        sweep, ttft, span = (r.get(k) for k in ("max_client_lag_ms", "median_ttft_ms",
+                                                "median_decode_span_ms"))
+        lag = r.get("client_lag_p99_ms")
+        if not null(sweep):
+            bound = sweep
+            expected.append(f"client lag p99 <= {ms(sweep)} ms (the sweep's max_client_lag_ms)")
+        elif null(ttft) and null(span):
+            bound = None
+            expected.append("client lag p99 <= a tenth of the smaller of the median TTFT and "
+                            "median decode span (no completed measured request to take them "
+                            "from)")
+        else:
+            name, value = (("median TTFT", ttft) if null(span) or (not null(ttft) and ttft <= span)
+                           else ("median decode span", span))
+            bound = 0.1 * value
+            expected.append(f"client lag p99 <= {ms(bound)} ms (a tenth of the {name}, "
+                            f"{ms(value)} ms)")
+        if null(lag):
+            found.append("client lag not measured (a window recorded before the client "
+                         "measured it, or imported evidence): nothing to check")
+            continue
+        seen = [] if null(r.get("client_lag_p50_ms")) else [f"p50 {ms(r['client_lag_p50_ms'])} ms"]
+        if not null(r.get("client_cpu_share")):
+            seen.append(f"CPU share {r['client_cpu_share']:.2f}")
+        if not null(r.get("bunched_event_fraction")):
+            seen.append(f"{100 * r['bunched_event_fraction']:.0f}% of events bunched")
+        found.append(f"client lag p99 {ms(lag)} ms" + (f" ({', '.join(seen)})" if seen else "")
+                     + ("; no bound to check it against" if bound is None else ""))
+        ok &= bound is None or lag <= bound
+    return ok, "; ".join(expected), "; ".join(found)
 
 
 def reference_restarts(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
@@ -294,10 +337,24 @@ def random_calibration(rng: np.random.Generator, w: int) -> dict:
                                                              f"{error:+.2%}"}
 
 
+def random_ruler(rng: np.random.Generator) -> dict:
+    """A window's client lag (issue #21): not measured, well within its bound, or beyond it;
+    bounded by the sweep, by its medians, or by nothing."""
+    lag = rng.choice([np.nan, 0.02, 0.5, 12.3])
+    return {"client_lag_p99_ms": lag,
+            "client_lag_p50_ms": np.nan if np.isnan(lag) else rng.choice([np.nan, lag / 3]),
+            "client_cpu_share": rng.choice([np.nan, 0.35, 0.98]),
+            "bunched_event_fraction": rng.choice([np.nan, 0.0, 0.41]),
+            "median_ttft_ms": rng.choice([np.nan, 7.4, 2500.0]),
+            "median_decode_span_ms": rng.choice([np.nan, 254.0, 3.0]),
+            "max_client_lag_ms": rng.choice([np.nan, np.nan, 1.0])}
+
+
 def random_run(seed: int, *, object_strings: bool = False,
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(seed)
     extra = np.random.default_rng(seed + 1000)  # issue #13's columns
+    ruler = np.random.default_rng(seed + 2000)  # issue #21's
     n_restarts = 5
     restarts = pd.DataFrame({
         "restart_id": [f"r{i}" for i in range(n_restarts)],
@@ -356,7 +413,7 @@ def random_run(seed: int, *, object_strings: bool = False,
             "success_error": np.nan,
             "generation_detail": None if np.isnan(error) else f"delta vs usage ({error:+.1%})",
             "prompt_detail": "prompt delta", "success_detail": None,
-            **random_calibration(extra, w),
+            **random_calibration(extra, w), **random_ruler(ruler),
         })
     windows = pd.DataFrame(window_rows)
     windows = pd.concat([windows, windows.iloc[[2]].assign(submitted=0)],
@@ -399,7 +456,9 @@ def test_reference_sees_the_troubles_it_was_given():
                     "prompt_tokens 1000000000 above 16777216",
                     # issue #13: logprobs against usage, tokenizer calibrations
                     "with usage disagree: ", "above reconcile_tolerance: ",
-                    "no calibration: no detail"):
+                    "no calibration: no detail",
+                    # issue #21: a late client, bounded by the sweep and by the medians
+                    "client lag p99 12.3 ms (", "of events bunched"):
         assert trouble in text, trouble
 
 

@@ -309,12 +309,14 @@ PER_ARM = {"requests": 30, "min_requests": 25, "warmup": 3, "restarts": 4, "max_
            "clock_source": "http", "clock_url": "{base_url}/c", "min_clock_ratio": 0.7,
            "require_clock_check": False}
 SWEEP_WIDE = {"request_timeout_s": 30.0, "endpoint": "completions", "prompt_cache": "cold",
-              "seed": 7, "reconcile_tolerance": 0.02, "clock_interval_s": 0.3}
+              "seed": 7, "reconcile_tolerance": 0.02, "clock_interval_s": 0.3,
+              "client_workers": 4, "max_client_lag_ms": 0.5, "max_burst_fraction": 0.2}
 PLAN_FIELDS = ["arm", "requests", "min_requests_key", "warmup", "restarts", "max_tokens",
                "temperature", "concurrency", "drain_timeout_s", "request_timeout_s",
                "ready_timeout_s", "endpoint", "arrival", "rate_rps", "prompt_cache", "seed",
                "reconcile_tolerance", "clock_source", "clock_url", "clock_interval_s",
-               "min_clock_ratio", "require_clock_check"]
+               "min_clock_ratio", "require_clock_check", "client_workers",
+               "max_client_lag_ms", "max_burst_fraction"]
 
 
 def _toml(values: dict) -> str:

@@ -1,13 +1,28 @@
 -- Windows of one run, as the GX gate's "windows" suite sees them, with each counter's
 -- reconciliation (NULL error = not reconciled: no counter, or no scrape), joined by the
--- quantity it checks: each server family names its counters differently.
+-- quantity it checks: each server family names its counters differently. With them, the
+-- client's own lateness (T17; NULL: not measured) and the smallest quantities the window
+-- measures, which bound it: the median TTFT and the median decode span (t_last - t_first,
+-- of requests with a span) of its completed measured requests, in milliseconds.
+WITH timed AS (
+    SELECT r.window_id,
+           quantile_cont((r.t_first_ns - r.t_submit_ns) / 1e6, 0.5) AS median_ttft_ms,
+           quantile_cont((r.t_last_ns - r.t_first_ns) / 1e6, 0.5)
+               FILTER (WHERE r.t_last_ns > r.t_first_ns) AS median_decode_span_ms
+    FROM request_records AS r
+    WHERE r.window_id IN (SELECT window_id FROM windows WHERE run_id = $run_id)
+      AND NOT r.is_warmup AND r.status = 'completed'
+    GROUP BY r.window_id
+)
 SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        w.completed, w.failed, w.unresolved, w.drain_status, w.min_requests,
        w.reconcile_tolerance, w.token_count, w.calibration_rel_error,
        w.calibration_detail,
        g.relative_error AS generation_error, g.detail AS generation_detail,
        p.relative_error AS prompt_error,     p.detail AS prompt_detail,
-       s.relative_error AS success_error,    s.detail AS success_detail
+       s.relative_error AS success_error,    s.detail AS success_detail,
+       w.client_lag_p50_ms, w.client_lag_p99_ms, w.client_cpu_share,
+       w.bunched_event_fraction, t.median_ttft_ms, t.median_decode_span_ms
 FROM windows AS w
 LEFT JOIN reconciliations AS g
        ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'
@@ -15,5 +30,6 @@ LEFT JOIN reconciliations AS p
        ON p.window_id = w.window_id AND p.quantity = 'prompt_tokens'
 LEFT JOIN reconciliations AS s
        ON s.window_id = w.window_id AND s.quantity = 'finished_requests'
+LEFT JOIN timed AS t ON t.window_id = w.window_id
 WHERE w.run_id = $run_id
 ORDER BY w.window_id
