@@ -88,11 +88,11 @@ def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
     """A Markdown table of the published entries, every label a reader needs."""
     header = ("| arm | workload | metric | statistic | phase | scope | c | numerator | value "
               "| 95% CI | n | restarts | population | prompts | drain | tokens from "
-              "| counters | evidence |")
+              "| counters | client lag p99 ms | bursts | evidence |")
     lines = [f"# Published entries of run `{run_id}`", "",
              "Validated entries only; see docs/protocol.md of the benchledger project for "
              "what each label means.", "",
-             header, "|" + "---|" * 18]
+             header, "|" + "---|" * 20]
     for e in entries.itertuples():
         interval = ("–" if e.ci95_low is None or pd.isna(e.ci95_low)
                     else f"[{_md_number(e.ci95_low)}, {_md_number(e.ci95_high)}]")
@@ -102,8 +102,13 @@ def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
             f"| {e.concurrency} | {numerator} | {_md_number(e.value)} {e.unit} | {interval} "
             f"| {e.n_requests} | {e.n_restarts} | {e.population} | {e.prompt_cache or ''} "
             f"| {e.drain_status or ''} | {_text(getattr(e, 'token_source', None))} "
-            f"| {e.counter_check or ''} | {e.evidence} |")
+            f"| {e.counter_check or ''} | {_md_number(getattr(e, 'client_lag_p99_ms', None))} "
+            f"| {_md_count(getattr(e, 'n_burst', None))} | {e.evidence} |")
     return "\n".join(lines) + "\n"
+
+
+def _md_count(value) -> str:
+    return "–" if value is None or pd.isna(value) else str(int(value))
 
 
 def _text(value) -> str:

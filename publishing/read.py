@@ -5,6 +5,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
+from benchledger.rules import CLIENT_LAG_WITHIN_BOUND
 from benchledger.warehouse.db import first_row, only_row, query_frame
 
 
@@ -68,3 +69,9 @@ def delivered_vs_server(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataF
 
 def variance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, "variance_for_run", run_id)
+
+
+def ruler(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Per window: the client's lag, CPU share, bunched events and bursts (T17), with what
+    the lag rule expected there."""
+    return query_frame(con, "ruler_for_run", run_id=run_id, rule=CLIENT_LAG_WITHIN_BOUND.name)

@@ -25,6 +25,19 @@ def _interval(low, high) -> str:
     return "[-]" if low is None or pd.isna(low) else f"[{_number(low)}, {_number(high)}]"
 
 
+def _get(row, column: str):
+    """A label of an entry row, None where the frame lacks it (derived before it existed)."""
+    return getattr(row, column, None)
+
+
+def _known(value) -> bool:
+    return value is not None and not pd.isna(value)
+
+
+def _count(value) -> str:
+    return "-" if not _known(value) else str(int(value))
+
+
 def headline(entries: pd.DataFrame) -> pd.DataFrame:
     pairs = set(HEADLINE)
     wanted = pd.Series([(m, n if isinstance(n, str) else None) in pairs
@@ -46,7 +59,12 @@ def format_entries(entries: pd.DataFrame) -> str:
                                  (f"drain {e.drain_status}", e.drain_status == "incomplete"),
                                  # how far the server's counters confirmed the token counts
                                  (f"counters: {e.counter_check}",
-                                  e.counter_check != "reconciled"))
+                                  e.counter_check != "reconciled"),
+                                 # the ruler's own error behind it (T17), where measured
+                                 (f"client lag p99 {_number(_get(e, 'client_lag_p99_ms'))} ms",
+                                  _known(_get(e, "client_lag_p99_ms"))),
+                                 (f"{_count(_get(e, 'n_burst'))} in a burst",
+                                  _known(_get(e, "n_burst")) and _get(e, "n_burst") > 0))
                  if on]
         rows.append({
             "arm": e.arm, "workload": e.workload, "metric": e.metric, "phase": e.phase,
@@ -136,6 +154,43 @@ def format_delivered_vs_server(frame: pd.DataFrame) -> str:
     return pd.DataFrame(rows).to_string(index=False)
 
 
+def _ms(value) -> str:
+    return "-" if not _known(value) else f"{value:.3g}"
+
+
+def _share(value) -> str:
+    return "-" if not _known(value) else f"{100 * value:.0f}%"
+
+
+def format_ruler(windows: pd.DataFrame) -> str:
+    """Per window, the ruler's own error (T17): the client's lag and CPU share, events that
+    shared a read, requests that arrived in a burst, and whether the lag was within its
+    bound."""
+    if windows.empty:
+        return "  (none)"
+    rows = []
+    for w in windows.itertuples():
+        verdict = ("not measured" if not _known(w.client_lag_p99_ms)
+                   else "-" if not _known(w.lag_within_bound)
+                   else "within bound" if w.lag_within_bound else "BEYOND BOUND")
+        rows.append({
+            "arm": w.arm, "workload": w.workload, "c": w.concurrency,
+            "restart": _count(w.restart_index), "workers": _count(w.client_workers),
+            "lag p50 ms": _ms(w.client_lag_p50_ms), "lag p99 ms": _ms(w.client_lag_p99_ms),
+            "CPU share": _share(w.client_cpu_share),
+            "bunched events": _share(w.bunched_event_fraction),
+            "bursts": f"{int(w.burst_requests)}/{int(w.completed_measured)}",
+            "client lag": verdict,
+        })
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+def _ruler_worth_showing(windows: pd.DataFrame) -> bool:
+    """Whether any window measured its lag or had a burst (else the table is all dashes)."""
+    return bool(windows["client_lag_p99_ms"].notna().any()
+                or (windows["burst_requests"] > 0).any())
+
+
 def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """What `benchledger run` prints of a finished run: the published headline means,
     delivered beside what the server said, blocked entries by rule, the comparisons and
@@ -153,6 +208,11 @@ def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
              "\nDelivered (tok/s, from per-request usage) beside what the server said "
              "(its log lines and counters; never the delivered rate):",
              format_delivered_vs_server(read.delivered_vs_server(con, run_id))]
+    windows = read.ruler(con, run_id)
+    if _ruler_worth_showing(windows):
+        parts += ["\nThe ruler's own error per window (T17): the client's lateness, events "
+                  "that shared a read, requests that arrived in a burst:",
+                  format_ruler(windows)]
     blocked = read.blocked_entries(con, run_id)
     if len(blocked):
         parts += [f"\nBlocked entries ({len(blocked)}; not published), by the rule that "

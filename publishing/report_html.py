@@ -24,6 +24,7 @@ from benchledger.publishing.read import (
     comparisons,
     delivered_vs_server,
     published_entries,
+    ruler,
 )
 from benchledger.warehouse.db import query_frame
 
@@ -252,7 +253,8 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         _table(headline, ["arm", "workload", "metric", "phase", "scope", "concurrency",
                           "numerator", "value", "unit", "ci95_low", "ci95_high",
                           "n_requests", "n_restarts", "restart_mean", "restart_ci95_low",
-                          "restart_ci95_high", "restart_effect", "population"]),
+                          "restart_ci95_high", "restart_effect", "population",
+                          "client_lag_p99_ms", "n_burst"]),
         "<h2>Requests per restart</h2>",
         _figure(plot_restart_dots(decode_requests, entries),
                 f"Each dot is one measured request (at most {DOTS_PER_RESTART} per restart: "
@@ -272,6 +274,18 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                 "Delivered throughput beside the server log's mean and peak lines: the "
                 "log's peak is a lucky interval, not the delivered speed (T2)."),
         _table(delivered, list(delivered.columns)),
+        "<h2>The ruler's own error (T17)</h2>",
+        "<p class='note'>Per window: how late the measurement client was to stamp stream "
+        "events (its event-loop lag, ms; empty: not measured), how busy its cores were, the "
+        "share of content events that arrived in one read with another, and how many "
+        "completed requests arrived in a burst (no decode rate: their tokens came at once). "
+        "A lag beyond its bound blocks the window's per-request timing entries; its "
+        "throughput still publishes, labelled with the lag.</p>",
+        _table(ruler(con, run_id),
+               ["arm", "workload", "concurrency", "restart_index", "client_workers",
+                "client_lag_p50_ms", "client_lag_p99_ms", "client_cpu_share",
+                "bunched_event_fraction", "burst_requests", "completed_measured",
+                "lag_within_bound", "lag_bound"]),
         "<h2>Comparisons</h2>",
         _table(comparisons(con, run_id),
                ["role", "a", "b", "workload", "metric", "concurrency", "difference",
