@@ -180,6 +180,10 @@ def test_a_burst_has_no_decode_rate_and_says_why(tmp_path):
     decode = by_label[("decode_rate", "single_stream", "mean", "output_tokens")]
     assert decode.n_burst == 6 and decode.n_completed == 2 * N
     assert decode.n_requests == 4 and not decode.publishable  # 60% > the default 10%
+    assert con.execute("SELECT window_id, completed_measured, burst_requests FROM window_bursts "
+                       "ORDER BY window_id").fetchall() == [(quiet, N, 3),
+                                                            (layout.window_id("a", 1, "code", 1),
+                                                             N, 3)]
     rows = blocks(con, BURST_SHARE_BOUNDED.name)
     assert {(m, st) for m, _, st, *_ in rows} == {
         ("decode_rate", "mean"), ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"),
