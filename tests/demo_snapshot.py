@@ -47,6 +47,9 @@ INTERVALS = (("ci95_low", "value", "ci95_high"),
 # Comparisons: the means and their ratio within SPREAD (an A/B's difference too); the
 # interval, Welch's degrees of freedom and an A/A control's difference (noise around 0)
 # only by presence. Verdicts and reasons are compared exactly.
+# The client's account of its own lateness (T17): how busy and how late the machine's
+# client was, whatever the entry's unit; only its presence is compared.
+MACHINE = {"client_lag_p99_ms", "client_cpu_share"}
 COMPARISON_TIMED = {"a_mean", "b_mean", "ratio"}
 COMPARISON_PRESENCE = {"ci95_low", "ci95_high", "df", "control_difference"}
 SPREAD = 3.0
@@ -57,6 +60,11 @@ _HEX = re.compile(r"\b[0-9a-f]{16,64}\b")
 _FLOAT = re.compile(r"-?\d+\.\d+(?:e[+-]?\d+)?")
 _SAMPLES = re.compile(r"\(\d+ samples\)")
 _LOG_LINES = re.compile(r"\(\d+ log lines\)")
+# The lag rule's texts (T17): milliseconds and shares of the machine's moment, which a
+# three-digit format may print without a decimal point.
+_LAG_MS = re.compile(r"(client lag p99(?: <=)?|p50|median TTFT,|median decode span,) "
+                     r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)? ms")
+_BUNCHED = re.compile(r"\d+% of events bunched")
 
 
 def normalise(text: str, data_dir: Path | None = None) -> str:
@@ -66,6 +74,8 @@ def normalise(text: str, data_dir: Path | None = None) -> str:
     text = _RUN_ID.sub("<run>", text)
     # the node a clock was read on
     text = re.sub(rf"\bon {re.escape(socket.gethostname())}\b", "on <host>", text)
+    text = _LAG_MS.sub(r"\1 <num> ms", text)
+    text = _BUNCHED.sub("<n>% of events bunched", text)
     text = _FLOAT.sub("<num>", text)  # first: a long fraction's digits look like hex
     text = _HEX.sub("<hex>", text)
     text = _SAMPLES.sub("(<n> samples)", text)
@@ -160,6 +170,8 @@ def _same(a: Any, b: Any, how: str) -> bool:
 
 
 def _entry_how(entry: dict, column: str) -> str:
+    if column in MACHINE:
+        return "presence"
     timed_unit = entry.get("unit") in TIMED_UNITS
     if column == "achieved_rate_rps" or (timed_unit and column in TIMED):
         return "seconds" if entry.get("unit") == "s" else "timed"

@@ -74,3 +74,25 @@ def test_normalising_keeps_words_and_integers_and_drops_run_ids_hashes_and_times
             "(4 samples)")
     assert normalise(text) == ("<run>/spec-on/r0/code-c1 sha256 <hex> value: <num> found "
                                "15 == 15 (<n> samples)")
+
+
+def test_the_rulers_labels_are_the_machines_and_bursts_are_counts():
+    """Issue #21: the client's lag and CPU share say how busy this machine was (present,
+    whatever their value); how many requests arrived in a burst is a count (exact)."""
+    fixture = read_fixture()
+    rate = _pick(fixture, "tok/s")
+    found = copy.deepcopy(fixture)
+    found["entries"][rate]["client_lag_p99_ms"] *= 10
+    found["entries"][rate]["client_cpu_share"] /= 10
+    assert differences(fixture, found) == []
+    found["entries"][rate]["client_lag_p99_ms"] = None  # not measured: no longer the same
+    assert any("client_lag_p99_ms" in line for line in differences(fixture, found))
+    found = copy.deepcopy(fixture)
+    found["entries"][rate]["n_burst"] = 1
+    assert any("n_burst" in line for line in differences(fixture, found))
+    text = normalise("expected client lag p99 <= 0.514 ms (a tenth of the median TTFT, 5.14 "
+                     "ms), found client lag p99 14 ms (p50 3 ms, CPU share 0.06, 1% of events "
+                     "bunched)")
+    assert text == normalise("expected client lag p99 <= 0.7 ms (a tenth of the median "
+                             "TTFT, 7 ms), found client lag p99 0.0213 ms (p50 0.0144 ms, "
+                             "CPU share 0.07, 0% of events bunched)")
