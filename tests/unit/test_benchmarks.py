@@ -183,3 +183,114 @@ def test_load_refuses_a_column_request_records_does_not_have(tmp_path):
     # the table is still there (the column name was not run as SQL), and the refusal
     # rolled the whole run back
     assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+
+
+# --- the client's timing against a server that knows the truth ------------------------------
+
+
+def test_timing_errors_pair_a_keys_requests_in_time_order():
+    """A warm-up request shares its key with a measured one: each key's requests pair up
+    in time order, and only the measured one's errors count."""
+    from benchmarks.client_fidelity import in_flight, timing_errors
+
+    ms = 1_000_000
+    served = [{"key": "q0", "arrival_ns": 100 * ms, "complete": True,
+               "stamps": [110 * ms, 120 * ms, 130 * ms]},
+              {"key": "q0", "arrival_ns": 1 * ms, "complete": True,  # the warm-up, earlier
+               "stamps": [10 * ms, 20 * ms, 30 * ms]}]
+    received = [{"key": "q0", "warmup": False, "t_submit_ns": 99 * ms,
+                 "events": [112 * ms, 121 * ms, 135 * ms]},  # +2, +1, +5 ms late
+                {"key": "q0", "warmup": True, "t_submit_ns": 0,
+                 "events": [50 * ms, 60 * ms, 70 * ms]}]
+    errors = timing_errors(received, served)
+    assert errors["unmatched_requests"] == 0
+    assert (errors["ttft_error_ms"]["n"], errors["ttft_error_ms"]["p50"]) == (1, 2.0)
+    # gaps 9 and 14 ms against 10 and 10: errors 1 and 4 ms
+    assert (errors["itl_error_ms"]["min"], errors["itl_error_ms"]["max"]) == (1.0, 4.0)
+    # a request missing an event is not matched at all
+    received[0]["events"] = received[0]["events"][:2]
+    assert timing_errors(received, served)["unmatched_requests"] == 1
+    # in flight: only the steps of the measured request's span (100 to 130 ms) count
+    steps = [[5 * ms, 7], [100 * ms, 1], [120 * ms, 3], [131 * ms, 9]]
+    assert in_flight(received, served, steps) == {"max": 3, "median": 1, "mean": 2.0,
+                                                  "steps": 2, "arrival_spread_ms": 0.0}
+
+
+def test_fidelity_summary_leaves_out_disturbed_runs_and_failures_fail_the_check():
+    from benchmarks.client_fidelity import checks, summarise
+
+    def run(itl_p50, disturbed):
+        return {"ttft_error_ms": {"p50": 1.0, "p99": 2.0}, "itl_error_ms": {"p50": itl_p50,
+                "p99": 9.0}, "in_flight": {"max": 256, "median": 256}, "events_per_s": 1,
+                "cpu_us_per_event": 1.0, "unmatched_requests": 0, "disturbed": disturbed,
+                "others_on_client_core": 0.5 if disturbed else 0.0}
+
+    row = summarise([run(9.0, True), run(1.5, False), run(1.0, False)])
+    assert (row["itl_error_ms_p50"], row["runs_disturbed"], row["medians_of"]) == (
+        1.0, 1, "undisturbed runs")
+    assert checks({"benchledger/s256": row})["s256_in_flight_ge_240_and_itl_p50_lt_2ms"]
+    # every run disturbed: the medians of all, said so
+    assert summarise([run(9.0, True)])["medians_of"] == "all finished runs"
+    failed = summarise([run(1.0, False), {"error": "client exited 1"}])
+    assert failed["errors"] == ["client exited 1"]
+    assert checks({"benchledger/s256": failed}) == {
+        "s256_in_flight_ge_240_and_itl_p50_lt_2ms": False, "s64_itl_p50_lt_1ms": None}
+
+
+def test_client_fidelity_reports_plausible_errors_for_both_clients(tmp_path):
+    script = str(REPO / "benchmarks" / "client_fidelity.py")
+    out = subprocess.run(
+        [sys.executable, script, "--streams", "1", "4", "--tokens", "10", "--warmup", "1",
+         "--repeat", "2", "--quiet-wait", "0", "--out", str(tmp_path / "fidelity.json")],
+        capture_output=True, text=True, cwd=REPO, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1, "exactly one JSON line"
+    report = json.loads(lines[0])
+    assert json.loads((tmp_path / "fidelity.json").read_text()) == report
+    assert {"benchmark", "date", "commit", "uncommitted", "machine", "client_core",
+            "server_core", "step_ms", "tokens_per_request", "checks", "summary",
+            "runs"} <= set(report)
+    assert report["benchmark"] == "client_fidelity"
+    assert {"nproc", "cpu", "python", "httpx", "aiohttp", "uvloop",
+            "load_average"} <= set(report["machine"])
+    # neither must-show stream count was run: no verdict, rather than a made-up one
+    assert report["checks"] == {"s256_in_flight_ge_240_and_itl_p50_lt_2ms": None,
+                                "s64_itl_p50_lt_1ms": None}
+    assert set(report["summary"]) == {f"{c}/s{n}" for c in ("lean", "benchledger")
+                                      for n in (1, 4)}
+    assert len(report["runs"]) == 8
+    for run in report["runs"]:
+        name = f"{run['client']}/s{run['streams']}"
+        assert "error" not in run, (name, run.get("error"))
+        n = run["streams"]
+        assert (run["requests"], run["events"], run["unmatched_requests"]) == (n, 10 * n, 0)
+        ttft, itl = run["ttft_error_ms"], run["itl_error_ms"]
+        assert (ttft["n"], itl["n"]) == (n, 9 * n), name
+        # the client stamps after the server's write, on the same clock; a loaded 2-core
+        # machine adds milliseconds, never seconds
+        assert 0 <= ttft["min"] <= ttft["p50"] <= ttft["p99"] < 1000, name
+        assert 0 <= itl["min"] <= itl["p50"] <= itl["p99"] < 1000, name
+        assert 1 <= run["in_flight"]["median"] <= run["in_flight"]["max"] <= n, name
+        assert run["events_per_s"] > 0 and run["cpu_us_per_event"] > 0, name
+        assert run["client_cores_allowed"] == [report["client_core"]], name
+        # the summary's figures are medians of what its undisturbed runs measured (of both
+        # where both or neither were: a busy test machine may disturb one)
+        summary = report["summary"][name]
+        both = [r for r in report["runs"] if (r["client"], r["streams"]) == (run["client"], n)]
+        used = [r for r in both if not r["disturbed"]] or both
+        assert summary["runs_finished"] == 2 and "errors" not in summary, name
+        assert summary["runs_disturbed"] == sum(r["disturbed"] for r in both), name
+        assert summary["itl_error_ms_p50"] == min(r["itl_error_ms"]["p50"] for r in used), name
+        assert summary["in_flight_max"] in {r["in_flight"]["max"] for r in used}, name
+        if run["client"] == "benchledger":
+            assert set(run["accounting"]) == {"client_workers", "client_lag_p50_ms",
+                                              "client_lag_p99_ms", "client_cpu_share",
+                                              "bunched_event_fraction"}
+            assert run["window_status"]["completed"] == n
+
+    # the README's table of it: one row per client and stream count
+    table = subprocess.run([sys.executable, script, "--table", str(tmp_path / "fidelity.json")],
+                           capture_output=True, text=True, cwd=REPO, timeout=60).stdout
+    assert [line.split(" | ")[:2] for line in table.splitlines()[2:6]] == [
+        ["| 1", "lean"], ["| 1", "benchledger"], ["| 4", "lean"], ["| 4", "benchledger"]]
