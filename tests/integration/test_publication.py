@@ -227,7 +227,8 @@ class Page(HTMLParser):
 
 
 REPORT_SECTIONS = ["Headline entries", "Requests per restart", "Arms side by side",
-                   "TTFT vs input length", "Delivered vs the server log", "Comparisons",
+                   "TTFT vs input length", "Delivered vs the server log",
+                   "The ruler's own error (T17)", "Comparisons",
                    "Blocked entries (not published)"]
 
 
