@@ -208,16 +208,15 @@ _SHARE = {0.1: "a tenth of"}.get(CLIENT_LAG_SHARE, f"{CLIENT_LAG_SHARE:g} x")
 def _bound_text(r: pd.Series) -> str:
     import pandas as pd
 
-    share = _SHARE
     if not pd.isna(r["max_client_lag_ms"]):
         return f"client lag p99 <= {_ms(r['max_client_lag_ms'])} ms (the sweep's max_client_lag_ms)"
     ttft, span = r["median_ttft_ms"], r["median_decode_span_ms"]
     if pd.isna(ttft) and pd.isna(span):
-        return (f"client lag p99 <= {share} the smaller of the median TTFT and median decode "
+        return (f"client lag p99 <= {_SHARE} the smaller of the median TTFT and median decode "
                 "span (no completed measured request to take them from)")
     name, value = (("median TTFT", ttft) if pd.isna(span) or (not pd.isna(ttft) and ttft <= span)
                    else ("median decode span", span))
-    return (f"client lag p99 <= {_ms(r['client_lag_bound_ms'])} ms ({share} the {name}, "
+    return (f"client lag p99 <= {_ms(r['client_lag_bound_ms'])} ms ({_SHARE} the {name}, "
             f"{_ms(value)} ms)")
 
 
