@@ -37,9 +37,10 @@ Modes (MODES below; `--help` lists them too):
 - usage-negative, usage-absurd, usage-non-integer, usage-over-max, usage-no-prompt: a
   usage event that cannot be true;
 - health-404: every GET answers 404; health-401: every request answers 401;
-- stall-burst: the first content event, then nothing for STALL_S, then every other event,
-  the usage and [DONE] in one write (an API server that stalled while its engine ran on:
-  the answer arrives at once, and a per-request decode rate over it means nothing).
+- stall-burst: nothing for STALL_S, then the first content event and, right after it,
+  every other event, the usage and [DONE] in one write (an API server that stalled while
+  its engine ran on: a slow first token, then the whole answer at once, over which a
+  per-request decode rate means nothing).
 
 Options that hold whatever the mode:
 
@@ -53,6 +54,8 @@ Options that hold whatever the mode:
   (owned_by "key ...") and /metrics (what redaction must survive);
 - --argv-file PATH: writes the process's sys.argv there (JSON) before serving: what the
   process really received;
+- --first-event-ms MS: each stream waits this long before its first content event (a
+  prefill; default 0);
 - --tag T: any text, so a test can find its servers in the process table.
 
 serve_in_thread() runs the same server in a daemon thread of the calling process (for unit
@@ -81,7 +84,7 @@ EVENT_GAP_S = 0.005  # between content events, so timings are positive and order
 HANG_BOUND_S = 600.0
 # Content events sent before a mid-stream fault (exit, sickness, reset, odd event) strikes.
 EVENTS_BEFORE_FAULT = 2
-STALL_S = 0.3  # stall-burst: how long the affected stream says nothing after its first event
+STALL_S = 0.3  # stall-burst: how long the affected stream says nothing before its first event
 EXIT_STATUS = 3  # exit-mid-stream's exit status
 ABSURD_TOKENS = 10**9
 # usage-non-integer: the values it cycles through, one per affected request.
@@ -112,8 +115,8 @@ MODES = {
     "choices-str": "an event whose choices is [\"x\"] (a string, not an object)",
     "health-404": "every GET (/health, /v1/models, ...) answers 404",
     "health-401": "every request answers 401 (an API key is missing or wrong)",
-    "stall-burst": f"the first content event, {STALL_S} s of silence, then the rest of the "
-                   "answer in one write",
+    "stall-burst": f"{STALL_S} s of silence, then the first content event and the rest of "
+                   "the answer in one write",
 }
 WHOLE_SERVER_MODES = {"clean", "health-404", "health-401"}
 HTTP_ERRORS = {"http-429": (429, "rate limited"), "http-500": (500, "engine exploded"),
@@ -337,6 +340,8 @@ class FaultHandler(BaseHTTPRequestHandler):
                 {"index": 0, "delta": {"role": "assistant", "content": ""},
                  "finish_reason": None}]}))
         held: list[bytes] = []  # stall-burst: what waits for the one write at the end
+        time.sleep(self.server.options.first_event_ms / 1000
+                   + (STALL_S if mode == "stall-burst" else 0.0))
         for i in range(words):
             if i == EVENTS_BEFORE_FAULT and self._strike_mid_stream(mode):
                 return None
@@ -347,7 +352,8 @@ class FaultHandler(BaseHTTPRequestHandler):
                 held.append(event)
                 continue
             self._write(event)
-            time.sleep(STALL_S if mode == "stall-burst" else EVENT_GAP_S)
+            if mode != "stall-burst":
+                time.sleep(EVENT_GAP_S)
         if mode == "no-done":
             return None  # the connection closes: no finish_reason, usage or [DONE]
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -413,6 +419,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "/metrics")
     parser.add_argument("--argv-file", metavar="PATH",
                         help="write the process's sys.argv there (JSON) before serving")
+    parser.add_argument("--first-event-ms", type=float, default=0.0, metavar="MS",
+                        help="how long a stream waits before its first content event "
+                             "(a prefill; default 0)")
     parser.add_argument("--tag", default="",
                         help="any text; lets a test find its servers in the process table")
     args = parser.parse_args(argv)
