@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -203,3 +204,48 @@ def test_the_ruler_summary():
     assert bunched_events([7, 7, 7]) == 2
     empty = summarise([], [])
     assert empty["client_lag_p99_ms"] is None and empty["bunched_event_fraction"] is None
+
+
+def test_the_client_faults_end_the_same_with_one_and_with_two_workers(server):
+    """The fault suite's client-side faults, one per measured request (told apart by cold
+    prefix, as two workers send in another order), at concurrency 2: the same rows, errors
+    included, and the same accounting, with one event loop and with two processes. The
+    last request hangs past the drain deadline: unresolved in both."""
+    from tests.conftest import RESET, _sse
+    from tests.unit.test_client_faults import ODD_EVENTS, chunked
+
+    faults = [Script([chat_chunk("a"), bad, *good_stream(3)]) for bad, _ in ODD_EVENTS.values()]
+    faults += [
+        Script([chunked(chat_chunk("a")), chunked(chat_chunk("b")), 0.05, RESET],
+               headers={"Transfer-Encoding": "chunked"}),
+        Script([chat_chunk("a"), chat_chunk("b")]),  # no [DONE], no finish_reason
+        Script([b'{"error": "busy"}'], status=503, content_type="application/json"),
+        Script([b"<html>ok</html>"], content_type="text/html"),
+        Script([chat_chunk("a", "length"), _sse("[DONE]")]),  # no usage
+        Script([chat_chunk("a"), 30.0]),  # hangs: cancelled at the drain deadline
+    ]
+    # The hang comes last: each loop keeps its own share of the concurrency outstanding, so
+    # a request stuck earlier would hold its worker's one slot (the next of that worker's
+    # requests would wait for it) where one loop with two slots goes on with the other.
+    window = spec(requests=len(faults), warmup=0, concurrency=2, prompt_cache="cold",
+                  drain_timeout_s=2.0)
+    by_prefix = {cold_prefix(0, f"run/arm/r0/code-c4/m{i:04d}"): script
+                 for i, script in enumerate(faults)}
+
+    def answer(body: dict) -> Script:
+        text = body["messages"][-1]["content"]
+        return next(s for p, s in by_prefix.items() if text.startswith(p))
+
+    results = {}
+    for workers in (1, 2):
+        server.scripts[f"faults-{workers}"] = lambda n, body: answer(body)
+        results[workers] = measure_window(Target(server.base, f"faults-{workers}"),
+                                          replace(window, workers=workers))
+    one, two = results[1], results[2]
+    assert untimed(one.rows) == untimed(two.rows)
+    statuses = [r["status"] for r in one.rows]
+    assert statuses.count("unresolved") == 1 and statuses.count("completed") == 1
+    assert all(r["error"] for r in one.rows if r["status"] != "completed")
+    for key in ("submitted", "completed", "failed", "unresolved", "drain_status"):
+        assert one.accounting[key] == two.accounting[key], key
+    assert two.accounting["client_workers"] == 2
