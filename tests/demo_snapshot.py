@@ -62,7 +62,8 @@ _SAMPLES = re.compile(r"\(\d+ samples\)")
 _LOG_LINES = re.compile(r"\(\d+ log lines\)")
 # The lag rule's texts (T17): milliseconds and shares of the machine's moment, which a
 # three-digit format may print without a decimal point.
-_LAG_MS = re.compile(r"(client lag p99(?: <=)?|p50|median TTFT,|median decode span,) "
+_LAG_MS = re.compile(r"(client lag p99(?: <=)?|client lag p50 <=|and p99 <=|p50|median TTFT,|"
+                     r"median decode span,) "
                      r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)? ms")
 _BUNCHED = re.compile(r"\d+% of events bunched")
 
