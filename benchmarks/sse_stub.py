@@ -112,6 +112,9 @@ class Connection(asyncio.Protocol):
 
 
 class StubServer:
+    # What a POST streams; a subclass may keep more per request (stepped_server.py).
+    stream_class = Stream
+
     def __init__(self, model: str, step_s: float) -> None:
         self.model = model
         self.step_s = step_s
@@ -130,8 +133,9 @@ class StubServer:
             text = request["messages"][-1]["content"]
             conn.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                                  b"transfer-encoding: chunked\r\n\r\n")
-            self.streams.append(Stream(conn, text.split()[0], int(request["max_tokens"]),
-                                       len(text.split())))
+            self.streams.append(self.stream_class(conn, text.split()[0],
+                                                  int(request["max_tokens"]),
+                                                  len(text.split())))
             self.wake.set()
         else:
             conn.respond("404 Not Found", b'{"error": "not found"}')
@@ -144,24 +148,36 @@ class StubServer:
                 self.wake.clear()
                 await self.wake.wait()
                 deadline = loop.time()
+            self.stepping()
             wrote = False
             for stream in list(self.streams):
-                if stream.conn.transport.is_closing():
+                if stream.conn.transport.is_closing():  # the client went away mid-stream
                     self.streams.remove(stream)
-                elif not stream.conn.paused:
+                    self.ended(stream, complete=False)
+                elif not stream.conn.paused:  # a full socket buffer skips this step
                     wrote = True
                     if stream.step():
                         self.streams.remove(stream)
-                        self.stamps[stream.key] = stream.stamps
+                        self.ended(stream, complete=True)
             deadline = max(deadline + self.step_s, loop.time())
             # nothing writable: every client is behind, give them a moment
             await asyncio.sleep(deadline - loop.time() if wrote else max(self.step_s, 0.0002))
 
+    def stepping(self) -> None:
+        """A step begins (a subclass's bookkeeping)."""
 
-async def serve(host: str, port: int, model: str, step_s: float) -> None:
-    server = StubServer(model, step_s)
+    def ended(self, stream: Stream, complete: bool) -> None:
+        """A stream has left the step loop: written to its end, or its client went away."""
+        if complete:
+            self.stamps[stream.key] = stream.stamps
+
+
+async def serve(host: str, port: int, model: str, step_s: float,
+                server_class: type[StubServer] = StubServer, backlog: int = 1024) -> None:
+    server = server_class(model, step_s)
     loop = asyncio.get_running_loop()
-    listener = await loop.create_server(lambda: Connection(server), host, port, backlog=1024)
+    listener = await loop.create_server(lambda: Connection(server), host, port,
+                                        backlog=backlog)
     async with listener:
         await server.step_loop()
 

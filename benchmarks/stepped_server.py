@@ -27,7 +27,7 @@ import os
 import time
 from typing import Any
 
-from benchmarks.sse_stub import Connection, Stream, StubServer
+from benchmarks.sse_stub import Connection, Stream, StubServer, serve
 
 
 class TimedStream(Stream):
@@ -41,6 +41,10 @@ class TimedStream(Stream):
 
 
 class SteppedServer(StubServer):
+    """The stub's step loop and wire format, with this server's bookkeeping."""
+
+    stream_class = TimedStream
+
     def __init__(self, model: str, step_s: float) -> None:
         super().__init__(model, step_s)
         self.finished: list[dict[str, Any]] = []
@@ -51,55 +55,17 @@ class SteppedServer(StubServer):
             report = {"requests": self.finished, "steps": self.steps}
             self.finished, self.steps = [], []
             conn.respond("200 OK", json.dumps(report).encode())
-        elif method == "POST" and path == "/v1/chat/completions":
-            request = json.loads(body)
-            text = request["messages"][-1]["content"]
-            assert conn.transport is not None  # set when the connection was made
-            conn.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                                 b"transfer-encoding: chunked\r\n\r\n")
-            self.streams.append(TimedStream(conn, text.split()[0], int(request["max_tokens"]),
-                                            len(text.split())))
-            self.wake.set()
-        else:  # /health and 404
+        else:  # the stub's streams, /health and 404
             super().handle(conn, method, path, body)
 
-    def _done(self, stream: Stream, complete: bool) -> None:
+    def stepping(self) -> None:
+        """The open streams at each step's start: the requests really in flight."""
+        self.steps.append((time.perf_counter_ns(), len(self.streams)))
+
+    def ended(self, stream: Stream, complete: bool) -> None:
         assert isinstance(stream, TimedStream)
         self.finished.append({"key": stream.key, "arrival_ns": stream.arrival_ns,
                               "complete": complete, "stamps": stream.stamps})
-
-    async def step_loop(self) -> None:
-        """The stub's loop, counting the open streams at each step's start."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time()
-        while True:
-            if not self.streams:
-                self.wake.clear()
-                await self.wake.wait()
-                deadline = loop.time()
-            self.steps.append((time.perf_counter_ns(), len(self.streams)))
-            wrote = False
-            for stream in list(self.streams):
-                assert stream.conn.transport is not None
-                if stream.conn.transport.is_closing():  # the client went away mid-stream
-                    self.streams.remove(stream)
-                    self._done(stream, complete=False)
-                elif not stream.conn.paused:  # a full socket buffer skips this step
-                    wrote = True
-                    if stream.step():
-                        self.streams.remove(stream)
-                        self._done(stream, complete=True)
-            deadline = max(deadline + self.step_s, loop.time())
-            # nothing writable: every client is behind, give them a moment
-            await asyncio.sleep(deadline - loop.time() if wrote else max(self.step_s, 0.0002))
-
-
-async def serve(host: str, port: int, model: str, step_s: float) -> None:
-    server = SteppedServer(model, step_s)
-    loop = asyncio.get_running_loop()
-    listener = await loop.create_server(lambda: Connection(server), host, port, backlog=2048)
-    async with listener:
-        await server.step_loop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.core is not None:
         os.sched_setaffinity(0, {args.core})
-    asyncio.run(serve(args.host, args.port, args.model, args.step_ms / 1000))
+    asyncio.run(serve(args.host, args.port, args.model, args.step_ms / 1000, SteppedServer,
+                      backlog=2048))
     return 0
 
 
