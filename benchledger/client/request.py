@@ -132,8 +132,7 @@ def exception_text(exc: BaseException, http_status: int | None) -> str:
         what = f"timed out {where}"
     elif isinstance(exc, aiohttp.ClientConnectorError):
         what = "no connection to the server could be made"
-    elif _reset(exc) or isinstance(exc, (aiohttp.ServerDisconnectedError,
-                                         aiohttp.ClientConnectionError, ConnectionError)):
+    elif _reset(exc) or isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
         what = f"the connection was closed or reset by the server {where}"
     elif isinstance(exc, aiohttp.ClientPayloadError):
         what = f"the answer's body was cut short or malformed {where}"

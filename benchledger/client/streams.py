@@ -146,8 +146,9 @@ async def drive_part(http: aiohttp.ClientSession, target: Target, spec: WindowSp
         records, deadline = await _submit_and_drain(http, target, spec, is_warmup, share,
                                                     start, offsets, progress)
     finally:
-        reading = ruler.stop() if ruler is not None else None
+        reading: Reading | None = None
         if ruler is not None:
+            reading = ruler.stop()
             gc.unfreeze()
     return PartOutcome(records, deadline, reading)
 

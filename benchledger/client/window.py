@@ -139,7 +139,6 @@ class _Workers:
 
     def __init__(self, target: Target, spec: WindowSpec, workers: int,
                  interval_s: float | None) -> None:
-        self._spec, self._interval_s = spec, interval_s
         self._pool = WorkerPool(target, spec, workers, interval_s)
 
     async def part(self, is_warmup: bool, progress: PartCounter | None) -> list[PartOutcome]:
