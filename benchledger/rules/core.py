@@ -56,11 +56,10 @@ DEFAULT_MIN_CLOCK_RATIO = 0.9  # T10: SM clock under load as a fraction of max
 DEFAULT_MAX_BURST_FRACTION = 0.1
 # T17: without the sweep's max_client_lag_ms, a window's typical client lag (p50) may be
 # this share of the smallest quantity it measures (its median TTFT or median decode span):
-# a ruler reads to a tenth of what it measures. Its tail (p99) may be CLIENT_LAG_TAIL times
-# that bound: no more than the quantity itself. One pause (another process's time slice)
-# moves a p99 of a few hundred samples; a client that cannot keep up moves its p50.
+# a ruler reads to a tenth of what it measures. Not the p99: one pause (another process's
+# time slice) moves a p99 of a few hundred samples, on a calm client as much as 16 times
+# the bound; a client that cannot keep up moves its p50.
 CLIENT_LAG_SHARE = 0.1
-CLIENT_LAG_TAIL = 10
 # T17: the per-request metrics whose value rests on the span from a request's first to its
 # last content event (decode_tok_s, tpot_s, itl_per_token_s of the requests view), which the
 # view withholds for a request that arrived in a burst (rate_withheld; a test holds the
@@ -80,8 +79,7 @@ ABOVE_TOLERANCE = "above reconcile_tolerance"
 NO_CALIBRATION = "no calibration"
 NO_TOLERANCE = "no reconcile_tolerance"
 # client_lag_within_bound: else the first bound the lag broke
-LAG_WITHIN, LAG_TYPICAL_ABOVE, LAG_TAIL_ABOVE = (
-    "within bound", "p50 above bound", f"p99 above {CLIENT_LAG_TAIL} x bound")
+LAG_WITHIN, LAG_TYPICAL_ABOVE = "within bound", "p50 above bound"
 STATED = "stated"  # rate_denominator_stated
 BALANCED, UNBALANCED = "balanced", "unbalanced"  # request_counts_balance
 SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server_log_kept_apart

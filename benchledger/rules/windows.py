@@ -9,9 +9,7 @@ from benchledger.rules.core import (
     BLOCK_ENTRIES,
     BLOCK_TIMING_ENTRIES,
     CLIENT_LAG_SHARE,
-    CLIENT_LAG_TAIL,
     DEFAULT_RECONCILE_TOLERANCE,
-    LAG_TAIL_ABOVE,
     LAG_TYPICAL_ABOVE,
     LAG_WITHIN,
     MIN_REQUESTS_PLAIN,
@@ -190,10 +188,9 @@ TOKENIZER_CALIBRATED = Rule(
 
 
 def _lag_bound(frame: Frame) -> np.ndarray:
-    """The client lag p50 each window may show (ms; its p99 may be CLIENT_LAG_TAIL times
-    it): the sweep's max_client_lag_ms, else CLIENT_LAG_SHARE of the smaller of its median
-    TTFT and median decode span (NaN where it has neither: no completed measured request
-    to measure against)."""
+    """The client lag p50 each window may show (ms): the sweep's max_client_lag_ms, else
+    CLIENT_LAG_SHARE of the smaller of its median TTFT and median decode span (NaN where it
+    has neither: no completed measured request to measure against)."""
     import numpy as np
 
     sweep = as_float(frame["max_client_lag_ms"])
@@ -203,16 +200,13 @@ def _lag_bound(frame: Frame) -> np.ndarray:
 
 
 def _lag_verdicts(frame: Frame) -> pd.Series:
-    """Per window whose lag and bound are known: within bound, or the first bound broken;
-    None for the rest (GX skips them: nothing to check)."""
+    """Per window whose lag p50 and bound are known: within bound or above it; None for
+    the rest (GX skips them: nothing to check)."""
     import numpy as np
 
-    bound = as_float(frame["client_lag_bound_ms"])
-    p50, p99 = as_float(frame["client_lag_p50_ms"]), as_float(frame["client_lag_p99_ms"])
-    known = ~(np.isnan(bound) | np.isnan(p99))  # a NaN p50 is above no bound
-    return first_verdict(frame, [(LAG_TYPICAL_ABOVE, p50 > bound),
-                                 (LAG_TAIL_ABOVE, p99 > CLIENT_LAG_TAIL * bound)],
-                         LAG_WITHIN, known)
+    bound, p50 = as_float(frame["client_lag_bound_ms"]), as_float(frame["client_lag_p50_ms"])
+    known = ~(np.isnan(bound) | np.isnan(p50))
+    return first_verdict(frame, [(LAG_TYPICAL_ABOVE, p50 > bound)], LAG_WITHIN, known)
 
 
 def _ms(value: float) -> str:
@@ -228,8 +222,7 @@ def _bound_text(r: pd.Series) -> str:
 
     if not pd.isna(r["max_client_lag_ms"]):
         bound = r["max_client_lag_ms"]
-        return (f"client lag p50 <= {_ms(bound)} ms and p99 <= "
-                f"{_ms(CLIENT_LAG_TAIL * bound)} ms (the sweep's max_client_lag_ms)")
+        return f"client lag p50 <= {_ms(bound)} ms (the sweep's max_client_lag_ms)"
     ttft, span = r["median_ttft_ms"], r["median_decode_span_ms"]
     if pd.isna(ttft) and pd.isna(span):
         return (f"client lag p50 <= {_SHARE} the smaller of the median TTFT and median decode "
@@ -237,8 +230,7 @@ def _bound_text(r: pd.Series) -> str:
     name, value = (("median TTFT", ttft) if pd.isna(span) or (not pd.isna(ttft) and ttft <= span)
                    else ("median decode span", span))
     bound = r["client_lag_bound_ms"]
-    return (f"client lag p50 <= {_ms(bound)} ms ({_SHARE} the {name}, {_ms(value)} ms) "
-            f"and p99 <= {_ms(CLIENT_LAG_TAIL * bound)} ms")
+    return f"client lag p50 <= {_ms(bound)} ms ({_SHARE} the {name}, {_ms(value)} ms)"
 
 
 def _lag_text(r: pd.Series) -> str:
@@ -272,13 +264,11 @@ CLIENT_LAG_WITHIN_BOUND = Rule(
     name="client_lag_within_bound", traps=("T17",), applies_to="window",
     effect=BLOCK_TIMING_ENTRIES,
     summary="the measurement client was not too late to stamp the window's stream events: "
-            "its event-loop lag p50 is within the bound and its p99 within "
-            f"{CLIENT_LAG_TAIL} x the bound, else the per-request timing entries resting on "
-            "the window are blocked (its aggregate entries still publish); a window whose "
-            "lag was not measured has nothing to check",
-    threshold=f"client lag p50 <= bound and p99 <= {CLIENT_LAG_TAIL} x bound; bound = "
-              f"max_client_lag_ms, else {CLIENT_LAG_SHARE:g} x min(median TTFT, median "
-              "decode span) of its completed measured requests",
+            "its typical event-loop lag (p50) is within the bound, else the per-request "
+            "timing entries resting on the window are blocked (its aggregate entries still "
+            "publish); a window whose lag was not measured has nothing to check",
+    threshold=f"client lag p50 <= max_client_lag_ms, else <= {CLIENT_LAG_SHARE:g} x "
+              "min(median TTFT, median decode span) of its completed measured requests",
     threshold_source="sweep key max_client_lag_ms; the protocol (T17)",
     check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="client_lag_check",
              value_set=[LAG_WITHIN],

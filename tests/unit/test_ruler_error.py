@@ -1,8 +1,8 @@
 """A ruler that knows its own error (issue #21, T17): the client's lateness and bursts.
 
 Synthetic windows written by the project's own writers, loaded, gated and derived as the
-pipeline does it. A window whose client lag is beyond its bound (p50 above it, or p99 above
-ten times it) still backs its aggregate entries (their error is the lag over the window's
+pipeline does it. A window whose typical client lag (p50) is beyond its bound still
+backs its aggregate entries (their error is the lag over the window's
 length), but every per-request timing entry resting on it is blocked, naming the lag and
 the bound. A window whose lag was not measured (raw files from before, imports) has
 nothing to check. A request whose tokens after the first arrived at once has no decode
@@ -78,7 +78,7 @@ def blocks(con, rule):
 
 def test_a_late_client_blocks_the_timing_entries_and_keeps_the_aggregates(tmp_path):
     # Median TTFT 500 ms, median decode span 1000 ms: a tenth of the smaller is 50 ms, the
-    # p50's bound; the p99 may reach 500 ms.
+    # p50's bound (the p99 is recorded, not judged).
     con, layout = warehouse(tmp_path, [ruler(12.3, lag_p50_ms=4.1, cpu_share=0.35),
                                        ruler(800.0, lag_p50_ms=60.0, cpu_share=0.98,
                                              bunched=0.41)])
@@ -87,8 +87,7 @@ def test_a_late_client_blocks_the_timing_entries_and_keeps_the_aggregates(tmp_pa
         "SELECT success, expected, found FROM validations WHERE expectation = ? "
         "AND subject = ?", [CLIENT_LAG_WITHIN_BOUND.name, late]).fetchall()
     assert not success
-    assert expected == ("client lag p50 <= 50 ms (a tenth of the median TTFT, 500 ms) and "
-                        "p99 <= 500 ms")
+    assert expected == "client lag p50 <= 50 ms (a tenth of the median TTFT, 500 ms)"
     assert found == ("p50 above bound: client lag p99 800 ms (p50 60 ms, CPU share 0.98, "
                      "41% of events bunched)")
     by_label = entries(con)
@@ -133,18 +132,17 @@ def test_lag_not_measured_blocks_nothing(tmp_path):
 
 
 def test_the_sweep_sets_the_bound(tmp_path):
-    # Both far within a tenth of 500 ms; with the sweep's 0.5 ms the p50 may be 0.5 ms and
-    # the p99 5 ms: a 6 ms tail breaks it, a 4 ms one does not.
-    con, layout = warehouse(tmp_path, [ruler(6.0, lag_p50_ms=0.1),
-                                       ruler(4.0, lag_p50_ms=0.2)], max_client_lag_ms=0.5)
+    # Both far within a tenth of 500 ms; with the sweep's 0.5 ms the p50 may be 0.5 ms: a
+    # p50 of 0.6 ms breaks it, one of 0.2 ms with a 40 ms tail does not (one pause).
+    con, layout = warehouse(tmp_path, [ruler(6.0, lag_p50_ms=0.6),
+                                       ruler(40.0, lag_p50_ms=0.2)], max_client_lag_ms=0.5)
     rows = con.execute("SELECT subject, success, expected, found FROM validations "
                        "WHERE expectation = ? ORDER BY subject",
                        [CLIENT_LAG_WITHIN_BOUND.name]).fetchall()
     assert [(s, ok) for s, ok, *_ in rows] == [(layout.window_id("a", 0, "code", 1), False),
                                                 (layout.window_id("a", 1, "code", 1), True)]
-    assert rows[0][2] == ("client lag p50 <= 0.5 ms and p99 <= 5 ms (the sweep's "
-                          "max_client_lag_ms)")
-    assert rows[0][3] == "p99 above 10 x bound: client lag p99 6 ms (p50 0.1 ms)"
+    assert rows[0][2] == "client lag p50 <= 0.5 ms (the sweep's max_client_lag_ms)"
+    assert rows[0][3] == "p50 above bound: client lag p99 6 ms (p50 0.6 ms)"
     assert not entries(con)[("tpot", "single_stream", "mean", None)].publishable
 
 
