@@ -55,7 +55,9 @@ SUITE = SuiteFrame(
     "measured_requests", frame="requests", subject="window_id",
     required=("request_id", "window_id", "status", "token_source", "temperature", "ttft_s",
               "e2e_s", "max_tokens", "prompt_tokens", "output_tokens", "cached_tokens"),
-    optional=("usage_output_tokens",),  # only where the tokens were counted otherwise
+    # usage_output_tokens: only where the tokens were counted otherwise; chunks (the
+    # text-bearing events): NULL in frames from before it was handed over, not checked
+    optional=("usage_output_tokens", "chunks"),
     columns={IS_COMPLETED: _is_completed})
 
 
@@ -164,9 +166,11 @@ TTFT_NOT_ABOVE_E2E = Rule(
              observe=_observe_ttft))
 
 # Why a usage report cannot be true, in the order they are checked; a row's verdict is the
-# first that applies, or PLAUSIBLE.
-_USAGE_COUNTS = ("output_tokens", "max_tokens", "prompt_tokens", "cached_tokens")
-_COUNT_NAME = re.compile(r"\b(?:output|max|prompt|cached)_tokens\b(?! NULL)")
+# first that applies, or PLAUSIBLE. `chunks` is the request's text-bearing stream events
+# (choices that carried output text): each carries at least one token, so fewer tokens
+# than those events cannot be true (1 token for 8 text events, 8 for 170,400).
+_USAGE_COUNTS = ("output_tokens", "max_tokens", "prompt_tokens", "cached_tokens", "chunks")
+_COUNT_NAME = re.compile(r"\b(?:(?:output|max|prompt|cached)_tokens|chunks)\b(?! NULL)")
 
 
 def _usage_verdicts(frame: Frame) -> pd.Series:
@@ -178,13 +182,15 @@ def _usage_verdicts(frame: Frame) -> pd.Series:
 
     checked = frame[IS_COMPLETED].to_numpy() & equals(frame["token_source"], USAGE)
     # cached_tokens is optional in the OpenAI usage object: NULL there breaks no check.
-    output, limit, prompt, cached = (as_float(frame[c]) for c in _USAGE_COUNTS)
+    # chunks NULL (a frame or an import without it) breaks no check either.
+    output, limit, prompt, cached, events = (as_float(frame[c]) for c in _USAGE_COUNTS)
     return first_verdict(frame, [
         ("output_tokens NULL", np.isnan(output)),
         ("output_tokens not an integer", fractional(output)),
         ("output_tokens below 0", output < 0),
         ("max_tokens NULL", np.isnan(limit)),
         ("output_tokens above max_tokens", output > limit),
+        ("output_tokens below chunks", output < events),
         ("prompt_tokens NULL", np.isnan(prompt)),
         ("prompt_tokens not an integer", fractional(prompt)),
         ("prompt_tokens below 0", prompt < 0),
@@ -207,22 +213,27 @@ def _observe_usage(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, st
         # A row's verdict with its values: 'output_tokens 1000000000 above max_tokens 8'.
         found += "; " + first_requests(frame, bad, lambda row: _COUNT_NAME.sub(
             lambda m: f"{m[0]} {show_count(frame.at[row, m[0]])}", verdicts.iat[row]))
-    return (f"0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= {MAX_PROMPT_TOKENS} "
-            "and 0 <= cached_tokens <= prompt_tokens on completed requests with usage", found)
+    return ("0 <= output_tokens <= max_tokens, output_tokens >= chunks (its text-bearing "
+            f"events), 0 <= prompt_tokens <= {MAX_PROMPT_TOKENS} and 0 <= cached_tokens <= "
+            "prompt_tokens on completed requests with usage", found)
 
 
 # A server's usage is taken as reported (the client never corrects it), so a count that
-# cannot be true (10**9 tokens for max_tokens = 8, a negative count, no prompt count) is
-# recorded as it came and stopped here, before any rate is computed from it.
+# cannot be true (10**9 tokens for max_tokens = 8, a negative count, 1 token for 8 text
+# events, no prompt count) is recorded as it came and stopped here, before any rate is
+# computed from it.
 USAGE_PLAUSIBLE = Rule(
     name="usage_plausible", traps=("T1", "T13"), applies_to="request", effect=BLOCK_ENTRIES,
     summary="every completed measured request with token_source 'usage' reports integer "
-            "counts that can be true: 0 <= output_tokens <= max_tokens, prompt_tokens "
-            "present and between 0 and the longest possible prompt, cached_tokens (when "
-            "reported) between 0 and prompt_tokens",
-    threshold=f"0 <= output_tokens <= max_tokens; 0 <= prompt_tokens <= {MAX_PROMPT_TOKENS}; "
-              "0 <= cached_tokens <= prompt_tokens",
-    threshold_source="each request's own max_tokens (the sweep's output target); the "
+            "counts that can be true: 0 <= output_tokens <= max_tokens, at least one token "
+            "per text-bearing event (output_tokens >= chunks), prompt_tokens present and "
+            "between 0 and the longest possible prompt, cached_tokens (when reported) "
+            "between 0 and prompt_tokens",
+    threshold=f"0 <= output_tokens <= max_tokens; output_tokens >= chunks; "
+              f"0 <= prompt_tokens <= {MAX_PROMPT_TOKENS}; 0 <= cached_tokens <= "
+              "prompt_tokens",
+    threshold_source="each request's own max_tokens (the sweep's output target) and "
+                     "text-bearing events (each carries a token at least); the "
                      f"protocol's prompt ceiling ({MAX_PROMPT_TOKENS} = 2**24, longer than "
                      "any model's context window)",
     check=gx(SUITE, "ExpectColumnValuesToBeInSet",

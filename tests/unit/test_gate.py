@@ -435,25 +435,34 @@ def test_data_docs_keep_a_partial_row_list_while_results_count_every_row(tmp_pat
     (dict(output_tokens=None), "r0-w1-q4 (output_tokens NULL)"),
     (dict(output_tokens=2.5), "r0-w1-q4 (output_tokens 2.5 not an integer)"),
     (dict(max_tokens=None), "r0-w1-q4 (max_tokens NULL)"),
+    # issue #22: 1 token for 8 text-bearing events (each carries a token at least)
+    (dict(output_tokens=1, chunks=8),
+     "output_tokens below chunks (1); r0-w1-q4 (output_tokens 1 below chunks 8)"),
 ])
 def test_impossible_usage_fails_usage_plausible_naming_request_and_values(counts, found):
     restarts, windows, requests = make_run()
     row = requests.index[requests["request_id"] == "r0-w1-q4"]
     for column, value in counts.items():
-        requests[column] = requests[column].astype(object)
+        # (chunks: a column make_run leaves out, NULL on the other rows)
+        requests[column] = requests[column].astype(object) if column in requests else None
         requests.loc[row, column] = value
     results = run_gate(restarts, windows, requests)
     assert failures(results) == {("r0-w1", "usage_plausible")}
     result = by_key(results)[("r0-w1", "usage_plausible")]
     assert result.found.startswith("1 of 15 completed rows with usage implausible: ")
     assert result.found.endswith(found)
-    assert result.expected == ("0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= "
-                               "16777216 and 0 <= cached_tokens <= prompt_tokens on "
-                               "completed requests with usage")
+    assert result.expected == ("0 <= output_tokens <= max_tokens, output_tokens >= chunks "
+                               "(its text-bearing events), 0 <= prompt_tokens <= 16777216 "
+                               "and 0 <= cached_tokens <= prompt_tokens on completed "
+                               "requests with usage")
 
 
 @pytest.mark.parametrize("counts", [
     dict(output_tokens=0),  # an empty answer is possible
+    dict(output_tokens=0, chunks=0),  # ... with no text-bearing event
+    dict(output_tokens=8, chunks=8),  # one token per event
+    dict(output_tokens=24, chunks=8),  # several per event (speculative decoding)
+    dict(output_tokens=5, chunks=None),  # events not handed over: not judged
     dict(output_tokens=128),  # exactly the target
     dict(cached_tokens=None),  # cached_tokens is optional in usage
     dict(prompt_tokens=0, cached_tokens=0),
@@ -463,7 +472,8 @@ def test_impossible_usage_fails_usage_plausible_naming_request_and_values(counts
 def test_possible_usage_passes_usage_plausible(counts):
     restarts, windows, requests = make_run()
     for column, value in counts.items():
-        requests[column] = requests[column].astype(object)
+        # (chunks: a column make_run leaves out, NULL on the other rows)
+        requests[column] = requests[column].astype(object) if column in requests else None
         requests.loc[requests["request_id"] == "r0-w1-q4", column] = value
     results = run_gate(restarts, windows, requests)
     assert not failures(results)

@@ -113,6 +113,7 @@ def usage_fault(r: dict) -> str | None:
     """Why a usage report cannot be true (the first reason, in the rule's order)."""
     o, m, p, c = (r[k] for k in ("output_tokens", "max_tokens", "prompt_tokens",
                                  "cached_tokens"))
+    e = r.get("chunks")
 
     def fractional(x) -> bool:
         return not null(x) and np.isfinite(x) and x != int(x)
@@ -122,6 +123,7 @@ def usage_fault(r: dict) -> str | None:
               ("output_tokens below 0", not null(o) and o < 0),
               ("max_tokens NULL", null(m)),
               ("output_tokens above max_tokens", not null(o) and not null(m) and o > m),
+              ("output_tokens below chunks", not null(o) and not null(e) and o < e),
               ("prompt_tokens NULL", null(p)),
               ("prompt_tokens not an integer", fractional(p)),
               ("prompt_tokens below 0", not null(p) and p < 0),
@@ -143,6 +145,7 @@ USAGE_DETAIL = {  # each reason with the row's values
     "output_tokens below 0": "output_tokens {o} below 0",
     "max_tokens NULL": "max_tokens NULL",
     "output_tokens above max_tokens": "output_tokens {o} above max_tokens {m}",
+    "output_tokens below chunks": "output_tokens {o} below chunks {e}",
     "prompt_tokens NULL": "prompt_tokens NULL",
     "prompt_tokens not an integer": "prompt_tokens {p} not an integer",
     "prompt_tokens below 0": "prompt_tokens {p} below 0",
@@ -163,9 +166,11 @@ def reference_usage(completed: list[dict]) -> tuple[bool, str, str]:
         found += "; " + ", ".join(
             f"{r['request_id']} (" + USAGE_DETAIL[reason].format(
                 o=count(r["output_tokens"]), m=count(r["max_tokens"]),
-                p=count(r["prompt_tokens"]), c=count(r["cached_tokens"])) + ")"
+                p=count(r["prompt_tokens"]), c=count(r["cached_tokens"]),
+                e=count(r.get("chunks"))) + ")"
             for r, reason in bad[:3]) + (", ..." if len(bad) > 3 else "")
-    return (not bad, "0 <= output_tokens <= max_tokens, 0 <= prompt_tokens <= 16777216 and "
+    return (not bad, "0 <= output_tokens <= max_tokens, output_tokens >= chunks (its "
+                     "text-bearing events), 0 <= prompt_tokens <= 16777216 and "
                      "0 <= cached_tokens <= prompt_tokens on completed requests with usage",
             found)
 
@@ -357,6 +362,7 @@ def random_run(seed: int, *, object_strings: bool = False,
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(seed)
     extra = np.random.default_rng(seed + 1000)  # issue #13's columns
+    texts = np.random.default_rng(seed + 2200)  # issue #22's: the text-bearing events
     ruler = np.random.default_rng(seed + 2000)  # issue #21's
     n_restarts = 5
     restarts = pd.DataFrame({
@@ -398,6 +404,12 @@ def random_run(seed: int, *, object_strings: bool = False,
             token = np.where(token == "usage", "logprobs", token)
             off = extra.random(n) < 0.05
             usage["usage_output_tokens"][off] += extra.choice([1, -2, np.nan], off.sum())
+        # Issue #22: the text-bearing events, mostly fewer than the tokens; a few more
+        # (usage below the events), and some not handed over (NULL: not judged).
+        events = np.floor(np.abs(np.nan_to_num(usage["output_tokens"])) / 2)
+        events[texts.random(n) < p_bad] += 200
+        events[texts.random(n) < 0.01] = np.nan
+        usage["chunks"] = events
         request_rows += [{"request_id": f"{window_id}-q{i}", "window_id": window_id,
                           "status": statuses[i], "token_source": token[i],
                           "temperature": temperature[i], "ttft_s": ttft[i], "e2e_s": e2e[i],

@@ -34,6 +34,8 @@ FAULTS = {
     "noprompt": (0, {"prompt_tokens": None}),
     "hugeprompt": (1, {"prompt_tokens": 10**9}),
     "cached": (4, {"prompt_tokens": 50, "cached_tokens": 51}),
+    # issue #22: fewer tokens than text-bearing events (each carries one at least)
+    "belowevents": (2, {"output_tokens": 1, "chunks": 8}),
 }
 # arm -> (the rule's reason, that reason with the request's values)
 FOUND = {
@@ -43,6 +45,7 @@ FOUND = {
     "noprompt": ("prompt_tokens NULL", "prompt_tokens NULL"),
     "hugeprompt": ("prompt_tokens above 16777216", "prompt_tokens 1000000000 above 16777216"),
     "cached": ("cached_tokens above prompt_tokens", "cached_tokens 51 above prompt_tokens 50"),
+    "belowevents": ("output_tokens below chunks", "output_tokens 1 below chunks 8"),
 }
 
 
