@@ -39,7 +39,8 @@ from pathlib import Path
 import httpx
 
 from benchledger.observe import bounded_get, error_text
-from benchledger.redaction import REDACTED, redact
+from benchledger.redaction import REDACTED, is_secret_name, redact, redact_argv, redact_command_text
+from benchledger.server_processes import Leftovers, leftovers_text, mark_environment, new_mark
 from benchledger.simulator.options import launch_flags
 from benchledger.sweep import Arm
 
@@ -48,9 +49,6 @@ from benchledger.sweep import Arm
 VOLATILE_KEYS = {"created", "id_permission", "permission", "root_created"}
 # Environment variables that change what a server does; recorded with the command line.
 ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLEDGER_SIM_")
-# A recorded environment variable whose name contains one of these holds a secret (HF_TOKEN,
-# VLLM_API_KEY, ...): the effective config keeps its name and REDACTED instead of its value.
-SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 # The only text replaced in an arm's command and base_url.
 PORT_TOKEN = "{port}"
 # Readiness: one probe's bound, the pause between probes, and the path tried when the
@@ -95,11 +93,6 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(part in upper for part in SECRET_NAME_PARTS)
-
-
 @dataclass
 class ServerHandle:
     """What later tasks need to reach and stop a launched server (travels as JSON)."""
@@ -107,9 +100,12 @@ class ServerHandle:
     base_url: str
     pid: int | None
     port: int | None
-    command: list[str] | None
-    command_template: list[str] | None
+    command: list[str] | None  # secrets redacted (what is recorded, never what ran)
+    command_template: list[str] | None  # the same
     log_path: str | None
+    # The mark in the server's environment that finds every process it started
+    # (benchledger.server_processes); None for an external server.
+    mark: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -148,8 +144,8 @@ def split_command(arm: Arm) -> list[str]:
     try:
         argv = shlex.split(arm.command or "")
     except ValueError as exc:  # "No closing quotation", "No escaped character"
-        raise ValueError(f"arm {arm.name!r}: command {arm.command!r} cannot be split into "
-                         f"arguments: {exc}") from None
+        raise ValueError(f"arm {arm.name!r}: command {redact_command_text(arm.command or '')!r} "
+                         f"cannot be split into arguments: {exc}") from None
     if not argv:
         raise ValueError(f"arm {arm.name!r}: command {arm.command!r} names no program")
     return argv
@@ -182,25 +178,30 @@ def instance_seed(sweep_name: str, arm: str, restart_index: int) -> int:
 
 
 def launch(arm: Arm, log_path: Path, seed: int, restart_index: int = 0) -> ServerHandle:
-    """Spawn the arm's server in a new session; returns at once (see wait_ready)."""
+    """Spawn the arm's server in a new session, its mark in its environment; returns at
+    once (see wait_ready). The handle's command lines have their secrets redacted: the
+    handle is recorded (restart.json, XCom), the process gets the command as written."""
     if arm.server == "external":
         return ServerHandle(base_url=arm.base_url or "", pid=None, port=None, command=None,
                             command_template=None, log_path=None)
     port = free_port()
     template = command_template(arm, restart_index)
     argv = instance_argv(arm, restart_index, port, seed)
+    mark = new_mark()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+                                       stdin=subprocess.DEVNULL, start_new_session=True,
+                                       env=mark_environment(mark))
         except OSError as exc:  # no such program, not executable, ...
-            raise OSError(exc.errno, f"arm {arm.name!r}: cannot start {argv[0]!r}: "
-                                     f"{exc.strerror}") from None
+            raise OSError(exc.errno, f"arm {arm.name!r}: cannot start "
+                                     f"{redact_argv(argv)[0]!r}: {exc.strerror}") from None
     _STARTED[process.pid] = process
     base_url = with_port(arm.base_url or "http://127.0.0.1:{port}", port)
-    return ServerHandle(base_url=base_url, pid=process.pid, port=port, command=argv,
-                        command_template=template, log_path=str(log_path))
+    return ServerHandle(base_url=base_url, pid=process.pid, port=port,
+                        command=redact_argv(argv), command_template=redact_argv(template),
+                        log_path=str(log_path), mark=mark)
 
 
 def process_state(pid: int) -> str:
@@ -271,15 +272,25 @@ def started_as_recorded(pid: int, started_at: str | None) -> bool:
 
 
 def stop_recorded(pid: int, started_at: str | None, base_url: str | None,
-                  log_path: str | None) -> str:
-    """Stop the process group a manifest recorded (an earlier attempt's or an interrupted
-    run's server), but only while `pid` is still that process, never a stranger that
-    reused the number; returns what happened, for the manifest."""
+                  log_path: str | None, mark: str | None = None) -> StopOutcome:
+    """Stop the server a manifest recorded (an earlier attempt's or an interrupted run's):
+    its process group only while `pid` is still that process, never a stranger that
+    reused the number; the processes carrying its mark in any case (a daemon it left
+    runs on after it). Returns what happened, for the manifest."""
     if not started_as_recorded(pid, started_at):
-        return f"nothing to stop: pid {pid} has ended (or now belongs to another process)"
+        nothing = f"nothing to stop: pid {pid} has ended (or now belongs to another process)"
+        if not mark:
+            return StopOutcome("already_ended", nothing)
+        leftovers = Leftovers(pid, mark, leader_ended=True)
+        deadline = time.monotonic() + 15.0
+        while (live := leftovers.scan(leader_alive=False)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        leftovers.kill(live, 15.0)
+        strays = leftovers.records()
+        return StopOutcome("already_ended", nothing + leftovers_text(strays), tuple(strays))
     handle = ServerHandle(base_url=base_url or "", pid=pid, port=None, command=None,
-                          command_template=None, log_path=log_path)
-    return str(stop(handle))
+                          command_template=None, log_path=log_path, mark=mark)
+    return stop(handle)
 
 
 def _url(base_url: str, path: str) -> str:
@@ -455,10 +466,13 @@ def server_version(config: dict) -> str | None:
 
 @dataclass(frozen=True)
 class StopOutcome:
-    """How a stop went: `how` for decisions, `detail` (str()) for people and manifests."""
+    """How a stop went: `how` for decisions, `detail` (str()) for people and manifests,
+    `strays` for the processes of the server it had to stop on their own (outside its
+    process group, or left running: benchledger.server_processes.Leftovers.records)."""
 
     how: str  # external | already_ended | sigterm | sigkill
     detail: str
+    strays: tuple[dict[str, object], ...] = ()
 
     @property
     def ended_before_stop(self) -> bool:
@@ -470,23 +484,43 @@ class StopOutcome:
 
 
 def stop(handle: ServerHandle, grace_s: float = 15.0) -> StopOutcome:
-    """SIGTERM the whole process group, SIGKILL after `grace_s`; returns what happened."""
+    """SIGTERM the whole process group and every process of the server that left it
+    (its mark, its descendants: benchledger.server_processes), wait until all have ended,
+    SIGKILL whatever still runs after `grace_s`; returns what happened, naming each
+    process it had to stop on its own. A server that had ended already may have left
+    processes running: they are stopped the same way."""
     if handle.pid is None:
         return StopOutcome("external", "external: not stopped by benchledger")
-    before = process_state(handle.pid)
-    if before != "running":
-        return StopOutcome("already_ended", f"already ended before stop ({before})")
-    try:
-        os.killpg(handle.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return StopOutcome("already_ended", "already ended before stop (gone)")
+    pid = handle.pid
+    before = process_state(pid)
+    ended = before != "running"
+    leftovers = Leftovers(pid, handle.mark, leader_ended=ended)
+    # Looked for before the group's signal: a child that cleared its environment is
+    # known by its parent only while the server lives.
+    leftovers.scan(leader_alive=not ended)
+    if not ended:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            ended, before = True, "gone"
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if (state := process_state(handle.pid)) != "running":
-            return StopOutcome("sigterm", f"stopped by SIGTERM ({state})")
+    while True:
+        running = not ended and process_state(pid) == "running"
+        live = leftovers.scan(leader_alive=running)
+        if (not running and not live) or time.monotonic() >= deadline:
+            break
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(handle.pid, signal.SIGKILL)
-    time.sleep(0.2)
-    return StopOutcome("sigkill", f"killed by SIGKILL after {grace_s:g} s "
-                                  f"({process_state(handle.pid)})")
+    if ended:
+        how, detail = "already_ended", f"already ended before stop ({before})"
+    elif running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        how, detail = "sigkill", f"killed by SIGKILL after {grace_s:g} s ({process_state(pid)})"
+    else:
+        how, detail = "sigterm", f"stopped by SIGTERM ({process_state(pid)})"
+    leftovers.kill(live, grace_s)
+    if live:
+        time.sleep(0.2)
+    strays = leftovers.records()
+    return StopOutcome(how, detail + leftovers_text(strays), tuple(strays))

@@ -83,7 +83,7 @@ class RunManifest(TypedDict, total=False):
     sweep_name: str
     sweep_path: str
     sweep_sha256: str  # of sweep_toml: every step parses that text, never the file again
-    sweep_toml: str
+    sweep_toml: str  # the file's text, secrets in arms' commands as <redacted>
     harness_version: str
     started_at: str
 
@@ -106,6 +106,7 @@ class RestartManifest(TypedDict, total=False):
     base_url: str | None
     command: str | None
     log_path: str | None
+    server_mark: str | None  # in the server's environment: finds every process it started
     earlier_launches: list[dict[str, Any]]
     ready_at: str
     ready_after_s: float
@@ -117,6 +118,9 @@ class RestartManifest(TypedDict, total=False):
     server_family_source: str | None
     stopped_at: str
     stop_status: str
+    # Processes its stop had to end on their own (outside the server's process group, or
+    # left running): pid, ppid, pgid, sid, command (redacted), why, signal, alive.
+    stray_processes: list[dict[str, Any]]
     crashed_in_window: str
     interrupted_windows: list[dict[str, Any]]
     unwritten_windows: list[str]
@@ -177,7 +181,7 @@ RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "serv
                    "log_path", "effective_config", "effective_config_sha256",
                    "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
                    "requested_node", "worker_hostname", "interrupted_windows",
-                   "ready_probe", "server_family")
+                   "ready_probe", "server_family", "stray_processes")
 WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
                   "concurrency", "submitted", "completed", "failed", "unresolved",
                   "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
@@ -191,7 +195,7 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "client_lag_p99_ms", "client_lag_max_ms", "client_lag_samples",
                   "client_cpu_share", "bunched_event_fraction")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
-JSON_COLUMNS = ("effective_config", "interrupted_windows")
+JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes")
 
 
 # --- where things are -----------------------------------------------------------------------

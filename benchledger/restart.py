@@ -46,7 +46,7 @@ from benchledger.observe import (
 )
 from benchledger.prompts import load_prompt_set
 from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout, WindowFiles
-from benchledger.redaction import redact
+from benchledger.redaction import REDACTED, redact
 from benchledger.restart_record import (
     RawWriteError,
     RestartRecord,
@@ -59,9 +59,11 @@ from benchledger.sweep import (
     ArmPlan,
     RecordedSweepMismatch,
     Sweep,
+    SweepError,
     parse_recorded,
     parse_sweep,
     read_sweep_file,
+    recorded_form,
 )
 from benchledger.window_write import write_window, written_window
 
@@ -82,15 +84,19 @@ class RecordMismatch(RuntimeError):
 
 def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict[str, Any]:
     """Record what is being run: the sweep file's text (read once, and validated) and its
-    sha256, which every later step parses and checks instead of the file."""
-    text, sha256 = read_sweep_file(sweep_path)
+    sha256, which every later step parses and checks instead of the file. Secrets in an
+    arm's command are recorded as `<redacted>`, and the sha256 is then the recorded
+    text's (benchledger.sweep.recorded_form)."""
+    text, file_sha256 = read_sweep_file(sweep_path)
     sweep = parse_sweep(text, source=str(sweep_path))
+    # Secrets written into an arm's command stay in the file (see _as_written).
+    recorded, sha256 = recorded_form(text, file_sha256, str(sweep_path))
     manifest: raw.RunManifest = {
         "run_id": layout.run_id,
         "sweep_name": sweep.sweep.name,
         "sweep_path": str(sweep_path),
         "sweep_sha256": sha256,
-        "sweep_toml": text,
+        "sweep_toml": recorded,
         "harness_version": __version__,
         "started_at": utc_now(),
     }
@@ -114,12 +120,48 @@ def recorded_sweep(layout: RunLayout, sweep_path: Path | None = None) -> tuple[S
         raise RecordMismatch(f"{exc}; refusing to measure a sweep other than the one this "
                              "run planned") from exc
     if sweep_path is not None and Path(sweep_path).is_file():
-        _, now = read_sweep_file(sweep_path)
+        now = _recorded_sha256(Path(sweep_path))
         if now != sha256:
             log.warning("%s changed since run %s was planned (sha256 %s, planned %s); "
                         "this run measures the planned text", sweep_path, layout.run_id,
                         now, sha256)
     return sweep, sha256
+
+
+def _recorded_sha256(sweep_path: Path) -> str | None:
+    """The sha256 a run would record for the file now (None: it is no sweep now)."""
+    try:
+        return recorded_form(*read_sweep_file(sweep_path), str(sweep_path))[1]
+    except SweepError:
+        return None
+
+
+class SecretsUnavailable(RuntimeError):
+    """An arm whose command's secrets the run did not record cannot be started: the sweep
+    file they stay in is gone, or now holds another sweep."""
+
+
+def _as_written(layout: RunLayout, arm: Arm, sweep_path: Path | None) -> Arm:
+    """The arm to start: the recorded one, or, when the run recorded its command with its
+    secrets redacted, the same arm read from the sweep file, provided the file's recorded
+    form is still exactly the run's (the same sweep, secrets aside). The task's own path
+    to the file comes first (a worker's DAG bundle), else the one plan recorded."""
+    if arm.server != "command" or REDACTED not in (arm.command or ""):
+        return arm
+    manifest = raw.read_json(layout.run_manifest)
+    path = Path(sweep_path or manifest.get("sweep_path") or "")
+    try:
+        text, file_sha256 = read_sweep_file(path)
+        now = recorded_form(text, file_sha256, str(path))[1]
+        if now == manifest.get("sweep_sha256"):
+            return parse_sweep(text, source=str(path)).arm(arm.name).arm
+        why = (f"it now holds another sweep (sha256 of its recorded form {now}, the run "
+               f"recorded {manifest.get('sweep_sha256')})")
+    except SweepError as exc:
+        why = str(exc)
+    raise SecretsUnavailable(
+        f"arm {arm.name!r}: its command's secrets are kept out of the run's record, so it "
+        f"is started from the sweep file {path}, but {why}; rerun the sweep")
 
 
 # --- launch and readiness -------------------------------------------------------------------
@@ -135,14 +177,15 @@ def _api_key(record: RestartRecord, arm: Arm) -> str | None:
 
 
 def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
-                   attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None
-                   ) -> dict[str, Any]:
+                   attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None,
+                   sweep_path: Path | None = None) -> dict[str, Any]:
     """Start the server for one slot; the manifest records the attempt whatever happens.
 
     `node` is this machine's hostname, `requested_node` the arm's node (its Airflow queue)
     and `worker_hostname` the worker as Airflow records it, side by side. A retried launch
     first stops the server an earlier, killed attempt started (two servers of one slot
-    would share the node's GPU)."""
+    would share the node's GPU). A command whose secrets the run did not record is read
+    from the sweep file (`_as_written`); what is recorded of it is redacted again."""
     arm = sweep.arm(arm_name).arm
     record = RestartRecord(layout, arm_name, k)
     earlier = record.read()
@@ -157,12 +200,14 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     _api_key(record, arm)  # checked before a server is started for nothing
     try:
         seed = lifecycle.instance_seed(sweep.sweep.name, arm_name, k)
-        handle = lifecycle.launch(arm, layout.server_log(arm_name, k), seed, k)
+        handle = lifecycle.launch(_as_written(layout, arm, sweep_path),
+                                  layout.server_log(arm_name, k), seed, k)
     except Exception as exc:
         record.update(status="failed", error=f"launch failed: {exc}")
         raise
     record.update(status="launched", pid=handle.pid, base_url=handle.base_url,
-                  command=handle.command, log_path=handle.log_path)
+                  command=handle.command, log_path=handle.log_path,
+                  server_mark=handle.mark)
     return handle.to_dict()
 
 
@@ -183,8 +228,10 @@ def _stop_earlier_launch(manifest: Mapping[str, Any]) -> dict[str, Any]:
     if manifest.get("node") != here:  # a pid names a process on its own machine only
         outcome = f"not stopped: started on {manifest.get('node')}, this attempt runs on {here}"
     else:
-        outcome = lifecycle.stop_recorded(pid, manifest.get("started_at"),
-                                          manifest.get("base_url"), manifest.get("log_path"))
+        stopped_by = lifecycle.stop_recorded(pid, manifest.get("started_at"),
+                                             manifest.get("base_url"), manifest.get("log_path"),
+                                             manifest.get("server_mark"))
+        outcome = str(stopped_by)
     stopped = {"pid": pid, "started_at": manifest.get("started_at"),
                "node": manifest.get("node"), "worker_hostname": manifest.get("worker_hostname"),
                "attempt": manifest.get("launch_attempt"), "stop_status": outcome}
@@ -416,11 +463,22 @@ def stop_restart(layout: RunLayout, arm_name: str, k: int,
     if elsewhere:  # its pid names some other process here: signal nothing
         return record.update(stop_status=elsewhere)
     outcome = lifecycle.stop(lifecycle.ServerHandle.from_dict(handle))
-    stopped: dict[str, Any] = {"stopped_at": utc_now(), "stop_status": str(outcome)}
+    stopped: dict[str, Any] = {"stopped_at": utc_now(), "stop_status": str(outcome),
+                               **_strays(outcome)}
     if outcome.ended_before_stop and manifest.get("status") == "ok":
         return record.update("crashed", error=f"server ended before stop: {outcome}",
                              **stopped)
     return record.update(**stopped)
+
+
+def _strays(outcome: lifecycle.StopOutcome) -> dict[str, Any]:
+    """The manifest's record of the processes a stop had to stop on their own: the
+    server's teardown is broken (a daemon, a process that left its group, one that ignored
+    SIGTERM), whatever its windows measured. Logged, and `run_problems` names them."""
+    if not outcome.strays:
+        return {}
+    log.warning("the server left processes its stop had to end on their own: %s", outcome)
+    return {"stray_processes": list(outcome.strays)}
 
 
 def _launched_elsewhere(manifest: Mapping[str, Any], handle: dict[str, Any]) -> str | None:
@@ -435,12 +493,20 @@ def _launched_elsewhere(manifest: Mapping[str, Any], handle: dict[str, Any]) -> 
 
 
 def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
-    """What of the sweep's plan did not happen as planned, read from the raw files."""
+    """What of the sweep's plan did not happen as planned, read from the raw files: a
+    restart or window that went wrong, and a teardown that had to stop processes the
+    server had moved out of its reach."""
     problems = []
     for arm in sweep.arms:
         plan = sweep.plan(arm)
         for k in range(plan.restarts):
             manifest = RestartRecord(layout, arm.name, k).read()
+            if strays := manifest.get("stray_processes"):
+                problems.append(
+                    f"{arm.name} r{k}: its teardown had to stop {len(strays)} process(es) "
+                    "that a signal to the server's process group would have left running "
+                    "(its windows still count): "
+                    + "; ".join(f"{s.get('command')} ({s.get('why')})" for s in strays))
             if not raw.is_healthy(manifest.get("status")):
                 status = manifest.get("status", "never launched")
                 error = manifest.get("error")
@@ -482,9 +548,11 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
         if parent_pid is not None and lifecycle.parent_of(pid) != parent_pid:
             continue
         outcome = lifecycle.stop_recorded(pid, manifest.get("started_at"),
-                                          manifest.get("base_url"), manifest.get("log_path"))
+                                          manifest.get("base_url"), manifest.get("log_path"),
+                                          manifest.get("server_mark"))
         manifest.update(stopped_at=utc_now(),
-                        stop_status=f"stopped after an interrupted run: {outcome}")
+                        stop_status=f"stopped after an interrupted run: {outcome}",
+                        **_strays(outcome))
         marks = fold_leftover_marks(path.parent, manifest, "stop after an interrupted run")
         raw.write_json(path, manifest)
         raw.remove_quietly(*marks)

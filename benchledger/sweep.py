@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 
 # The n rule's floor (T4: 15 speculative, 5 otherwise) and the default thresholds come from
 # the rule catalogue; a sweep may ask for more requests, never for fewer.
+from benchledger.redaction import UnredactableSweep, redact_sweep_text
 from benchledger.rules import (
     AB_ARMS_DIFFER,
     DEFAULT_MAX_BURST_FRACTION,
@@ -553,6 +554,20 @@ def read_sweep_file(path: str | Path) -> tuple[str, str]:
     return text, hashlib.sha256(data).hexdigest()
 
 
+def recorded_form(text: str, sha256: str, source: str = "<sweep>") -> tuple[str, str]:
+    """What a run records of a sweep file read as (text, sha256): the same, or, when an
+    arm's command holds secrets (benchledger.redaction), the text with them replaced by
+    `<redacted>` and that text's sha256. The secrets stay in the file: the launch of such
+    an arm reads its command from there (benchledger.restart), nothing else needs them."""
+    try:
+        recorded = redact_sweep_text(text, source)
+    except UnredactableSweep as exc:
+        raise SweepError(str(exc)) from None
+    if recorded == text:
+        return text, sha256
+    return recorded, hashlib.sha256(recorded.encode("utf-8")).hexdigest()
+
+
 class RecordedSweepMismatch(SweepError):
     """A recorded sweep text that is not the text its recorded sha256 names."""
 
@@ -574,5 +589,7 @@ def parse_recorded(text: str, sha256: str | None, source: str) -> Sweep:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    text, _ = read_sweep_file(path)
-    return parse_sweep(text, source=str(path))
+    text, sha256 = read_sweep_file(path)
+    sweep = parse_sweep(text, source=str(path))
+    recorded_form(text, sha256, str(path))  # a secret it could not record is refused now
+    return sweep

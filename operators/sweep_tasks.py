@@ -119,7 +119,8 @@ def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict | None:
     layout = _layout()
     sweep, sha256 = _recorded(layout, sweep_path)  # no record: nothing is launched
     try:
-        return launch_restart(layout, sweep, arm, restart_index, _attempt(), sha256)
+        return launch_restart(layout, sweep, arm, restart_index, _attempt(), sha256,
+                              Path(sweep_path))
     except Exception:  # recorded in the restart manifest by launch_restart
         return None
 
