@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from benchledger.warehouse.metrics import REQUEST_METRICS
 from tests.conftest import run_sweep_text
 
 pytestmark = pytest.mark.integration
@@ -123,6 +124,9 @@ def test_the_counters_reconcile_the_same(runs):
     assert all(error == 0 for *_, error in one if error is not None)
 
 
+SECONDS = {metric.name for metric in REQUEST_METRICS if metric.unit == "s"}
+
+
 def test_the_entries_are_the_same(runs):
     """The same entries, labels and verdicts; counts exact; timing values close (each run
     is its own measurement of a simulator with no speed spread)."""
@@ -142,6 +146,12 @@ def test_the_entries_are_the_same(runs):
         elif key[1] in ("tokens_per_chunk", "mean_acceptance_length", "completion_fraction",
                         "success_fraction", "success_rate"):
             assert value == pytest.approx(other), key
-        else:  # a rate or latency: the same server, measured twice
+        elif key[1] in SECONDS:
+            # A latency of a few milliseconds, measured twice on a busy 2-core machine:
+            # one time slice lost by either run (up to ~20 ms under load) doubles a 12 ms
+            # TTFT. What the workers could get wrong (a stamp taken in the wrong process,
+            # a request submitted late) shifts it by far more than that.
+            assert 0.5 < value / other < 2 or abs(value - other) < 0.02, (key, value, other)
+        else:  # a rate: the same server, measured twice
             assert 0.5 < value / other < 2, (key, value, other)
 
