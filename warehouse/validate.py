@@ -74,6 +74,9 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
     windows = query_frame(con, "gate_windows", run_id=run_id)
     # The bound of client_lag_within_bound: sweep-wide (None: each window's own medians).
     windows["max_client_lag_ms"] = sweep.defaults.max_client_lag_ms
+    # The bound of streams_not_buffered: each window's arm's max_burst_fraction.
+    windows["max_burst_fraction"] = windows["arm"].map(
+        {arm.name: sweep.plan(arm).max_burst_fraction for arm in sweep.arms})
     requests = gate_requests(con, run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
                + query_check_results(con, R.WINDOWS_PRESENT, run_id,

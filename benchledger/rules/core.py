@@ -80,6 +80,8 @@ NO_CALIBRATION = "no calibration"
 NO_TOLERANCE = "no reconcile_tolerance"
 # client_lag_within_bound: else the first bound the lag broke
 LAG_WITHIN, LAG_TYPICAL_ABOVE = "within bound", "p50 above bound"
+# streams_not_buffered: the window's share of requests delivered whole in one read
+STREAMED, BUFFERED = "streamed", "delivered in one read"
 STATED = "stated"  # rate_denominator_stated
 BALANCED, UNBALANCED = "balanced", "unbalanced"  # request_counts_balance
 SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server_log_kept_apart

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from benchledger.rules.core import (
     ABOVE_TOLERANCE,
     BLOCK_ENTRIES,
     BLOCK_TIMING_ENTRIES,
+    BUFFERED,
     CLIENT_LAG_SHARE,
+    DEFAULT_MAX_BURST_FRACTION,
     DEFAULT_RECONCILE_TOLERANCE,
     LAG_TYPICAL_ABOVE,
     LAG_WITHIN,
@@ -17,6 +20,7 @@ from benchledger.rules.core import (
     NO_CALIBRATION,
     NO_TOLERANCE,
     SERVER_TOKENIZER,
+    STREAMED,
     WITHIN_TOLERANCE,
     Frame,
     Kw,
@@ -36,6 +40,7 @@ from benchledger.rules.frame import (
     join,
     sentences,
     show,
+    show_count,
 )
 
 if TYPE_CHECKING:
@@ -55,7 +60,11 @@ SUITE = SuiteFrame(
              # bound from the sweep (None: derived from the medians)
              "client_lag_p50_ms", "client_lag_p99_ms", "client_cpu_share",
              "bunched_event_fraction", "median_ttft_ms", "median_decode_span_ms",
-             "max_client_lag_ms"))
+             "max_client_lag_ms",
+             # how its streams arrived (issue #22): completed measured requests with 2 or
+             # more content events, those of them delivered in one read, and the share of
+             # them the sweep allows (None: the protocol's default)
+             "streamed_requests", "one_read_requests", "max_burst_fraction"))
 
 WINDOWS_PRESENT = Rule(
     name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
@@ -274,3 +283,73 @@ CLIENT_LAG_WITHIN_BOUND = Rule(
              value_set=[LAG_WITHIN],
              columns={"client_lag_bound_ms": _lag_bound, "client_lag_check": _lag_verdicts},
              observe=_observe_lag))
+
+
+def _one_read_share(frame: Frame) -> np.ndarray:
+    """one_read_requests / streamed_requests; NaN where no request had 2 content events."""
+    import numpy as np
+
+    one_read, streamed = as_float(frame["one_read_requests"]), as_float(frame["streamed_requests"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(streamed > 0, one_read / streamed, np.nan)
+
+
+def _one_read_bound(frame: Frame) -> np.ndarray:
+    """The sweep's max_burst_fraction the window was validated under, else the default."""
+    import numpy as np
+
+    bound = as_float(frame["max_burst_fraction"])
+    return np.where(np.isnan(bound), DEFAULT_MAX_BURST_FRACTION, bound)
+
+
+def _one_read_verdicts(frame: Frame) -> pd.Series:
+    """Per window with requests of 2 or more content events: streamed, or delivered in one
+    read (above the bound); None for the rest (GX skips them: nothing to check)."""
+    import numpy as np
+
+    share, bound = _one_read_share(frame), _one_read_bound(frame)
+    return first_verdict(frame, [(BUFFERED, share > bound)], STREAMED, ~np.isnan(share))
+
+
+def _observe_one_read(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    # One text per row: a duplicated window id shows every row instead of hiding one.
+    bounds, shares = _one_read_bound(frame)[rows], _one_read_share(frame)[rows]
+    expected, found = [], []
+    for row, bound, share in zip(rows, bounds, shares, strict=True):
+        expected.append(f"at most {100 * bound:.0f}% of the completed measured requests "
+                        "with 2 or more content events arrived whole in one network read "
+                        f"(max_burst_fraction {bound:g})")
+        if math.isnan(share):  # no such request
+            found.append(f"{NOT_APPLICABLE} (no completed measured request with 2 or more "
+                         "content events)")
+            continue
+        text = (f"{show_count(frame.at[row, 'one_read_requests'])} of "
+                f"{show_count(frame.at[row, 'streamed_requests'])} arrived whole in one read "
+                f"({100 * share:.0f}%)")
+        if frame.at[row, kw["column"]] == BUFFERED:
+            text = (f"{BUFFERED}: {text}: a proxy that buffers, or compression without "
+                    "flushes; their TTFT is the whole answer's time and their decode span 0")
+        found.append(text)
+    return "; ".join(expected) or "streams delivered as streams", "; ".join(found) or "no window"
+
+
+# A stream the client did not see as a stream: the answer arrived in one read (a proxy that
+# buffers whole responses, gzip without flushes), so what would be its TTFT is the time to
+# the whole answer and its decode span is zero. Such requests have no ttft_s, prefill,
+# decode rate, TPOT or ITL in the requests view (rate_withheld says why); a window made
+# mostly of them would publish the others' numbers, or none, without a word.
+STREAMS_NOT_BUFFERED = Rule(
+    name="streams_not_buffered", traps=("T17",), applies_to="window",
+    effect=BLOCK_TIMING_ENTRIES,
+    summary="the window's answers arrived as streams: at most max_burst_fraction of its "
+            "completed measured requests with 2 or more content events arrived whole in "
+            "one network read (a buffering proxy, compression without flushes), else the "
+            "per-request timing entries resting on the window are blocked (their TTFT is "
+            "the time to the whole answer, their decode span zero); its aggregate entries "
+            "still publish",
+    threshold=f"one-read requests / requests with >= 2 content events <= "
+              f"max_burst_fraction (default {DEFAULT_MAX_BURST_FRACTION})",
+    threshold_source="sweep key max_burst_fraction",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="one_read_check",
+             value_set=[STREAMED], columns={"one_read_check": _one_read_verdicts},
+             observe=_observe_one_read))

@@ -197,6 +197,8 @@ def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
         return reference_calibration(rows)
     if rule == "client_lag_within_bound":
         return reference_lag(rows)
+    if rule == "streams_not_buffered":
+        return reference_one_read(rows)
     prefix, counter = RECONCILED[rule]
     ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
              or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
@@ -265,6 +267,32 @@ def reference_lag(rows: list[dict]) -> tuple[bool, str, str]:
                      + (f" ({', '.join(seen)})" if seen else "")
                      + ("; no bound to check it against" if bound is None else ""))
         ok &= broke is None
+    return ok, "; ".join(expected), "; ".join(found)
+
+
+def reference_one_read(rows: list[dict]) -> tuple[bool, str, str]:
+    """Issue #22: at most max_burst_fraction (default 0.1) of a window's completed measured
+    requests with 2 or more content events arrived whole in one read."""
+    expected, found, ok = [], [], True
+    for r in rows:
+        bound = 0.1 if null(r.get("max_burst_fraction")) else r["max_burst_fraction"]
+        expected.append(f"at most {100 * bound:.0f}% of the completed measured requests with "
+                        "2 or more content events arrived whole in one network read "
+                        f"(max_burst_fraction {bound:g})")
+        streamed, one_read = r.get("streamed_requests"), r.get("one_read_requests")
+        if null(streamed) or not streamed > 0:
+            found.append("rule not applicable (no completed measured request with 2 or more "
+                         "content events)")
+            continue
+        share = one_read / streamed
+        text = f"{count(one_read)} of {count(streamed)} arrived whole in one read " \
+               f"({100 * share:.0f}%)"
+        if share > bound:
+            ok = False
+            text = ("delivered in one read: " + text + ": a proxy that buffers, or "
+                    "compression without flushes; their TTFT is the whole answer's time and "
+                    "their decode span 0")
+        found.append(text)
     return ok, "; ".join(expected), "; ".join(found)
 
 
@@ -358,12 +386,22 @@ def random_ruler(rng: np.random.Generator) -> dict:
             "max_client_lag_ms": rng.choice([np.nan, np.nan, 1.0])}
 
 
+def random_delivery(rng: np.random.Generator) -> dict:
+    """How a window's streams arrived (issue #22): no request of 2 or more content events,
+    none or a few delivered in one read, or most; bounded by the sweep or the default."""
+    streamed = rng.choice([np.nan, 0, 20])
+    one_read = np.nan if np.isnan(streamed) else rng.choice([0, 2, 3, streamed])
+    return {"streamed_requests": streamed, "one_read_requests": one_read,
+            "max_burst_fraction": rng.choice([np.nan, 0.1, 0.5])}
+
+
 def random_run(seed: int, *, object_strings: bool = False,
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(seed)
     extra = np.random.default_rng(seed + 1000)  # issue #13's columns
     texts = np.random.default_rng(seed + 2200)  # issue #22's: the text-bearing events
     ruler = np.random.default_rng(seed + 2000)  # issue #21's
+    delivery = np.random.default_rng(seed + 2100)  # issue #22's windows
     n_restarts = 5
     restarts = pd.DataFrame({
         "restart_id": [f"r{i}" for i in range(n_restarts)],
@@ -429,6 +467,7 @@ def random_run(seed: int, *, object_strings: bool = False,
             "generation_detail": None if np.isnan(error) else f"delta vs usage ({error:+.1%})",
             "prompt_detail": "prompt delta", "success_detail": None,
             **random_calibration(extra, w), **random_ruler(ruler),
+            **random_delivery(delivery),
         })
     windows = pd.DataFrame(window_rows)
     windows = pd.concat([windows, windows.iloc[[2]].assign(submitted=0)],
@@ -473,7 +512,9 @@ def test_reference_sees_the_troubles_it_was_given():
                     "with usage disagree: ", "above reconcile_tolerance: ",
                     "no calibration: no detail",
                     # issue #21: a late client, bounded by the sweep and by the medians
-                    "client lag p99 12.3 ms (", "of events bunched"):
+                    "client lag p99 12.3 ms (", "of events bunched",
+                    # issue #22: usage below the events, answers delivered in one read
+                    "below chunks", "20 of 20 arrived whole in one read (100%)"):
         assert trouble in text, trouble
 
 

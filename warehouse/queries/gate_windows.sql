@@ -3,12 +3,18 @@
 -- quantity it checks: each server family names its counters differently. With them, the
 -- client's own lateness (T17; NULL: not measured) and the smallest quantities the window
 -- measures, which bound it: the median TTFT and the median decode span (t_last - t_first,
--- of requests with a span) of its completed measured requests, in milliseconds.
+-- of requests with a span) of its completed measured requests, in milliseconds. And how
+-- its streams arrived (issue #22): its completed measured requests with at least 2 content
+-- events, and of them those whose content events all came in one network read (one stamp;
+-- the requests view's delivered_in_one_read).
 WITH timed AS (
     SELECT r.window_id,
            quantile_cont((r.t_first_ns - r.t_submit_ns) / 1e6, 0.5) AS median_ttft_ms,
            quantile_cont((r.t_last_ns - r.t_first_ns) / 1e6, 0.5)
-               FILTER (WHERE r.t_last_ns > r.t_first_ns) AS median_decode_span_ms
+               FILTER (WHERE r.t_last_ns > r.t_first_ns) AS median_decode_span_ms,
+           count(*) FILTER (WHERE len(r.content_event_ns) >= 2) AS streamed_requests,
+           count(*) FILTER (WHERE len(r.content_event_ns) >= 2
+                                  AND r.t_first_ns = r.t_last_ns) AS one_read_requests
     FROM request_records AS r
     WHERE r.window_id IN (SELECT window_id FROM windows WHERE run_id = $run_id)
       AND NOT r.is_warmup AND r.status = 'completed'
@@ -22,7 +28,8 @@ SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        p.relative_error AS prompt_error,     p.detail AS prompt_detail,
        s.relative_error AS success_error,    s.detail AS success_detail,
        w.client_lag_p50_ms, w.client_lag_p99_ms, w.client_cpu_share,
-       w.bunched_event_fraction, t.median_ttft_ms, t.median_decode_span_ms
+       w.bunched_event_fraction, t.median_ttft_ms, t.median_decode_span_ms,
+       t.streamed_requests, t.one_read_requests
 FROM windows AS w
 LEFT JOIN reconciliations AS g
        ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'

@@ -13,6 +13,13 @@
 -- window's client lag p99 (no lag known: this criterion does not apply), or when at least 3
 -- events after the first arrived in at most 2 reads (distinct stamps after t_first). Events
 -- of one read share a stamp. A request without event stamps (some imports) is never one.
+--
+-- A completed request with at least 2 content events that all arrived in one network read
+-- (one stamp: t_first = t_last) was delivered whole, not streamed: a proxy that buffers, or
+-- gzip without flushes (issue #22). Its first token's time is the whole answer's, so it has
+-- no ttft_s and no prefill_tok_s either (delivered_in_one_read, and rate_withheld says so);
+-- its e2e_s stays. The rule streams_not_buffered judges each window's share of them. With
+-- one content event a stream and a buffered body look alike: never counted as one.
 CREATE VIEW requests AS
 WITH spread AS (
     -- Stamps are in arrival order (one monotonic clock), so a request whose events after
@@ -29,7 +36,9 @@ WITH spread AS (
                           OR r.content_event_ns[-1] = r.content_event_ns[-2])
                      THEN list_unique(list_filter(r.content_event_ns,
                                                   lambda t: t > r.t_first_ns)) <= 2
-                ELSE false END AS is_burst
+                ELSE false END AS is_burst,
+           coalesce(r.status = 'completed' AND len(r.content_event_ns) >= 2
+                    AND r.t_first_ns = r.t_last_ns, false) AS delivered_in_one_read
     FROM request_records AS r
     LEFT JOIN windows AS w ON w.window_id = r.window_id
 )
@@ -53,7 +62,8 @@ SELECT
     r.usage_output_tokens,
     r.chunks,
     r.finish_reason,
-    (r.t_first_ns - r.t_submit_ns) / 1e9                                  AS ttft_s,
+    CASE WHEN NOT r.delivered_in_one_read
+         THEN (r.t_first_ns - r.t_submit_ns) / 1e9 END                        AS ttft_s,
     (r.t_done_ns - r.t_submit_ns) / 1e9                                   AS e2e_s,
     CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns AND r.is_burst IS NOT TRUE
          THEN (r.t_last_ns - r.t_first_ns) / 1e9 / (r.output_tokens - 1) END AS tpot_s,
@@ -62,6 +72,7 @@ SELECT
     CASE WHEN r.output_tokens IS NOT NULL AND r.t_done_ns > r.t_submit_ns
          THEN r.output_tokens / ((r.t_done_ns - r.t_submit_ns) / 1e9) END     AS e2e_tok_s,
     CASE WHEN r.prompt_tokens IS NOT NULL AND r.t_first_ns > r.t_submit_ns
+              AND NOT r.delivered_in_one_read
          THEN r.prompt_tokens / ((r.t_first_ns - r.t_submit_ns) / 1e9) END    AS prefill_tok_s,
     CASE WHEN r.output_tokens IS NOT NULL AND r.chunks > 0
          THEN r.output_tokens / r.chunks END                                  AS tokens_per_chunk,
@@ -73,7 +84,11 @@ SELECT
               AND r.is_burst IS NOT TRUE
          THEN (r.t_last_ns - r.t_first_ns) / 1e9 / list_sum(r.content_event_tokens[2:])
          END                                                                  AS itl_per_token_s,
-    CASE WHEN r.is_burst THEN
+    CASE WHEN r.delivered_in_one_read THEN
+        'one read: all ' || len(r.content_event_ns) || ' content events arrived in one '
+        || 'network read (delivered whole, not streamed): no TTFT, prefill rate, decode '
+        || 'rate, TPOT or ITL'
+         WHEN r.is_burst THEN
         'burst: ' || (len(r.content_event_ns) - 1) || ' events after the first in '
         || CASE list_unique(list_filter(r.content_event_ns, lambda t: t > r.t_first_ns))
                WHEN 0 THEN 'the first''s read'
@@ -89,6 +104,7 @@ SELECT
                              THEN format('{:.0f}', r.client_lag_p99_ms)
                              ELSE format('{:.3g}', r.client_lag_p99_ms) END || ' ms)' END
     END                                                                       AS rate_withheld,
+    r.delivered_in_one_read,
     r.t_submit_ns,
     r.t_first_ns,
     r.t_last_ns,
