@@ -68,7 +68,49 @@ def section_rows(entries: pd.DataFrame) -> pd.DataFrame:
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 10 else f"{value:.1f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return md_text(value)
+
+
+# --- text that leaves the warehouse as a file a program opens ---------------------------------
+
+# A CSV cell that starts with one of these is a formula to a spreadsheet (OWASP, "CSV
+# Injection"): `=HYPERLINK(...)`, `=cmd|...`, `+1+1`, `@SUM(1)`, `-2+3`, a tab or CR first.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Markdown's own syntax in a table cell, and HTML, which Markdown renderers pass through:
+# each character, and what stands for it (an entity or a backslash escape).
+MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "|": "\\|", "`": "\\`",
+              "[": "\\[", "]": "\\]", "\n": " ", "\r": " "}
+MD_TABLE = str.maketrans(MD_ESCAPES)
+
+
+def md_text(value: object) -> str:
+    """A text cell for a Markdown table: HTML and Markdown's table, code and link syntax
+    escaped, one line. A renderer shows the text as it was, never as markup."""
+    return str(value).translate(MD_TABLE)
+
+
+def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with every text cell that a spreadsheet would read as a formula prefixed
+    with a single quote, as OWASP recommends (`=1+1` becomes `'=1+1`); numeric columns stay
+    numbers, so a negative value is still -2, not '-2. Whole columns at once. The JSON
+    exports keep the text as it is: only spreadsheets evaluate cells."""
+    safe = frame.copy()
+    for column in safe.columns:
+        values = safe[column]
+        if values.dtype != object and not pd.api.types.is_string_dtype(values.dtype):
+            continue
+        text = values.where(values.map(lambda v: isinstance(v, str)).astype(bool))
+        risky = text.str.startswith(FORMULA_STARTS).fillna(False).astype(bool)
+        if risky.any():
+            safe[column] = values.where(~risky, "'" + text)
+    return safe
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """A CSV export: text cells made safe (csv_safe), RFC 4180's CRLF line ends, so a cell
+    holding a line break or a bare CR is quoted (with "\\n" rows, Python's CSV writer
+    leaves a CR unquoted, and a reader splits the row there)."""
+    return csv_safe(frame).to_csv(index=False, lineterminator="\r\n")
 
 
 def evidence_markdown(entries: pd.DataFrame) -> str:

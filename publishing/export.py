@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import stat
@@ -40,7 +39,13 @@ from pathlib import Path, PurePosixPath
 import duckdb
 import pandas as pd
 
-from benchledger.publishing.evidence import evidence_markdown, other_evidence, rerun_entries
+from benchledger.publishing.evidence import (
+    csv_text,
+    evidence_markdown,
+    md_text,
+    other_evidence,
+    rerun_entries,
+)
 from benchledger.publishing.read import (
     comparisons,
     latest_run_id,
@@ -85,25 +90,29 @@ def _md_number(value) -> str:
 
 
 def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
-    """A Markdown table of the published entries, every label a reader needs."""
+    """A Markdown table of the published entries, every label a reader needs; every text
+    cell escaped (publishing.evidence.md_text: a name is shown, never rendered)."""
     header = ("| arm | workload | metric | statistic | phase | scope | c | numerator | value "
               "| 95% CI | n | restarts | population | prompts | drain | tokens from "
               "| counters | client lag p99 ms | bursts | evidence |")
-    lines = [f"# Published entries of run `{run_id}`", "",
+    # A code span shows its text as it is (no HTML, no Markdown); a backtick would end it.
+    lines = [f"# Published entries of run `{run_id.replace('`', chr(39))}`", "",
              "Validated entries only; see docs/protocol.md of the benchledger project for "
              "what each label means.", "",
              header, "|" + "---|" * 20]
     for e in entries.itertuples():
         interval = ("–" if e.ci95_low is None or pd.isna(e.ci95_low)
                     else f"[{_md_number(e.ci95_low)}, {_md_number(e.ci95_high)}]")
-        numerator = e.numerator if isinstance(e.numerator, str) else ""
+        t = _md_cells(e, ("arm", "workload", "metric", "statistic", "phase", "scope",
+                          "numerator", "unit", "population", "prompt_cache", "drain_status",
+                          "token_source", "counter_check", "evidence"))
         lines.append(
-            f"| {e.arm} | {e.workload} | {e.metric} | {e.statistic} | {e.phase} | {e.scope} "
-            f"| {e.concurrency} | {numerator} | {_md_number(e.value)} {e.unit} | {interval} "
-            f"| {e.n_requests} | {e.n_restarts} | {e.population} | {e.prompt_cache or ''} "
-            f"| {e.drain_status or ''} | {_text(getattr(e, 'token_source', None))} "
-            f"| {e.counter_check or ''} | {_md_number(getattr(e, 'client_lag_p99_ms', None))} "
-            f"| {_md_count(getattr(e, 'n_burst', None))} | {e.evidence} |")
+            f"| {t['arm']} | {t['workload']} | {t['metric']} | {t['statistic']} | {t['phase']} "
+            f"| {t['scope']} | {e.concurrency} | {t['numerator']} | {_md_number(e.value)} "
+            f"{t['unit']} | {interval} | {e.n_requests} | {e.n_restarts} | {t['population']} "
+            f"| {t['prompt_cache']} | {t['drain_status']} | {t['token_source']} "
+            f"| {t['counter_check']} | {_md_number(getattr(e, 'client_lag_p99_ms', None))} "
+            f"| {_md_count(getattr(e, 'n_burst', None))} | {t['evidence']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -114,6 +123,11 @@ def _md_count(value) -> str:
 def _text(value) -> str:
     """A label that may be NULL (older entries): empty then."""
     return value if isinstance(value, str) else ""
+
+
+def _md_cells(entry, columns: tuple[str, ...]) -> dict[str, str]:
+    """An entry's text labels as Markdown cells: escaped, a NULL one empty."""
+    return {column: md_text(_text(getattr(entry, column, None))) for column in columns}
 
 
 def manifest_text(files: dict[str, bytes]) -> bytes:
@@ -148,11 +162,9 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
     data_docs = Path(DATA_DOCS) / "index.html" if files else None
     published = published_entries(con, run_id)
     entries = rerun_entries(published)  # other evidence: its own files and sections
-    csv = io.StringIO()
-    _stable(entries).to_csv(csv, index=False)
     files.update({
         "entries.json": _json_records(entries).encode(),
-        "entries.csv": csv.getvalue().encode(),
+        "entries.csv": csv_text(_stable(entries)).encode(),
         "entries.md": (entries_markdown(entries, run_id)
                        + evidence_markdown(published)).encode(),
         # Verdicts are published like entries, refuted hypotheses included.
@@ -160,10 +172,8 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
         "report.html": render_report(con, run_id, data_docs).encode(),
     })
     for kind, frame in other_evidence(published):
-        kind_csv = io.StringIO()
-        _stable(frame).to_csv(kind_csv, index=False)
         files[f"{kind}_entries.json"] = _json_records(frame).encode()
-        files[f"{kind}_entries.csv"] = kind_csv.getvalue().encode()
+        files[f"{kind}_entries.csv"] = csv_text(_stable(frame)).encode()
     return files
 
 
