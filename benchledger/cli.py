@@ -140,14 +140,27 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
 
 
+def _byte_size(text: str) -> int:
+    from benchledger.imports import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     """Load one file of another tool, or a historical report, as labelled evidence."""
-    from benchledger.imports import EvidenceFileError, parse_evidence
+    from benchledger.imports import EvidenceFileError, import_limit, parse_evidence
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.imports import import_evidence
 
     try:
-        evidence = parse_evidence(args.tool, Path(args.file), args.name)
+        limit = import_limit(args.max_bytes)  # BENCHLEDGER_IMPORT_MAX_BYTES may be no size
+    except ValueError as exc:
+        raise CliError(f"{exc}; nothing was loaded") from exc
+    try:
+        evidence = parse_evidence(args.tool, Path(args.file), args.name, limit)
     except EvidenceFileError as exc:
         raise CliError(f"{exc}; nothing was loaded") from exc
     with connect(Path(args.warehouse)) as con:
@@ -244,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--warehouse", required=True, help="DuckDB warehouse file")
     imports.add_argument("--name", help="what the import is called (the run's sweep_name "
                                         "and its entries' arm; default: the file's name)")
+    imports.add_argument("--max-bytes", type=_byte_size, metavar="N",
+                         help="refuse a file larger than N bytes (512M, 2G also work) before "
+                              "reading it; default BENCHLEDGER_IMPORT_MAX_BYTES, else 512M")
     imports.set_defaults(func=cmd_import)
 
     simulator = sub.add_parser("simulator", add_help=False,

@@ -126,10 +126,6 @@ def _names(kind: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in _types(kind))
 
 
-def epoch_ns(seconds: float | None) -> int | None:
-    return None if seconds is None else round(seconds * 1e9)
-
-
 def from_epoch(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
@@ -214,13 +210,16 @@ def content_events(first_ns: pa.Array, gaps_ns: pa.Array) -> tuple[pa.Array, pa.
 
 
 def seconds_to_ns(values: Any, per_unit_ns: float = 1e9) -> pa.Array:
-    """Times (a list, None for missing) in a unit worth per_unit_ns ns, as int64 ns."""
-    array = pa.array(values, pa.float64())
+    """Times (a list or an Arrow array, None for missing) in a unit worth per_unit_ns ns,
+    as int64 ns (half to even, as Python's round)."""
+    array = values.cast(pa.float64()) if isinstance(values, pa.Array) else pa.array(
+        values, pa.float64())
     return pc.round(pc.multiply(array, per_unit_ns)).cast(pa.int64())
 
 
 def lists_to_ns(values: Any, per_unit_ns: float = 1e9) -> pa.Array:
     """Lists of times (None for a missing list), each element to int64 ns."""
-    lists = pa.array(values, pa.list_(pa.float64()))
+    lists = values if isinstance(values, pa.ListArray) else pa.array(
+        values, pa.list_(pa.float64()))
     flat = seconds_to_ns(lists.flatten(), per_unit_ns)
     return pa.ListArray.from_arrays(lists.offsets, flat, mask=lists.is_null())

@@ -7,29 +7,52 @@ last token iterations, request_end), so TTFT keeps its definition (first token i
 minus request start). GuideLLM does not keep each streamed iteration's time, so
 content_event_ns stays NULL; its per-iteration count is `chunks`.
 
-Output tokens: GuideLLM takes the server's usage when the stream reported it
-(output_metrics.text_tokens) and otherwise counts stream iterations as tokens; the rows say
-which (token_source 'usage' or 'chunks'). docs/imports.md has the field table.
+Output tokens (trap T13): GuideLLM's output_metrics.text_tokens is the server's usage when
+the stream carried one, but when it carried none and the request named its own length (data
+with an output token count, as synthetic data has), GuideLLM writes the length it asked
+for (max_tokens, with ignore_eos) there instead; with no count at all it counts stream
+iterations. The file keeps no separate mark of usage, so a count is 'usage' only where the
+file proves it: see _token_source. docs/imports.md has the field table. Every value is
+range-checked (checks.py) before anything is loaded.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from benchledger.imports.checks import (
+    DUPLICATE,
+    EPOCH,
+    MAX_SECONDS,
+    RATE,
+    count,
+    counts,
+    first_duplicate,
+    in_order,
+    number,
+    numbers,
+    shown,
+)
 from benchledger.imports.evidence import (
     CHUNKS,
+    REQUESTED,
     Evidence,
     EvidenceFileError,
     SourceFile,
-    epoch_ns,
     from_epoch,
     need,
     read_json,
     request_table,
+    seconds_to_ns,
     single,
     window_id_for,
 )
@@ -47,11 +70,13 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
     benchmarks = need(path, doc, "benchmarks", list, "benchmarks")
     if not benchmarks:
         raise EvidenceFileError(path, "benchmarks: empty (no benchmark to import)")
-    windows, tables = [], []
+    windows, tables, places = [], [], []
     for index, benchmark in enumerate(benchmarks):
-        window, requests = _benchmark(path, run_id, index, benchmark)
+        window, requests, where = _benchmark(path, run_id, index, benchmark)
         windows.append(window)
         tables.append(requests)
+        places.append(where)
+    _refuse_repeats(path, tables, places)
     requests = pa.concat_tables(tables)
     return Evidence(
         tool="guidellm", run_id=run_id, name=name,
@@ -62,7 +87,28 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
         windows=windows, requests=requests)
 
 
-def _benchmark(path: Path, run_id: str, index: int, benchmark: Any) -> tuple[dict, pa.Table]:
+def _refuse_repeats(path: Path, tables: list[pa.Table],
+                    places: list[Callable[[int], str]]) -> None:
+    """A request record (GuideLLM's request_id) may appear once in a report; a whole
+    benchmark repeated is said as such."""
+    ids = [t.column("source_request_id") for t in tables]
+    owner = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
+    local = np.concatenate([np.arange(t.num_rows) for t in tables])
+    every = pa.concat_tables(tables).column("source_request_id").to_pandas()
+    pair = first_duplicate(pd.DataFrame({"request_id": every}))
+    if pair is None:
+        return
+    (b0, i0), (b1, i1) = ((int(owner[k]), int(local[k])) for k in pair)
+    if b0 != b1 and ids[b0].equals(ids[b1]):
+        raise EvidenceFileError(path, f"benchmarks[{b1}] repeats benchmarks[{b0}] (the same "
+                                      f"{len(ids[b1])} request records): a benchmark "
+                                      + DUPLICATE)
+    raise EvidenceFileError(path, f"{places[b1](i1)} (request_id {shown(every[pair[1]])}) "
+                                  f"repeats {places[b0](i0)}: a request record " + DUPLICATE)
+
+
+def _benchmark(path: Path, run_id: str, index: int,
+               benchmark: Any) -> tuple[dict, pa.Table, Callable[[int], str]]:
     where = f"benchmarks[{index}]"
     need(path, benchmark, "config", dict, f"{where}.config")
     strategy = need(path, benchmark["config"], "strategy", dict, f"{where}.config.strategy")
@@ -80,30 +126,41 @@ def _benchmark(path: Path, run_id: str, index: int, benchmark: Any) -> tuple[dic
                 "complete reports only)"))
     label = _label(strategy)
     window_id = window_id_for(run_id, index, label)
-    requests = _requests(path, window_id, records)
-    duration = need(path, benchmark, "duration", (int, float), f"{where}.duration")
-    start = need(path, benchmark, "start_time", (int, float), f"{where}.start_time")
-    end = need(path, benchmark, "end_time", (int, float), f"{where}.end_time")
+    requests, place = _requests(path, index, window_id, records)
+    duration = number(path, need(path, benchmark, "duration", (int, float),
+                                 f"{where}.duration"), where, "duration", above=0,
+                      maximum=MAX_SECONDS, expected="a finite number of seconds > 0")
+    start, end = (number(path, need(path, benchmark, key, (int, float), f"{where}.{key}"),
+                         where, key, maximum=MAX_SECONDS, expected=EPOCH)
+                  for key in ("start_time", "end_time"))
+    if start is not None and end is not None and end < start:  # (need() refused None)
+        raise EvidenceFileError(path, f"{where}: end_time {shown(end)}, expected no earlier "
+                                      f"than start_time {shown(start)}")
     metrics = benchmark["metrics"]
     completed, failed, unresolved = (len(records[key]) for key, _ in STATUSES)
     window = {
         "model": (benchmark["config"].get("backend") or {}).get("model") or None,
         "window_id": window_id, "workload": label, "load_pattern": label,
-        "concurrency": _concurrency(strategy), "arrival": _arrival(strategy),
-        "requested_rate_rps": strategy.get("rate"),
+        "concurrency": count(path, _concurrency(strategy), where, "config.strategy.streams",
+                             minimum=1, expected="a whole number of streams >= 1"),
+        "arrival": _arrival(strategy),
+        "requested_rate_rps": number(path, strategy.get("rate"), where,
+                                     "config.strategy.rate", above=0,
+                                     expected="a finite rate > 0"),
         "submitted": completed + failed + unresolved, "completed": completed,
         "failed": failed, "unresolved": unresolved,
         "drain_status": "incomplete" if unresolved else "complete",
         "window_start": from_epoch(start), "window_end": from_epoch(end),
-        "elapsed_s": float(duration), "denominator": DENOMINATOR,
+        "elapsed_s": duration, "denominator": DENOMINATOR,
         "min_requests": MIN_REQUESTS_PLAIN,
         "warmup_submitted": _warmup_submitted(benchmark["config"]),
         "max_tokens": single(requests.column("max_tokens").to_pylist()),
         "temperature": single(requests.column("temperature").to_pylist()),
-        "reported_output_tok_s": _successful_mean(metrics, "output_tokens_per_second"),
-        "reported_total_tok_s": _successful_mean(metrics, "tokens_per_second"),
+        "reported_output_tok_s": _successful_mean(path, where, metrics,
+                                                  "output_tokens_per_second"),
+        "reported_total_tok_s": _successful_mean(path, where, metrics, "tokens_per_second"),
     }
-    return window, requests
+    return window, requests, place
 
 
 def _warmup_submitted(config: dict) -> int | None:
@@ -137,55 +194,118 @@ def _arrival(strategy: dict) -> str | None:
     return "poisson" if kind == "poisson" else None
 
 
-def _successful_mean(metrics: dict, name: str) -> float | None:
+def _successful_mean(path: Path, where: str, metrics: dict, name: str) -> float | None:
     value = ((metrics.get(name) or {}).get("successful") or {}).get("mean")
-    return float(value) if isinstance(value, int | float) else None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return number(path, value, where, f"metrics.{name}.successful.mean", expected=RATE)
 
 
-def _requests(path: Path, window_id: str, records: dict[str, list]) -> pa.Table:
-    """One row per record, columns read once each from the records."""
+def _requests(path: Path, index: int, window_id: str,
+              records: dict[str, list]) -> tuple[pa.Table, Callable[[int], str]]:
+    """One row per record, columns read once each from the records and range-checked."""
     rows = [(status, r) for key, status in STATUSES for r in records[key]]
+    keys = [key for key, _ in STATUSES for _ in records[key]]
+    positions = [i for key, _ in STATUSES for i in range(len(records[key]))]
     try:
         timings = [r["info"]["timings"] for _, r in rows]
         bodies = [_body(r.get("request_args")) for _, r in rows]
         delivered = [r["output_metrics"].get("text_tokens") for _, r in rows]
+        prompt_counted = [(r.get("input_metrics") or {}).get("text_tokens") for _, r in rows]
         output = [r.get("output_tokens") for _, r in rows]
+        ids = [r.get("request_id") for _, r in rows]
     except (KeyError, TypeError, AttributeError) as exc:
         raise EvidenceFileError(path, f"a request record of {window_id.rsplit('/', 1)[-1]} "
                                       f"lacks {exc} (info.timings, output_metrics)") from None
-    return request_table({
+
+    def location(i: int) -> str:
+        return f"benchmarks[{index}].requests.{keys[i]}[{positions[i]}]"
+
+    def where(i: int) -> str:
+        return f"{location(i)} (request_id {shown(ids[i])})"
+
+    def checked(values: list, field: str) -> pa.Array:
+        return counts(path, values, field, where)
+
+    output_tokens = checked(output, "output_tokens")
+    times = {name: numbers(path, [t.get(name) for t in timings], f"info.timings.{name}",
+                           where, expected=EPOCH)
+             for name in ("request_start", "first_token_iteration", "last_token_iteration",
+                          "request_end")}
+    for earlier, later in (("request_start", "first_token_iteration"),
+                           ("first_token_iteration", "last_token_iteration"),
+                           ("last_token_iteration", "request_end"),
+                           ("request_start", "request_end")):
+        in_order(path, (f"info.timings.{earlier}", times[earlier]),
+                 (f"info.timings.{later}", times[later]), where)
+    asked = [_asked(b) for b in bodies]
+    unresolved = pa.array([status == "unresolved" for status, _ in rows])
+    columns = {
         "request_id": [f"{window_id}/m{i:05d}" for i in range(len(rows))],
         "window_id": [window_id] * len(rows),
         "seq": list(range(len(rows))),
-        "source_request_id": [r.get("request_id") for _, r in rows],
+        "source_request_id": ids,
         "is_warmup": [False] * len(rows),
         "status": [status for status, _ in rows],
         "error": [r["info"].get("error") for _, r in rows],
-        "max_tokens": [b.get("max_tokens", b.get("max_completion_tokens")) for b in bodies],
-        "temperature": [b.get("temperature") for b in bodies],
-        "prompt_tokens": [r.get("prompt_tokens") for _, r in rows],
-        "output_tokens": output,
-        "cached_tokens": [r.get("cached_tokens") for _, r in rows],
-        # usage when the server's usage gave the count; else GuideLLM fell back to counting
-        # stream iterations (its request_stats.output_tokens); no count at all: missing
-        "token_source": ["usage" if d is not None else CHUNKS if o is not None else "missing"
-                         for d, o in zip(delivered, output, strict=True)],
-        "chunks": [t.get("token_iterations") for t in timings],
-        "t_submit_ns": [epoch_ns(t.get("request_start")) for t in timings],
-        "t_first_ns": [epoch_ns(t.get("first_token_iteration")) for t in timings],
-        "t_last_ns": [epoch_ns(t.get("last_token_iteration")) for t in timings],
+        "max_tokens": checked(asked, "request_args.body.max_tokens"),
+        "temperature": numbers(path, [(b or {}).get("temperature") for b in bodies],
+                               "request_args.body.temperature", where, maximum=math.inf,
+                               expected="a finite temperature >= 0"),
+        "prompt_tokens": checked([r.get("prompt_tokens") for _, r in rows], "prompt_tokens"),
+        "output_tokens": output_tokens,
+        "cached_tokens": checked([r.get("cached_tokens") for _, r in rows], "cached_tokens"),
+        "token_source": [_token_source(d, o, b, a, p) for d, o, b, a, p in zip(
+            checked(delivered, "output_metrics.text_tokens").to_pylist(),
+            output, bodies, asked,
+            checked(prompt_counted, "input_metrics.text_tokens").to_pylist(), strict=True)],
+        "chunks": checked([t.get("token_iterations") for t in timings],
+                          "info.timings.token_iterations"),
+        "t_submit_ns": seconds_to_ns(times["request_start"]),
+        "t_first_ns": seconds_to_ns(times["first_token_iteration"]),
+        "t_last_ns": seconds_to_ns(times["last_token_iteration"]),
         # an incomplete request was cancelled, not finished: its end was never seen
-        "t_done_ns": [None if status == "unresolved" else epoch_ns(t.get("request_end"))
-                      for (status, _), t in zip(rows, timings, strict=True)],
-    })
+        "t_done_ns": pc.if_else(unresolved, pa.nulls(len(rows), pa.int64()),
+                                seconds_to_ns(times["request_end"])),
+    }
+    return request_table(columns), location
 
 
-def _body(request_args: Any) -> dict:
-    """The request body GuideLLM sent (request_args is JSON text); {} when not recorded."""
+def _asked(body: dict | None) -> Any:
+    """The output length the request asked for (None when it named none or is unknown)."""
+    body = body or {}
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        if body.get(key) is not None:
+            return body[key]
+    return None
+
+
+def _token_source(delivered: int | None, output: Any, body: dict | None, asked: Any,
+                  prompt_counted: int | None) -> str | None:
+    """Where a request's output tokens came from, as far as the file proves it.
+
+    GuideLLM merges the server's usage over the request's own counts: with usage,
+    input_metrics.text_tokens is the usage's prompt count (0 when absent, never null) and
+    output_metrics.text_tokens its completion count; without usage both keep what the
+    request carried, which for data with token counts is the requested length (GuideLLM
+    then sends it as max_tokens with ignore_eos). So a count is usage only when usage came
+    back (the prompt count is set) and it differs from the length GuideLLM asked for with
+    ignore_eos; equal, it cannot be told from GuideLLM's own filled-in value (requested)."""
+    if delivered is None:  # GuideLLM counted stream iterations, or had nothing
+        return CHUNKS if output is not None else "missing"
+    if body is None:  # the request GuideLLM sent is not recorded: origin unknown
+        return None
+    if prompt_counted is None or (body.get("ignore_eos") is True and asked == delivered):
+        return REQUESTED
+    return "usage"
+
+
+def _body(request_args: Any) -> dict | None:
+    """The request body GuideLLM sent (request_args is JSON text); None when not recorded."""
     if not isinstance(request_args, str):
-        return {}
+        return None
     try:
         body = json.loads(request_args).get("body")
     except (json.JSONDecodeError, AttributeError):
-        return {}
-    return body if isinstance(body, dict) else {}
+        return None
+    return body if isinstance(body, dict) else None

@@ -17,8 +17,10 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 
+from benchledger.imports.checks import DUPLICATE, MAX_COUNT, first_duplicate
 from benchledger.imports.evidence import (
     DERIVED_COMPARISON,
     HISTORICAL,
@@ -62,6 +64,7 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
         raise EvidenceFileError(path, f"line {reader.line_num}: malformed CSV ({exc})") from exc
     if not rows:
         raise EvidenceFileError(path, "no rows below the header")
+    _refuse_repeats(path, rows)
     table = pa.Table.from_pylist(
         [{"row_id": f"{run_id}/line{line}", "run_id": run_id, "line_no": line, **values}
          for line, values in rows], schema=ROW_SCHEMA)
@@ -113,4 +116,22 @@ def _value(path: Path, line: int, column: str, cell: str, kind: pa.DataType):
     if not math.isfinite(number) or number < 0:
         raise EvidenceFileError(path, f"line {line}, column {column}: {cell!r} is not a "
                                       "finite number >= 0")
+    if kind == INTEGER and number > MAX_COUNT:
+        raise EvidenceFileError(path, f"line {line}, column {column}: {cell!r} is not an "
+                                      f"integer between 0 and {MAX_COUNT}")
+    if column == "elapsed_s" and number == 0:
+        raise EvidenceFileError(path, f"line {line}, column elapsed_s: {cell!r} is not a "
+                                      "duration > 0 (empty means not recorded)")
     return number
+
+
+def _refuse_repeats(path: Path, rows: list[tuple[int, dict]]) -> None:
+    """A record_id names one row; a row repeated cell for cell is a duplicate too."""
+    lines = [line for line, _ in rows]
+    frame = pd.DataFrame([values for _, values in rows], columns=list(COLUMNS))
+    for keys, nulls_equal, what in ((frame[["record_id"]], False, "its record_id"),
+                                    (frame, True, "every cell")):
+        pair = first_duplicate(keys, nulls_equal)
+        if pair is not None:
+            raise EvidenceFileError(path, f"line {lines[pair[1]]} repeats line "
+                                          f"{lines[pair[0]]} ({what}): a row " + DUPLICATE)
