@@ -3,8 +3,10 @@
 DuckDB allows one writer process per file, and a reader process locks the file too, so
 only the pipeline's load/validate/derive steps open it read-write (through a 1-slot
 Airflow pool) and everyone else opens it read-only. Both wait, for a bounded time, for a
-lock another process holds (connect()). A read-only connection is also the auditor's
-door: it can read the warehouse and nothing else (READ_ONLY_CONFIG). Every statement binds
+lock another process holds (connect()); a waiting writer says so, and `benchledger sql`
+gives way to it (writer_waiting.py). Every open refuses a truncated file, and
+check_warehouse() looks deeper before a run starts. A read-only connection is also the
+auditor's door: it can read the warehouse and nothing else (READ_ONLY_CONFIG). Every statement binds
 its values as parameters; SQL text lives in .sql files. Loading a run's raw files is
 warehouse/load.py.
 """
@@ -26,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from benchledger.sweep import RecordedSweepMismatch, Sweep, parse_recorded
+from benchledger.warehouse.writer_waiting import WaitingWriter
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 QUERIES = Path(__file__).parent / "queries"
@@ -68,28 +71,105 @@ class WarehouseBusy(WarehouseError):
     """Another process held the warehouse file for longer than this connect may wait."""
 
 
-def connect(path: str | Path, read_only: bool = False,
-            wait_s: float | None = None) -> duckdb.DuckDBPyConnection:
+def connect(path: str | Path, read_only: bool = False, wait_s: float | None = None,
+            limits: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
     """Open the warehouse; the writer also brings the schema up to date.
 
-    read_only=True opens the auditor's door (READ_ONLY_CONFIG). Either kind waits up to
-    `wait_s` (default: lock_wait_s()) while another process holds the file, logging who.
+    read_only=True opens the auditor's door (READ_ONLY_CONFIG, plus `limits`: settings
+    such as memory_limit, fixed before lock_configuration can freeze them). Either kind
+    waits up to `wait_s` (default: lock_wait_s()) while another process holds the file,
+    logging who. A file shorter than the blocks it uses (truncated) is refused, naming it.
     """
     path = str(path)
     wait_s = lock_wait_s(read_only) if wait_s is None else wait_s
     if read_only:
         if path != ":memory:" and not Path(path).exists():
             raise WarehouseError(f"no warehouse at {path}")
-        return _open_waiting(path, read_only=True, config=READ_ONLY_CONFIG, wait_s=wait_s)
-    if path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    con = _open_waiting(path, read_only=False, config={}, wait_s=wait_s)
+        con = _open_waiting(path, read_only=True, config={**READ_ONLY_CONFIG, **(limits or {})},
+                            wait_s=wait_s)
+    else:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        con = _open_waiting(path, read_only=False, config={}, wait_s=wait_s)
     try:
-        migrate(con)
+        if path != ":memory:":
+            _check_length(con, path)
+        if not read_only:
+            migrate(con)
+    except duckdb.Error as exc:  # DuckDB could open the file but not read what it holds
+        con.close()
+        raise WarehouseError(f"the warehouse {path} cannot be read: {_one_line(exc)} "
+                             f"({DAMAGED_HINT})") from exc
     except Exception:
         con.close()
         raise
     return con
+
+
+# DuckDB's file starts with three 4 KiB headers (the main one, then two database headers
+# that take turns); its blocks follow, each written whole.
+_FILE_HEADERS_BYTES = 3 * 4096
+DAMAGED_HINT = ("restore the file from a copy, or rebuild the warehouse from the raw "
+                "files: docs/storage.md")
+
+
+def _check_length(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """The file holds at least as many whole blocks as DuckDB's header says are in use;
+    a truncated copy (a full disk, a cut transfer) holds fewer. Free blocks at the end may
+    be cut off legitimately, so this compares with the used ones only."""
+    used, block_size = only_row(con, "SELECT used_blocks, block_size FROM "
+                                     "pragma_database_size() WHERE database_name = "
+                                     "current_database()")
+    size = os.path.getsize(path)
+    held = max(0, size - _FILE_HEADERS_BYTES) // block_size
+    if used > held:
+        raise WarehouseError(f"the warehouse {path} is truncated: its {size} bytes hold "
+                             f"{held} blocks of {block_size} bytes, but it uses {used} "
+                             f"({DAMAGED_HINT})")
+
+
+def check_warehouse(path: str | Path) -> None:
+    """Refuse, before a run starts any server (or an import reads its file), a warehouse
+    that could not take its load: one DuckDB cannot open, one truncated (connect), one
+    whose tables name blocks beyond the end of the file, one whose schema_migrations cannot
+    be read. WarehouseError, one line naming the file and what is wrong. A missing file
+    passes: the first load creates it. Reads metadata only (milliseconds at any size)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with connect(path, read_only=True) as con:
+        try:
+            _check_blocks(con, str(path))
+            con.execute("SELECT max(version) FROM schema_migrations").fetchall()
+        except duckdb.Error as exc:
+            raise WarehouseError(f"the warehouse {path} cannot be read: {_one_line(exc)} "
+                                 f"({DAMAGED_HINT})") from exc
+
+
+# DuckDB numbers in-memory (transient) blocks from 2**62 on; they are never in the file.
+_FIRST_TRANSIENT_BLOCK = 2**62
+
+
+def _check_blocks(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Every block a table's storage or the metadata names lies within the file."""
+    block_size, = only_row(con, "SELECT block_size FROM pragma_database_size() "
+                                "WHERE database_name = current_database()")
+    held = max(0, os.path.getsize(path) - _FILE_HEADERS_BYTES) // block_size
+    tables = [name for name, in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary "
+        "AND database_name = current_database()").fetchall()]
+    highest = -1
+    for table in tables:  # one metadata query per table (tens of them)
+        top, = only_row(con, "SELECT max(block_id) FROM pragma_storage_info(?) "
+                             "WHERE block_id BETWEEN 0 AND ?", [table, _FIRST_TRANSIENT_BLOCK - 1])
+        highest = max(highest, -1 if top is None else top)
+    top, = only_row(con, "SELECT max(block_id) FROM pragma_metadata_info() "
+                         "WHERE block_id BETWEEN 0 AND ?", [_FIRST_TRANSIENT_BLOCK - 1])
+    highest = max(highest, -1 if top is None else top)
+    if highest >= held:
+        raise WarehouseError(f"the warehouse {path} is truncated: its tables use block "
+                             f"{highest}, but the file ends after block {held - 1} "
+                             f"({DAMAGED_HINT})")
 
 
 def lock_wait_s(read_only: bool) -> float:
@@ -114,7 +194,18 @@ def lock_wait_s(read_only: bool) -> float:
 def _open_waiting(path: str, read_only: bool, config: dict,
                   wait_s: float) -> duckdb.DuckDBPyConnection:
     """duckdb.connect, retried with backoff while another process holds the file's lock;
-    WarehouseBusy (naming the holder) once `wait_s` has passed."""
+    WarehouseBusy (naming the holder) once `wait_s` has passed. A writer says that it
+    waits (warehouse/writer_waiting.py), so a `benchledger sql` query gives way to it."""
+    waiting = None if read_only or path == ":memory:" else WaitingWriter(path)
+    try:
+        return _open_retrying(path, read_only, config, wait_s, waiting)
+    finally:
+        if waiting is not None:
+            waiting.release()
+
+
+def _open_retrying(path: str, read_only: bool, config: dict, wait_s: float,
+                   waiting: WaitingWriter | None) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + wait_s
     retry_s, announced = _FIRST_RETRY_S, None
     while True:
@@ -135,6 +226,8 @@ def _open_waiting(path: str, read_only: bool, config: dict,
                 log.warning("the warehouse %s is locked by %s; waiting up to %.0f s for it "
                             "to let go", path, holder, left)
                 announced = holder
+            if waiting is not None:
+                waiting.hold()
             time.sleep(min(retry_s, left))
             retry_s = min(retry_s * 2, _LONGEST_RETRY_S)
         except duckdb.ConnectionException as exc:
@@ -146,6 +239,9 @@ def _open_waiting(path: str, read_only: bool, config: dict,
                      else "read-only")
             raise WarehouseError(f"this process already has the warehouse {path} open with "
                                  f"other settings ({other}); close that connection first"
+                                 ) from exc
+        except duckdb.Error as exc:  # not a DuckDB file, a newer storage version, ...
+            raise WarehouseError(f"cannot open the warehouse {path}: {_one_line(exc)}"
                                  ) from exc
 
 
