@@ -63,14 +63,21 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from benchledger.publishing.sql_door import QueryRefused, read_query
+    from benchledger.publishing.sql_door import QueryRefused, door_limits, read_query
 
     try:
-        frame = read_query(Path(args.warehouse), args.query)
+        limits = door_limits(args.timeout_s, args.memory_limit, args.max_rows)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        rows = read_query(Path(args.warehouse), args.query, limits)
     except QueryRefused as exc:
         raise CliError(str(exc)) from exc
+    frame = rows.frame
     print(frame.to_string(index=False, max_colwidth=args.max_width)
           if len(frame) else f"{' | '.join(frame.columns)}\n(0 rows)")
+    if rows.cut:  # never a silent cut; on stderr, so the table on stdout stays a table
+        print(f"benchledger sql: showed {rows.cut}", file=sys.stderr)
     return 0
 
 
@@ -231,6 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="read-only SQL over the warehouse")
     sql.add_argument("--warehouse", required=True)
     sql.add_argument("--max-width", type=int, default=60, help="widest column shown")
+    sql.add_argument("--timeout-s", type=float, help="stop the query after this many "
+                                                     "seconds (default 30, or "
+                                                     "BENCHLEDGER_SQL_TIMEOUT_S)")
+    sql.add_argument("--memory-limit", help="DuckDB's memory for the query, and the most "
+                                            "its fetched rows may take (default 1GB, or "
+                                            "BENCHLEDGER_SQL_MEMORY_LIMIT)")
+    sql.add_argument("--max-rows", type=int, help="rows fetched and shown at most (default "
+                                                  "10000, or BENCHLEDGER_SQL_MAX_ROWS)")
     sql.add_argument("query")
     sql.set_defaults(func=cmd_sql)
 

@@ -1,17 +1,29 @@
 """`benchledger sql`: the auditor's read-only door into the warehouse.
 
 Exactly one read statement per call, the warehouse opened read-only; every other kind of
-statement is refused, with its reason, before it reaches DuckDB.
+statement is refused, with its reason, before it reaches DuckDB. A query is bounded
+(DoorLimits): in time (a timer interrupts it), in memory (DuckDB's memory_limit, no
+spilling to disk) and in what is fetched (rows, and their Arrow bytes within the memory
+limit, so the pandas copy stays bounded too). It also gives way to a writer waiting for
+the warehouse (warehouse/writer_waiting.py): a reader never makes a load fail.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from benchledger.warehouse.db import connect
+from benchledger.warehouse.writer_waiting import writer_is_waiting
 
 
 class QueryRefused(Exception):
@@ -64,12 +76,109 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def read_query(warehouse: Path, text: str) -> pd.DataFrame:
-    """The rows of the one read statement `text`, from the warehouse opened read-only."""
+TIMEOUT_ENV, TIMEOUT_S = "BENCHLEDGER_SQL_TIMEOUT_S", 30.0
+MEMORY_ENV, MEMORY_LIMIT = "BENCHLEDGER_SQL_MEMORY_LIMIT", "1GB"
+MAX_ROWS_ENV, MAX_ROWS = "BENCHLEDGER_SQL_MAX_ROWS", 10_000
+_LONGEST_S = 86_400.0
+_SMALLEST_MEMORY = 16 * 10**6  # below this DuckDB cannot run the door's own queries
+_BATCH_ROWS = 256  # rows per Arrow batch fetched: the byte bound is checked this often
+_POLL_S = 0.1  # how often the watcher looks at the clock and for a waiting writer
+_Number = TypeVar("_Number", int, float)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+@dataclass(frozen=True)
+class DoorLimits:
+    """What one query may take. The defaults suit a look at the warehouse; each can be
+    raised (a flag of `benchledger sql`, or its environment variable)."""
+
+    timeout_s: float = TIMEOUT_S
+    memory_limit: str = MEMORY_LIMIT  # DuckDB's notation: 1GB, 512MB, 2GiB
+    max_rows: int = MAX_ROWS
+
+    @property
+    def memory_bytes(self) -> int:
+        return memory_bytes(self.memory_limit)
+
+
+def memory_bytes(text: str) -> int:
+    """Bytes of a memory size in DuckDB's notation (KB = 1000 bytes, KiB = 1024)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*", text, re.I)
+    if match is None:
+        raise ValueError(f"{text!r}: expected a size such as 1GB, 512MB or 2GiB")
+    return int(float(match[1]) * _UNITS[match[2].lower()])
+
+
+def door_limits(timeout_s: float | None = None, memory_limit: str | None = None,
+                max_rows: int | None = None) -> DoorLimits:
+    """The limits of one call: a flag given, else its environment variable, else the
+    default. ValueError naming the flag or variable for a value out of range."""
+    timeout = _setting(timeout_s, TIMEOUT_ENV, "--timeout-s", float, TIMEOUT_S)
+    if not 0.1 <= timeout <= _LONGEST_S:  # also false for nan
+        raise ValueError(f"{_source(timeout_s, TIMEOUT_ENV)} {timeout!r}: expected seconds "
+                         f"from 0.1 to {_LONGEST_S:g}")
+    memory = memory_limit or os.environ.get(MEMORY_ENV, "").strip() or MEMORY_LIMIT
+    try:
+        size = memory_bytes(memory)
+    except ValueError as exc:
+        raise ValueError(f"{_source(memory_limit, MEMORY_ENV)} {exc}") from None
+    if size < _SMALLEST_MEMORY:
+        raise ValueError(f"{_source(memory_limit, MEMORY_ENV)} {memory!r}: at least 16MB")
+    rows = _setting(max_rows, MAX_ROWS_ENV, "--max-rows", int, MAX_ROWS)
+    if not 1 <= rows <= 10**9:
+        raise ValueError(f"{_source(max_rows, MAX_ROWS_ENV)} {rows!r}: expected 1 to 10^9")
+    return DoorLimits(timeout, memory.strip(), rows)
+
+
+def _setting(given: _Number | None, variable: str, flag: str, kind: type[_Number],
+             default: _Number) -> _Number:
+    if given is not None:
+        return given
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"environment variable {variable}={text!r}: expected a "
+                         f"{'number' if kind is float else 'whole number'} (like {flag})"
+                         ) from None
+
+
+def _source(given: object, variable: str) -> str:
+    flag = {TIMEOUT_ENV: "--timeout-s", MEMORY_ENV: "--memory-limit",
+            MAX_ROWS_ENV: "--max-rows"}[variable]
+    return flag if given is not None else f"environment variable {variable}"
+
+
+@dataclass(frozen=True)
+class DoorRows:
+    frame: pd.DataFrame
+    cut: str | None = None  # why rows beyond the frame were not fetched (None: all were)
+
+
+def read_query(warehouse: Path, text: str, limits: DoorLimits | None = None) -> DoorRows:
+    """The rows of the one read statement `text`, from the warehouse opened read-only,
+    within `limits` (default: door_limits()). QueryRefused when it is not a read, fails,
+    runs out of time or memory, or gives way to a waiting writer."""
     query = auditor_statement(text)
-    with connect(Path(warehouse), read_only=True) as con:
+    limits = limits or door_limits()
+    with connect(Path(warehouse), read_only=True,
+                 limits={"memory_limit": limits.memory_limit, "temp_directory": ""}) as con:
+        if writer_is_waiting(warehouse):
+            raise QueryRefused(_gave_way(0.0))
+        watcher = _Watcher(con, Path(warehouse), limits.timeout_s)
         try:
-            return con.sql(query).df()
+            with watcher:
+                table, cut = _fetch(con, query, limits)
+            return DoorRows(table.to_pandas(), cut)
+        except duckdb.InterruptException as exc:
+            raise QueryRefused(watcher.why_stopped()) from exc
+        except duckdb.OutOfMemoryException as exc:
+            raise QueryRefused(f"query refused: it needs more memory than the limit of "
+                               f"{limits.memory_limit} (benchledger sql --memory-limit "
+                               f"raises the bound): {_first_line(exc)}") from exc
         except duckdb.PermissionException as exc:
             # DuckDB's lockdown refused a file, a network address or an extension.
             raise QueryRefused(f"refused: {_one_line(exc)}; the auditor's door only reads "
@@ -81,3 +190,82 @@ def read_query(warehouse: Path, text: str) -> pd.DataFrame:
                                    f"was opened with read_only=True ({_one_line(exc)})"
                                    ) from exc
             raise QueryRefused(f"query failed: {_one_line(exc)}") from exc
+
+
+def _fetch(con: duckdb.DuckDBPyConnection, query: str,
+           limits: DoorLimits) -> tuple[pa.Table, str | None]:
+    """The result's first rows as Arrow, streamed batch by batch: at most max_rows rows and
+    about memory_limit bytes, so neither the fetched rows nor their pandas copy can grow
+    without bound. Says why it stopped early, if it did."""
+    reader = con.sql(query).to_arrow_reader(_BATCH_ROWS)
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
+    cut = None
+    for batch in reader:
+        if rows + batch.num_rows > limits.max_rows:
+            batch = batch.slice(0, limits.max_rows - rows)
+            cut = (f"the first {limits.max_rows} rows of a longer result (benchledger sql "
+                   "--max-rows raises the bound)")
+        if size + batch.nbytes > limits.memory_bytes:
+            # as many of this batch's rows as fit, by their mean size
+            fit = (limits.memory_bytes - size) * batch.num_rows // max(1, batch.nbytes)
+            batch = batch.slice(0, fit)
+            cut = (f"the first {rows + fit} rows: the next ones would take more than the "
+                   f"memory limit of {limits.memory_limit} (benchledger sql --memory-limit "
+                   "raises the bound)")
+        batches.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+        if cut:
+            break
+    reader.close()
+    return pa.Table.from_batches(batches, schema=reader.schema), cut
+
+
+class _Watcher:
+    """While a query runs: interrupts it when its time is up, or when a writer waits for
+    the warehouse (a reader never makes a load fail), and remembers which."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, warehouse: Path,
+                 timeout_s: float) -> None:
+        self.con, self.warehouse, self.timeout_s = con, warehouse, timeout_s
+        self.started = time.monotonic()
+        self.reason: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="benchledger-sql-bound",
+                                        daemon=True)
+
+    def __enter__(self) -> _Watcher:
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        deadline = self.started + self.timeout_s
+        while not self._done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                self.reason = (f"query stopped after {self.timeout_s:g} s (benchledger sql "
+                               "--timeout-s raises the bound)")
+            elif writer_is_waiting(self.warehouse):
+                self.reason = _gave_way(time.monotonic() - self.started)
+            else:
+                continue
+            self.con.interrupt()
+            return
+
+    def why_stopped(self) -> str:
+        return self.reason or "query interrupted"
+
+
+def _gave_way(after_s: float) -> str:
+    return (f"query stopped after {after_s:.1f} s: a writer (a run's load) is waiting for "
+            "the warehouse, and the auditor's door gives way to it; run the query again "
+            "once it is done")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
