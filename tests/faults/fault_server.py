@@ -1,7 +1,7 @@
 """An OpenAI-compatible streaming server that misbehaves on purpose, for the fault tests.
 
     python -m tests.faults.fault_server --port N --mode MODE [--every K | --nth 1,4]
-        [--metrics] [--health-status CODE] [--models-status CODE]
+        [--metrics] [--metrics-delay-s S] [--health-status CODE] [--models-status CODE]
         [--require-key-env NAME] [--argv-file PATH] [--tag T]
     python tests/faults/fault_server.py ...            (the same; it needs only the stdlib)
 
@@ -34,18 +34,26 @@ Modes (MODES below; `--help` lists them too):
   in the middle of the stream; no-done: the stream ends without finish_reason, usage or
   [DONE]; reset: a TCP RST in the middle of the stream;
 - http-429, http-500, http-503: that status instead of a stream;
-- usage-negative, usage-absurd, usage-non-integer, usage-over-max, usage-no-prompt: a
-  usage event that cannot be true;
+- usage-negative, usage-absurd, usage-non-integer, usage-over-max, usage-no-prompt,
+  usage-below-events: a usage event that cannot be true;
 - health-404: every GET answers 404; health-401: every request answers 401;
 - stall-burst: nothing for STALL_S, then the first content event and, right after it,
   every other event, the usage and [DONE] in one write (an API server that stalled while
   its engine ran on: a slow first token, then the whole answer at once, over which a
-  per-request decode rate means nothing).
+  per-request decode rate means nothing);
+- buffered: the whole answer (every event, the usage and [DONE]) in one write after the
+  headers, as a proxy that buffers whole responses delivers it: the client reads it in
+  one read;
+- bom: the stream opens with a UTF-8 byte order mark (EF BB BF), alone in its first write
+  (the SSE format says one leading BOM is ignored);
+- long-line: after EVENTS_BEFORE_FAULT content events, one comment line of LONG_LINE_BYTES
+  (15 MB; below the client's 16 MiB bound), then the rest of a clean stream.
 
 Options that hold whatever the mode:
 
 - --metrics: GET /metrics answers a small Prometheus page (fault_requests_total, the POSTs
-  numbered so far);
+  numbered so far); --metrics-delay-s S: it waits S seconds before answering (a /metrics
+  slower than the scrape's bound: the counters exist but cannot be read);
 - --health-status CODE / --models-status CODE: what GET /health and GET /v1/models answer
   (default 200) when the mode does not decide it (health-*, a sickened server);
 - --require-key-env NAME: /v1/* and /metrics need `Authorization: Bearer $NAME` (401
@@ -87,6 +95,8 @@ EVENTS_BEFORE_FAULT = 2
 STALL_S = 0.3  # stall-burst: how long the affected stream says nothing before its first event
 EXIT_STATUS = 3  # exit-mid-stream's exit status
 ABSURD_TOKENS = 10**9
+LONG_LINE_BYTES = 15_000_000  # long-line: the comment line's length, its ": " included
+BOM = b"\xef\xbb\xbf"
 # usage-non-integer: the values it cycles through, one per affected request.
 NON_INTEGER_COUNTS = (True, 1.5, "7")
 
@@ -111,12 +121,16 @@ MODES = {
     "usage-non-integer": "usage.completion_tokens is true, 1.5 and \"7\" in turn",
     "usage-over-max": "usage.completion_tokens is max_tokens + 5",
     "usage-no-prompt": "usage has no prompt_tokens",
+    "usage-below-events": "usage.completion_tokens is 1, whatever the text events sent",
     "data-42": "an event `data: 42` (valid JSON, not an object)",
     "choices-str": "an event whose choices is [\"x\"] (a string, not an object)",
     "health-404": "every GET (/health, /v1/models, ...) answers 404",
     "health-401": "every request answers 401 (an API key is missing or wrong)",
     "stall-burst": f"{STALL_S} s of silence, then the first content event and the rest of "
                    "the answer in one write",
+    "buffered": "the whole answer in one write (a proxy that buffers whole responses)",
+    "bom": "the stream opens with a UTF-8 byte order mark",
+    "long-line": f"a comment line of {LONG_LINE_BYTES} bytes in the middle of the stream",
 }
 WHOLE_SERVER_MODES = {"clean", "health-404", "health-401"}
 HTTP_ERRORS = {"http-429": (429, "rate limited"), "http-500": (500, "engine exploded"),
@@ -190,6 +204,7 @@ def usage_for(mode: str, ordinal: int | None, prompt_tokens: int, sent: int,
             "usage-absurd": ABSURD_TOKENS,
             "usage-non-integer": NON_INTEGER_COUNTS[ordinal % len(NON_INTEGER_COUNTS)],
             "usage-over-max": max_tokens + 5,
+            "usage-below-events": 1,
         }.get(mode, sent)
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion}
     if isinstance(completion, int) and not isinstance(completion, bool):
@@ -286,6 +301,8 @@ class FaultHandler(BaseHTTPRequestHandler):
         return self._error(404, f"no route {self.path}")
 
     def _metrics(self) -> None:
+        if self.server.options.metrics_delay_s:
+            time.sleep(self.server.options.metrics_delay_s)
         key = self.server.api_key
         about = "completion requests numbered" + (f" (key {key})" if key is not None else "")
         body = (f"# HELP fault_requests_total {about}\n"
@@ -335,11 +352,19 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
         if mode == "hang":
             return self._hang()
+        if mode == "bom":
+            self._write(BOM)
+        buffered = mode == "buffered"
+        # stall-burst and buffered: what waits for the one write at the end
+        held: list[bytes] = []
         if chat:
-            self._write(sse({"object": "chat.completion.chunk", "choices": [
+            role = sse({"object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": {"role": "assistant", "content": ""},
-                 "finish_reason": None}]}))
-        held: list[bytes] = []  # stall-burst: what waits for the one write at the end
+                 "finish_reason": None}]})
+            if buffered:
+                held.append(role)
+            else:
+                self._write(role)
         time.sleep(self.server.options.first_event_ms / 1000
                    + (STALL_S if mode == "stall-burst" else 0.0))
         for i in range(words):
@@ -348,7 +373,7 @@ class FaultHandler(BaseHTTPRequestHandler):
             last = i == words - 1 and mode != "no-done"
             finish = ("length" if words == max_tokens else "stop") if last else None
             event = sse(content_event(chat, f" w{i}", finish))
-            if mode == "stall-burst" and i > 0:
+            if buffered or (mode == "stall-burst" and i > 0):
                 held.append(event)
                 continue
             self._write(event)
@@ -377,6 +402,8 @@ class FaultHandler(BaseHTTPRequestHandler):
             return True
         if mode in MID_STREAM_EVENTS:
             self._write(MID_STREAM_EVENTS[mode])
+        if mode == "long-line":  # a comment: the format allows it, the reader must bound it
+            self._write(b": " + b"x" * (LONG_LINE_BYTES - 3) + b"\n")
         return False
 
 
@@ -409,6 +436,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="fault-model")
     parser.add_argument("--metrics", action="store_true",
                         help="serve GET /metrics (a Prometheus page; none without it)")
+    parser.add_argument("--metrics-delay-s", type=float, default=0.0, metavar="S",
+                        help="GET /metrics waits this long before it answers (default 0)")
     parser.add_argument("--health-status", type=int, default=200, metavar="CODE",
                         help="what GET /health answers (default 200)")
     parser.add_argument("--models-status", type=int, default=200, metavar="CODE",
