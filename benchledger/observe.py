@@ -34,11 +34,19 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchledger.sweep import SERVER_FAMILIES
+from benchledger.sweep import DEFAULT_METRICS_TIMEOUT_S, SERVER_FAMILIES
 
 LOG_SLICE_LIMIT = 4_000_000  # bytes of server log kept per window
 METRICS_LIMIT = 16_000_000  # bytes of one /metrics answer kept (vLLM's is ~100 kB)
-METRICS_TIMEOUT_S = 10.0
+METRICS_TIMEOUT_S = DEFAULT_METRICS_TIMEOUT_S  # the arm's metrics_timeout_s by default
+# Why a scrape kept no counters, as its recorded error says (after the phase and the URL;
+# warehouse/reconcile.py reads the words): the server has no such endpoint (it answered
+# that there is no route), or it has one that could not be read (a timeout, an error
+# status, a cut or oversized answer, text that is not Prometheus', a dropped connection).
+# The first is a server without counters; the second hides counters that may be there.
+NO_ENDPOINT = "no endpoint"
+COUNTER_UNREADABLE = "counter unreadable"
+NO_ROUTE_STATUSES = frozenset({404, 410})
 CLOCK_HTTP_TIMEOUT_S = 5.0
 NVIDIA_SMI_TIMEOUT_S = 10.0
 MAX_RECORDED_ERRORS = 20  # per observer and window: a broken clock must not grow the file
@@ -121,29 +129,34 @@ def _record_error(result: dict, message: str) -> None:
 
 
 def _metrics_problem(answer: Answer) -> str | None:
-    """Why a /metrics answer cannot be kept as counters, or None."""
+    """Why a /metrics answer cannot be kept as counters, or None: NO_ENDPOINT or
+    COUNTER_UNREADABLE, then what was wrong."""
+    if answer.status_code in NO_ROUTE_STATUSES:
+        return f"{NO_ENDPOINT}: HTTP {answer.status_code}"
     if answer.status_code != 200:
-        return f"HTTP {answer.status_code}"
+        return f"{COUNTER_UNREADABLE}: HTTP {answer.status_code}"
     if answer.truncated:
-        return f"answer larger than {METRICS_LIMIT} bytes, not kept"
+        return f"{COUNTER_UNREADABLE}: answer larger than {METRICS_LIMIT} bytes, not kept"
     try:
         for family in text_string_to_metric_families(answer.text):
             for sample in family.samples:
                 float(sample.value)
     except Exception as exc:
-        return f"not Prometheus text ({error_text(exc)[:300]})"
+        return f"{COUNTER_UNREADABLE}: not Prometheus text ({error_text(exc)[:300]})"
     return None
 
 
 class MetricsScrape:
-    """Prometheus text before and after the window."""
+    """Prometheus text before and after the window. A scrape that kept none records why
+    (an error naming NO_ENDPOINT or COUNTER_UNREADABLE) and says which in `status`."""
 
     def __init__(self, url: str | None, headers: dict[str, str] | None = None,
                  timeout_s: float = METRICS_TIMEOUT_S):
         self.url = url
         self.headers = headers  # the server's API key, if it has one: never recorded
         self.timeout_s = timeout_s
-        self.result: dict = {"url": url, "before": None, "after": None, "errors": []}
+        self.result: dict = {"url": url, "before": None, "after": None, "errors": [],
+                             "status": {}}
 
     def _fetch(self, phase: str) -> None:
         if not self.url:
@@ -151,13 +164,20 @@ class MetricsScrape:
         try:
             answer = bounded_get(self.url, self.timeout_s, self.headers, METRICS_LIMIT)
         except Exception as exc:  # recorded: a failed scrape leaves the counters unchecked
-            _record_error(self.result, f"{phase}: {self.url}: {error_text(exc)}")
+            # The server is up (it serves the window), so its endpoint did not answer in
+            # time or dropped the connection: counters that may be there were not read.
+            self._failed(phase, f"{COUNTER_UNREADABLE}: {error_text(exc)}")
             return
         problem = _metrics_problem(answer)
         if problem:  # kept out: the warehouse could not parse it, and must not try
-            _record_error(self.result, f"{phase}: {self.url}: {problem}")
+            self._failed(phase, problem)
             return
         self.result[phase] = {"scraped_at": _now(), "text": answer.text}
+        self.result["status"][phase] = "read"
+
+    def _failed(self, phase: str, problem: str) -> None:
+        self.result["status"][phase] = problem.split(":", 1)[0]
+        _record_error(self.result, f"{phase}: {self.url}: {problem}")
 
     def start(self) -> None:
         self._fetch("before")
@@ -195,12 +215,13 @@ def detect_family(url: str, headers: dict[str, str] | None = None,
                   f"({', '.join(p + '*' for p in FAMILY_PREFIXES.values())})")
 
 
-def server_family(declared: str, url: str, headers: dict[str, str] | None = None
-                  ) -> tuple[str | None, str]:
-    """The arm's own arms.server_family, or (for "auto") the family its /metrics names."""
+def server_family(declared: str, url: str, headers: dict[str, str] | None = None,
+                  timeout_s: float = METRICS_TIMEOUT_S) -> tuple[str | None, str]:
+    """The arm's own arms.server_family, or (for "auto") the family its /metrics names
+    (read within timeout_s, the arm's metrics_timeout_s)."""
     if declared != "auto":
         return declared, "arms.server_family"
-    return detect_family(url, headers)
+    return detect_family(url, headers, timeout_s)
 
 
 class LogSlice:

@@ -256,7 +256,7 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     config = lifecycle.describe(server, plan.arm, api_key)
     family, family_source = server_family(
         plan.arm.server_family, server.base_url.rstrip("/") + plan.arm.metrics_path,
-        lifecycle.auth_headers(api_key))
+        lifecycle.auth_headers(api_key), plan.arm.metrics_timeout_s)
     return record.update(
         status=raw.ready_status(plan.arm.server), ready_at=utc_now(),
         ready_after_s=ready.waited_s, ready_probe=ready.probe, effective_config=config,
@@ -348,7 +348,8 @@ def _observers(plan: ArmPlan, server: lifecycle.ServerHandle,
     # The key goes to the server itself only, never to a clock endpoint elsewhere.
     clock_headers = headers if same_origin(clock_url, base) else None
     return {
-        "metrics": MetricsScrape(base + plan.arm.metrics_path, headers),
+        "metrics": MetricsScrape(base + plan.arm.metrics_path, headers,
+                                 plan.arm.metrics_timeout_s),
         "log": LogSlice(server.log_path),
         "clocks": ClockSampler(plan.clock_source, clock_url, socket.gethostname(),
                                plan.clock_interval_s, clock_headers),

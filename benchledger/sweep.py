@@ -56,6 +56,9 @@ MAX_CONCURRENCY = 10_000  # streams held open by one measuring process
 MAX_TOKENS = 1_000_000  # stored as 32-bit integers
 MAX_WAIT_S = 86_400.0  # every wait has a bound; a day is the longest any may be
 Seconds = Annotated[float, Field(gt=0, le=MAX_WAIT_S)]
+# How long one read of a server's /metrics may take, the whole answer (arms.metrics_timeout_s;
+# benchledger.observe): past it the scrape is `counter unreadable`, not a missing counter.
+DEFAULT_METRICS_TIMEOUT_S = 10.0
 # Airflow's schedule presets; anything else must be a cron expression.
 SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
                     "@quarterly", "@yearly")
@@ -256,6 +259,9 @@ class Arm(_PerArmKeys):
     base_url: URL | None = None  # server = "external" (required) or "command" (default loopback)
     health_path: URLPath = "/health"
     metrics_path: URLPath = "/metrics"
+    # The bound of each scrape of metrics_path (connect to the last byte), at readiness and
+    # around every window; a scrape cut there is recorded as `counter unreadable`.
+    metrics_timeout_s: Seconds = DEFAULT_METRICS_TIMEOUT_S
     # Whose counter names /metrics carries (vLLM, SGLang, llama.cpp's server, TGI): "auto"
     # recognises them from the names when the server is ready; reconciliation then checks
     # that family's own counters (warehouse/reconcile.py).

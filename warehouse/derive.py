@@ -104,6 +104,9 @@ LOWER_BOUND = "lower bound"  # all checked, some only as a lower bound (failed/u
 PARTIAL = "partial"  # some counters or windows had no counter to check against
 NO_COUNTER = "no counter"  # no counter checked any of its windows
 MISMATCH = "mismatch"  # a counter disagreed (its rule blocks the entry)
+# a window's /metrics could not be read (timed out, an error status, not Prometheus text):
+# its counters may exist, unread (rule counters_readable blocks it where its family has them)
+UNREADABLE = "counter unreadable"
 
 
 def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
@@ -119,6 +122,9 @@ def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
     unchecked = int(mine["no_counter"].sum()) + never
     if mismatched:
         return MISMATCH
+    # (a frame without the column: rows from before counters could be unreadable)
+    if "unreadable" in mine and int(mine["unreadable"].sum()):
+        return UNREADABLE
     if not matched + lower:
         return NO_COUNTER
     if unchecked:

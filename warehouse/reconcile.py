@@ -18,10 +18,13 @@ nothing it could have said.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import duckdb
 import pandas as pd
+
+from benchledger.observe import COUNTER_UNREADABLE
 
 # What a window is reconciled on, whatever a family calls its counter: one *_reconcile rule
 # each (benchledger.rules), reconciliations.quantity.
@@ -78,6 +81,17 @@ FAMILY_COUNTERS: dict[str, dict[str, Counter]] = {
 }
 # Windows whose family is unknown are read with the names this project always checked.
 DEFAULT_FAMILY = "vllm"
+# reconciliations.status of a counter that could not be checked: the server has none (no
+# /metrics endpoint, or none of this name), or its endpoint could not be read (timed out,
+# an error status, text that is not Prometheus': the observer's recorded words). The first
+# is a server measured without counters; the second hides counters that may be there, and
+# blocks where the server's family exports them (rule counters_readable).
+NO_COUNTER, UNREADABLE = "no counter", COUNTER_UNREADABLE
+# A scrape the observer could not read, in a window's observation_errors (its parts are
+# "metrics: ...", "log: ...", "clocks: ...", joined by "; ").
+_UNREADABLE_SCRAPE = re.compile(
+    rf"metrics: ((?:before|after): \S+: {re.escape(COUNTER_UNREADABLE)}: .*?)"
+    r"(?=; (?:metrics|log|clocks): |$)")
 COUNTER_NAMES = [c.name for counters in FAMILY_COUNTERS.values() for c in counters.values()]
 COLUMNS = ["window_id", "run_id", "counter", "client_value", "server_delta", "relative_error",
            "tolerance", "status", "detail", "quantity"]
@@ -142,8 +156,11 @@ def reconcile_window(window: pd.Series, client: dict[str, float], metrics: pd.Da
     # A window row from pandas holds NaN for NULL, and error <= NaN is false: without a
     # tolerance there is nothing to mismatch (the rule skips such windows too).
     tolerance = None if tolerance is None or pd.isna(tolerance) else float(tolerance)
-    # The scrape itself failing is recorded by the observer as a "metrics: ..." error.
-    scraped = "metrics:" not in str(window.get("observation_errors") or "")
+    # The scrape itself failing is recorded by the observer as a "metrics: ..." error,
+    # which says whether the endpoint was missing or could not be read.
+    errors = str(window.get("observation_errors") or "")
+    scraped = "metrics:" not in errors
+    unreadable = _UNREADABLE_SCRAPE.search(errors)
     rows = []
     for quantity, counter in FAMILY_COUNTERS[family].items():
         server = _server_delta(metrics, counter) if scraped else None
@@ -151,9 +168,14 @@ def reconcile_window(window: pd.Series, client: dict[str, float], metrics: pd.Da
         base = {"window_id": window["window_id"], "run_id": window["run_id"],
                 "counter": counter.name, "quantity": quantity, "client_value": value,
                 "server_delta": server, "tolerance": tolerance}
+        if unreadable:
+            rows.append({**base, "relative_error": None, "status": UNREADABLE,
+                         "detail": f"{counter.name}: not reconciled (its /metrics could not "
+                                   f"be read: {unreadable[1][:500]})"})
+            continue
         unchecked = _why_unchecked(counter, server, scraped, known, client)
         if unchecked or server is None:  # (no counter is always a reason: never both)
-            rows.append({**base, "relative_error": None, "status": "no counter",
+            rows.append({**base, "relative_error": None, "status": NO_COUNTER,
                          "detail": f"{counter.name}: not reconciled ({unchecked})"})
             continue
         if clean:

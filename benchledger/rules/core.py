@@ -82,6 +82,11 @@ NO_TOLERANCE = "no reconcile_tolerance"
 LAG_WITHIN, LAG_TYPICAL_ABOVE = "within bound", "p50 above bound"
 # streams_not_buffered: the window's share of requests delivered whole in one read
 STREAMED, BUFFERED = "streamed", "delivered in one read"
+# counters_readable: every scrape read (or no endpoint); one unreadable, where the server's
+# family exports counters (fails), or where no family is known (passes, labelled)
+COUNTERS_READ = "counters read or absent"
+COUNTER_UNREADABLE, UNREADABLE_NO_FAMILY = ("counter unreadable",
+                                            "counter unreadable, no known family")
 STATED = "stated"  # rate_denominator_stated
 BALANCED, UNBALANCED = "balanced", "unbalanced"  # request_counts_balance
 SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server_log_kept_apart

@@ -11,6 +11,8 @@ from benchledger.rules.core import (
     BLOCK_TIMING_ENTRIES,
     BUFFERED,
     CLIENT_LAG_SHARE,
+    COUNTER_UNREADABLE,
+    COUNTERS_READ,
     DEFAULT_MAX_BURST_FRACTION,
     DEFAULT_RECONCILE_TOLERANCE,
     LAG_TYPICAL_ABOVE,
@@ -21,6 +23,7 @@ from benchledger.rules.core import (
     NO_TOLERANCE,
     SERVER_TOKENIZER,
     STREAMED,
+    UNREADABLE_NO_FAMILY,
     WITHIN_TOLERANCE,
     Frame,
     Kw,
@@ -53,7 +56,10 @@ SUITE = SuiteFrame(
     # Evidence a caller may not have (no counters scraped, rows from before token_count
     # was recorded): NULL, so the rules that read it find nothing to check there.
     optional=("token_count", "calibration_rel_error", "calibration_detail",
-              "generation_detail", "prompt_detail", "success_detail"),
+              "generation_detail", "prompt_detail", "success_detail",
+              # whether its counters could be read (issue #22): the first unreadable
+              # reconciliation's detail, and the family its restart recorded
+              "unreadable_detail", "server_family"),
     numeric=("reconcile_tolerance", "generation_error", "prompt_error", "success_error",
              # the ruler (T17): NULL for windows recorded before the client measured its
              # lag, and for imports; the medians come from the window's requests, the
@@ -64,7 +70,9 @@ SUITE = SuiteFrame(
              # how its streams arrived (issue #22): completed measured requests with 2 or
              # more content events, those of them delivered in one read, and the share of
              # them the sweep allows (None: the protocol's default)
-             "streamed_requests", "one_read_requests", "max_burst_fraction"))
+             "streamed_requests", "one_read_requests", "max_burst_fraction",
+             # its reconciliations that could not read a counter (NULL: none made)
+             "counters_unreadable"))
 
 WINDOWS_PRESENT = Rule(
     name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
@@ -152,6 +160,62 @@ PROMPT_TOKENS_RECONCILE = _reconcile(
 FINISHED_REQUESTS_RECONCILE = _reconcile(
     "finished_requests_reconcile", "success", "finished-request",
     "vllm:request_success_total", "the completed requests")
+
+
+def _readable_verdicts(frame: Frame) -> pd.Series:
+    """Per window with reconciliations: its counters read (or its server has none), one
+    unreadable where the restart's family exports counters, or one unreadable with no
+    family known; None for windows never reconciled (GX skips them)."""
+    import numpy as np
+
+    unreadable = as_float(frame["counters_unreadable"])
+    family = frame["server_family"].notna().to_numpy()
+    return first_verdict(frame, [(COUNTERS_READ, unreadable == 0),
+                                 (COUNTER_UNREADABLE, family)],
+                         UNREADABLE_NO_FAMILY, ~np.isnan(unreadable))
+
+
+def _readable_text(r: pd.Series) -> str:
+    verdict = r["counters_readable_check"]
+    if not isinstance(verdict, str):
+        return f"{NOT_APPLICABLE} (the window was not reconciled: imported evidence)"
+    if verdict == COUNTERS_READ:
+        return "every /metrics scrape read, or no /metrics endpoint (no counter)"
+    why = detail(r["unreadable_detail"])
+    if verdict == COUNTER_UNREADABLE:
+        return (f"{verdict}: {why}; the server's family ({r['server_family']}) exports "
+                "counters, so the window's token counts went unconfirmed")
+    return (f"{verdict}: {why}; the server recorded no family (arms.server_family), so "
+            "nothing says it has counters: its entries say counter_check 'counter "
+            "unreadable'")
+
+
+def _observe_readable(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    # One text per row: a duplicated window id shows every row instead of hiding one.
+    return ("the server's /metrics read before and after the window, where its family "
+            "exports counters", "; ".join(_readable_text(frame.loc[row]) for row in rows)
+            or "no window")
+
+
+# A scrape cut at its bound (arms.metrics_timeout_s), an error status or a page that is not
+# Prometheus text is not a server without counters: its counters may be there, and may
+# disagree. Recorded as `counter unreadable` in reconciliations (warehouse/reconcile.py),
+# never as `no counter`, and blocking where the server is known to export counters.
+COUNTERS_READABLE = Rule(
+    name="counters_readable", traps=("T3",), applies_to="window", effect=BLOCK_ENTRIES,
+    summary="the server's /metrics was read before and after the window wherever its "
+            "family exports counters (restarts.server_family, declared or recognised when "
+            "it was ready): a scrape that timed out, answered an error status or was not "
+            "Prometheus text is 'counter unreadable' and blocks the entries resting on the "
+            "window; a server without a /metrics endpoint (HTTP 404) is 'no counter' and "
+            "does not",
+    threshold="no reconciliation 'counter unreadable' where server_family is known",
+    threshold_source="the restart's server_family; arms.metrics_timeout_s bounds each "
+                     "scrape",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="counters_readable_check",
+             value_set=[COUNTERS_READ, UNREADABLE_NO_FAMILY],
+             columns={"counters_readable_check": _readable_verdicts},
+             observe=_observe_readable))
 
 
 def _calibration_verdicts(frame: Frame) -> pd.Series:

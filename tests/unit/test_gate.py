@@ -23,7 +23,8 @@ SUITE_RULES = {
     "restarts": ["restart_healthy", "clock_under_load"],
     "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
                 "prompt_tokens_reconcile", "finished_requests_reconcile",
-                "tokenizer_calibrated", "client_lag_within_bound"],
+                "counters_readable", "tokenizer_calibrated", "client_lag_within_bound",
+                "streams_not_buffered"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e",
                           "usage_plausible", "logprobs_match_usage"],
 }

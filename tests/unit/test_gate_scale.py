@@ -199,6 +199,8 @@ def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
         return reference_lag(rows)
     if rule == "streams_not_buffered":
         return reference_one_read(rows)
+    if rule == "counters_readable":
+        return reference_readable(rows)
     prefix, counter = RECONCILED[rule]
     ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
              or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
@@ -296,6 +298,30 @@ def reference_one_read(rows: list[dict]) -> tuple[bool, str, str]:
     return ok, "; ".join(expected), "; ".join(found)
 
 
+def reference_readable(rows: list[dict]) -> tuple[bool, str, str]:
+    """Issue #22: no counter unreadable where the restart's family is known."""
+    found, ok = [], True
+    for r in rows:
+        unreadable, family = r.get("counters_unreadable"), r.get("server_family")
+        detail = r.get("unreadable_detail")
+        detail = detail if isinstance(detail, str) and detail else "no detail"
+        if null(unreadable):
+            found.append("rule not applicable (the window was not reconciled: imported "
+                         "evidence)")
+        elif unreadable == 0:
+            found.append("every /metrics scrape read, or no /metrics endpoint (no counter)")
+        elif not null(family):
+            ok = False
+            found.append(f"counter unreadable: {detail}; the server's family ({family}) "
+                         "exports counters, so the window's token counts went unconfirmed")
+        else:
+            found.append(f"counter unreadable, no known family: {detail}; the server "
+                         "recorded no family (arms.server_family), so nothing says it has "
+                         "counters: its entries say counter_check 'counter unreadable'")
+    return (ok, "the server's /metrics read before and after the window, where its family "
+                "exports counters", "; ".join(found) or "no window")
+
+
 def reference_restarts(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
     if rule == "restart_healthy":
         return (all(r["status"] in ("ok", "external") for r in rows),
@@ -387,12 +413,19 @@ def random_ruler(rng: np.random.Generator) -> dict:
 
 
 def random_delivery(rng: np.random.Generator) -> dict:
-    """How a window's streams arrived (issue #22): no request of 2 or more content events,
-    none or a few delivered in one read, or most; bounded by the sweep or the default."""
+    """How a window's streams arrived and whether its counters could be read (issue #22):
+    no request of 2 or more content events, none or a few delivered in one read, or most,
+    bounded by the sweep or the default; not reconciled, read, or some unreadable, with
+    or without a known server family."""
     streamed = rng.choice([np.nan, 0, 20])
     one_read = np.nan if np.isnan(streamed) else rng.choice([0, 2, 3, streamed])
+    unreadable = rng.choice([np.nan, 0, 3])
     return {"streamed_requests": streamed, "one_read_requests": one_read,
-            "max_burst_fraction": rng.choice([np.nan, 0.1, 0.5])}
+            "max_burst_fraction": rng.choice([np.nan, 0.1, 0.5]),
+            "counters_unreadable": unreadable,
+            "unreadable_detail": None if np.isnan(unreadable) or not unreadable
+            else rng.choice(["vllm:generation_tokens_total: not reconciled (timed out)", None]),
+            "server_family": rng.choice(np.array([None, "vllm"], dtype=object))}
 
 
 def random_run(seed: int, *, object_strings: bool = False,
@@ -514,7 +547,10 @@ def test_reference_sees_the_troubles_it_was_given():
                     # issue #21: a late client, bounded by the sweep and by the medians
                     "client lag p99 12.3 ms (", "of events bunched",
                     # issue #22: usage below the events, answers delivered in one read
-                    "below chunks", "20 of 20 arrived whole in one read (100%)"):
+                    "below chunks", "20 of 20 arrived whole in one read (100%)",
+                    # and counters that could not be read
+                    "counter unreadable: vllm:generation_tokens_total: not reconciled",
+                    "counter unreadable: no detail; the server's family (vllm)"):
         assert trouble in text, trouble
 
 

@@ -6,7 +6,11 @@
 -- of requests with a span) of its completed measured requests, in milliseconds. And how
 -- its streams arrived (issue #22): its completed measured requests with at least 2 content
 -- events, and of them those whose content events all came in one network read (one stamp;
--- the requests view's delivered_in_one_read).
+-- the requests view's delivered_in_one_read). And whether its counters could be read: of
+-- its reconciliations (NULL: none, as for imports), how many say 'counter unreadable' (the
+-- endpoint answered, but not with counters: a timeout, an error status, text that is not
+-- Prometheus'), with the first of their details, and the server family its restart
+-- recorded (NULL: no family known, so none known to export counters).
 WITH timed AS (
     SELECT r.window_id,
            quantile_cont((r.t_first_ns - r.t_submit_ns) / 1e6, 0.5) AS median_ttft_ms,
@@ -29,7 +33,8 @@ SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        s.relative_error AS success_error,    s.detail AS success_detail,
        w.client_lag_p50_ms, w.client_lag_p99_ms, w.client_cpu_share,
        w.bunched_event_fraction, t.median_ttft_ms, t.median_decode_span_ms,
-       t.streamed_requests, t.one_read_requests
+       t.streamed_requests, t.one_read_requests,
+       u.counters_unreadable, u.unreadable_detail, rs.server_family
 FROM windows AS w
 LEFT JOIN reconciliations AS g
        ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'
@@ -38,5 +43,14 @@ LEFT JOIN reconciliations AS p
 LEFT JOIN reconciliations AS s
        ON s.window_id = w.window_id AND s.quantity = 'finished_requests'
 LEFT JOIN timed AS t ON t.window_id = w.window_id
+LEFT JOIN (
+    SELECT window_id,
+           count(*) FILTER (WHERE status = 'counter unreadable') AS counters_unreadable,
+           min(detail) FILTER (WHERE status = 'counter unreadable') AS unreadable_detail
+    FROM reconciliations
+    WHERE run_id = $run_id
+    GROUP BY window_id
+) AS u ON u.window_id = w.window_id
+LEFT JOIN restarts AS rs ON rs.restart_id = w.restart_id
 WHERE w.run_id = $run_id
 ORDER BY w.window_id
