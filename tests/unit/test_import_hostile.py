@@ -358,8 +358,11 @@ def test_a_duplicated_vllm_bench_request_is_refused(tmp_path, capsys):
     assert "request 6 repeats request 1" in err and "twice" in err
 
 
-def test_vllm_bench_all_at_once_rate_stays_accepted(tmp_path, capsys):
-    """vLLM writes request_rate inf (JSON Infinity) for all requests at once: not refused."""
+def test_a_vllm_bench_rate_must_be_finite_but_inf_means_all_at_once(tmp_path, capsys):
+    err = refused(capsys, tmp_path, "vllm-bench",
+                  vllm_copy(tmp_path, _vllm_set("request_rate", float("nan"))))
+    assert "summary: request_rate NaN, expected a finite rate > 0, or inf" in err
+    # vLLM writes request_rate inf (JSON Infinity) for all requests at once: not refused
     path = vllm_copy(tmp_path, _vllm_set("request_rate", float("inf")))
     code, _, err = cli(capsys, "import", "vllm-bench", str(path), "--warehouse",
                        str(tmp_path / "w.duckdb"))
@@ -403,18 +406,20 @@ def test_a_file_above_the_size_limit_is_refused_naming_its_size_and_the_limit(
 
 def test_a_huge_sparse_file_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch):
     from benchledger import imports
+    from benchledger.imports import guidellm
 
     def never(*args, **kwargs):
         raise AssertionError("the file was read")
 
-    monkeypatch.setattr(imports, "file_sha256", never)
-    monkeypatch.setattr(json, "loads", never)
+    monkeypatch.setattr(imports, "file_sha256", never)  # hashed before parsing
+    monkeypatch.setattr(guidellm, "read_json", never)
+    documented = 512 * 2**20  # the default docs/imports.md names
     huge = tmp_path / "huge.json"
     with huge.open("wb") as f:
-        f.truncate(imports.DEFAULT_MAX_BYTES + 1)  # sparse: nothing is allocated
+        f.truncate(documented + 1)  # sparse: nothing is allocated
     err = refused(capsys, tmp_path, "guidellm", huge)
-    assert "huge.json" in err and str(imports.DEFAULT_MAX_BYTES + 1) in err
-    assert str(imports.DEFAULT_MAX_BYTES) in err and "--max-bytes" in err
+    assert "huge.json" in err and f"{documented + 1} bytes (512.0 MiB)" in err
+    assert f"limit of {documented} bytes" in err and "--max-bytes" in err
 
 
 def test_the_size_limit_can_be_set_in_the_environment(tmp_path, capsys, monkeypatch):
