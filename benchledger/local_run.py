@@ -59,8 +59,18 @@ class SweepOutcome:
     not_published: str | None = None  # why nothing was published, when publishing was asked
 
 
+def sweep_airflow_home(data_dir: Path, sweep_name: str) -> Path:
+    """The AIRFLOW_HOME of one sweep's embedded runs: <data dir>/airflow/<sweep>/, with its
+    own dags folder and SQLite metadata DB. Two sweeps on one data dir never share a DAG
+    file or a metadata DB (SQLite has one writer at a time, and dag.test() parses and
+    serialises every file of its dags folder); two runs of one sweep never overlap (the
+    sweep's lock), so each DB has one writer. Sweep names are [a-z0-9_-]: a safe folder name."""
+    return data_dir / "airflow" / sweep_name
+
+
 def _write_dag_file(sweep_path: Path, dags_folder: Path) -> Path:
-    """A one-DAG dags folder for this sweep, wherever the sweep file lives."""
+    """A one-DAG dags folder for this sweep (its own: see sweep_airflow_home), wherever the
+    sweep file lives."""
     dags_folder.mkdir(parents=True, exist_ok=True)
     for stale in dags_folder.glob("*.py"):
         stale.unlink()
@@ -127,7 +137,7 @@ def load_unloaded_runs(data_dir: Path, warehouse: Path, sweep_name: str) -> list
         return lines
     loaded = set()
     if warehouse.exists():
-        with connect(warehouse, read_only=True) as con:
+        with connect(warehouse, read_only=True, wait_s=_pipeline_wait_s()) as con:
             loaded = {run_id for run_id, in con.execute("SELECT run_id FROM runs").fetchall()}
     pending = [(run_id, run_dir) for run_id, run_dir in found if run_id not in loaded]
     if not pending:
@@ -193,10 +203,11 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     name = sweep.sweep.name
     every = _progress_interval_s()
     warehouse = warehouse.resolve()
+    _check_warehouse(warehouse)  # and here on a damaged warehouse
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
     with sweep_lock(data_dir, name) as lock_fd:
         _load_earlier_runs(data_dir, warehouse, name)
-        airflow_home = data_dir / "airflow"
+        airflow_home = sweep_airflow_home(data_dir, name)
         dag_file = _write_dag_file(sweep_path, airflow_home / "dags")
         log_file = data_dir / "logs" / f"{name}.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -208,7 +219,8 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
         try:
             with _progress_shown(data_dir, name, every):
                 result = run_in_subprocess(dag_file, sweep.dag_id, airflow_home, conf,
-                                           log_file, keep_fds=(lock_fd,))
+                                           log_file, keep_fds=(lock_fd,),
+                                           env=_runner_env())
         except KeyboardInterrupt:
             # The run's teardown tasks did not get to run: stop what they would have stopped.
             _stop_leftovers(data_dir, name, started, "interrupted")
@@ -227,6 +239,20 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
                      data_dir)
     return outcome
 
+
+
+def _check_warehouse(warehouse: Path) -> None:
+    """Refuse a warehouse that cannot take the run's load (truncated, not DuckDB,
+    unreadable: WarehouseError, one line), before any server starts rather than after the
+    whole sweep measured. A warehouse that another process holds longer than a reader
+    waits is not refused: the run's load waits for it again."""
+    from benchledger.warehouse.db import WarehouseBusy, check_warehouse
+
+    try:
+        check_warehouse(warehouse)
+    except WarehouseBusy as exc:
+        print(f"could not check the warehouse now ({exc}); the run goes ahead and its "
+              "load waits for the warehouse", flush=True)
 
 
 def _stop_leftovers(data_dir: Path, sweep_name: str, started: datetime, why: str) -> None:
@@ -274,7 +300,8 @@ def _publish(outcome: SweepOutcome, sweep: Sweep, dag_file: Path, airflow_home: 
         return
     # Without a scheduler the asset event triggers nothing: run the publish DAG here.
     published = run_in_subprocess(dag_file, sweep.publish_dag_id, airflow_home,
-                                  {**conf, "publish_run_id": outcome.run_id}, log_file)
+                                  {**conf, "publish_run_id": outcome.run_id}, log_file,
+                                  env=_runner_env())
     if published.state != "success":
         _print_failures(published.failures, log_file)
         cause = published.failures[0]["error"] if published.failures else f"see {log_file}"
@@ -284,13 +311,33 @@ def _publish(outcome: SweepOutcome, sweep: Sweep, dag_file: Path, airflow_home: 
     outcome.export_dir = raw.RunLayout(data_dir, outcome.run_id).export_dir
 
 
+def _pipeline_wait_s() -> float:
+    """How long the run's own reads (its summary, the publish task) wait for the
+    warehouse: as long as its writers do, unless the user set the readers' wait
+    (BENCHLEDGER_READ_LOCK_TIMEOUT_S). Another run's load, validate or derive may hold the
+    file longer than a person's query is kept waiting, and a step of this run must not
+    fail because another run is writing."""
+    from benchledger.warehouse.db import READER_WAIT_ENV, lock_wait_s
+
+    user_set = bool(os.environ.get(READER_WAIT_ENV, "").strip())
+    return lock_wait_s(read_only=user_set)
+
+
+def _runner_env() -> dict[str, str]:
+    """The runner's environment beyond this process's: its readers wait as this
+    process's do (_pipeline_wait_s)."""
+    from benchledger.warehouse.db import READER_WAIT_ENV
+
+    return {READER_WAIT_ENV: f"{_pipeline_wait_s():g}"}
+
+
 def _entry_counts(warehouse: Path, run_id: str) -> dict[str, int] | None:
     from benchledger.publishing.read import run_entry_counts
     from benchledger.warehouse.db import connect
 
     if not warehouse.exists():
         return None
-    with connect(warehouse, read_only=True) as con:
+    with connect(warehouse, read_only=True, wait_s=_pipeline_wait_s()) as con:
         return run_entry_counts(con, run_id)
 
 
@@ -331,7 +378,7 @@ def _print_run(warehouse: Path, run_id: str) -> None:
     from benchledger.publishing.report import run_tables
     from benchledger.warehouse.db import connect
 
-    with connect(warehouse, read_only=True) as con:
+    with connect(warehouse, read_only=True, wait_s=_pipeline_wait_s()) as con:
         tables = run_tables(con, run_id)
     if tables is None:
         print(f"\nrun {run_id} is not in the warehouse {warehouse}: nothing to show")
@@ -349,6 +396,7 @@ def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     sweep = load_sweep(sweep_path)
     every = _progress_interval_s()
     warehouse = warehouse.resolve()
+    _check_warehouse(warehouse)  # where this machine sees it (the workers load it)
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
     print(f"running sweep {sweep.sweep.name!r} ({sweep_path}) on the Airflow deployment "
           f"in {cluster_home}", flush=True)

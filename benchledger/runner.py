@@ -94,12 +94,13 @@ class RunnerDied(RuntimeError):
 
 def run_in_subprocess(
     dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
-    keep_fds: tuple[int, ...] = (),
+    keep_fds: tuple[int, ...] = (), env: dict[str, str] | None = None,
 ) -> RunResult:
     """Run the DAG in a fresh interpreter; return its state, run id and task states.
 
     The child's stdout (the task summary) and stderr are inherited; `keep_fds` are passed
-    on to it (a lock the run must hold for as long as the runner lives). Raises
+    on to it (a lock the run must hold for as long as the runner lives); `env` is added to
+    its environment (over this process's, under Airflow's own variables). Raises
     RuntimeError if the run could not happen at all (exit code 2: bad DAG file, DB
     error, ...) and RunnerDied if the runner was killed or crashed.
     """
@@ -108,9 +109,10 @@ def run_in_subprocess(
     failures_file = Path(log_file).resolve().with_suffix(".failures.jsonl")
     result_file.unlink(missing_ok=True)
     failures_file.unlink(missing_ok=True)
-    env = {**os.environ, **airflow_env(airflow_home, dag_file.parent)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    env[FAILURES_ENV] = str(failures_file)
+    child_env = {**os.environ, **(env or {}), **airflow_env(airflow_home, dag_file.parent)}
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(PROJECT_ROOT), child_env.get("PYTHONPATH")]))
+    child_env[FAILURES_ENV] = str(failures_file)
     cmd = [
         sys.executable, "-m", "benchledger.runner",
         "--dag-file", str(dag_file), "--dag-id", dag_id,
@@ -120,7 +122,7 @@ def run_in_subprocess(
     ]  # fmt: skip
     # No pipes on purpose: servers spawned by tasks could inherit them and then a
     # communicate() would block until those servers exit.
-    rc = subprocess.run(cmd, env=env, check=False, pass_fds=keep_fds).returncode
+    rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode
     failures = read_failures(failures_file)
     if rc in EXIT_CODES.values() and result_file.exists():
         result = json.loads(result_file.read_text())

@@ -39,6 +39,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from benchledger.local_run import sweep_airflow_home
 from benchledger.raw import RunLayout, read_json
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
@@ -218,15 +219,16 @@ def run_cli(workdir: Path, name: str, faults, tag: str,
             timeout=CLI_TIMEOUT_S, check=False).returncode
     output = out.read_text(errors="replace") + err.read_text(errors="replace")
     try:
-        run_id, state, tasks = airflow_outcome(data, f"benchledger_{name}")
+        run_id, state, tasks = airflow_outcome(data, name)
     except (sqlite3.Error, ValueError) as exc:
         raise AssertionError(f"no Airflow run of {name} ({exc}); the CLI said:\n{output}") from exc
     return CliRun(name, status, output, warehouse, data, run_id, state, tasks, tag)
 
 
-def airflow_outcome(data_dir: Path, dag_id: str) -> tuple[str, str, dict[str, str]]:
-    """The sweep DAG run's id, state and task states, from the run's own metadata DB."""
-    with sqlite3.connect(data_dir / "airflow" / "airflow.db") as db:
+def airflow_outcome(data_dir: Path, sweep_name: str) -> tuple[str, str, dict[str, str]]:
+    """The sweep DAG run's id, state and task states, from the sweep's own metadata DB."""
+    dag_id = f"benchledger_{sweep_name}"
+    with sqlite3.connect(sweep_airflow_home(data_dir, sweep_name) / "airflow.db") as db:
         (run_id, state), = db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = ?",
                                       [dag_id]).fetchall()
         tasks = dict(db.execute("SELECT task_id, state FROM task_instance "
@@ -236,7 +238,7 @@ def airflow_outcome(data_dir: Path, dag_id: str) -> tuple[str, str, dict[str, st
 
 def task_tries(run: CliRun) -> dict[str, int]:
     """task_id -> try_number of the sweep run's tasks, from its metadata DB."""
-    with sqlite3.connect(run.data_dir / "airflow" / "airflow.db") as db:
+    with sqlite3.connect(sweep_airflow_home(run.data_dir, run.sweep_name) / "airflow.db") as db:
         return dict(db.execute("SELECT task_id, try_number FROM task_instance "
                                "WHERE dag_id = ? AND run_id = ?",
                                [f"benchledger_{run.sweep_name}", run.run_id]).fetchall())

@@ -1,6 +1,6 @@
 """Whole sweeps through Airflow dag.test() into a temporary DuckDB file (`benchledger run`).
 
-Two runs share one Airflow home (the metadata DB is migrated once):
+Two sweeps on one data dir (each with its own Airflow home and metadata DB):
 - a passing sweep: a speculative simulator arm with two restarts, and an `external` arm
   pointing at a simulator the test started itself (checked against its own /metrics);
 - a failing sweep: a simulator that reports no usage, and a "server" that never
