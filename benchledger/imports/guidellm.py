@@ -12,7 +12,7 @@ the stream carried one, but when it carried none and the request named its own l
 with an output token count, as synthetic data has), GuideLLM writes the length it asked
 for (max_tokens, with ignore_eos) there instead; with no count at all it counts stream
 iterations. The file keeps no separate mark of usage, so a count is 'usage' only where the
-file proves it: see _token_source. docs/imports.md has the field table. Every value is
+file proves it: see _token_sources. docs/imports.md has the field table. Every value is
 range-checked (checks.py) before anything is loaded.
 """
 
@@ -238,7 +238,7 @@ def _requests(path: Path, index: int, window_id: str,
                            ("request_start", "request_end")):
         in_order(path, (f"info.timings.{earlier}", times[earlier]),
                  (f"info.timings.{later}", times[later]), where)
-    asked = [_asked(b) for b in bodies]
+    asked = checked([_asked(b) for b in bodies], "request_args.body.max_tokens")
     unresolved = pa.array([status == "unresolved" for status, _ in rows])
     columns = {
         "request_id": [f"{window_id}/m{i:05d}" for i in range(len(rows))],
@@ -248,17 +248,19 @@ def _requests(path: Path, index: int, window_id: str,
         "is_warmup": [False] * len(rows),
         "status": [status for status, _ in rows],
         "error": [r["info"].get("error") for _, r in rows],
-        "max_tokens": checked(asked, "request_args.body.max_tokens"),
+        "max_tokens": asked,
         "temperature": numbers(path, [(b or {}).get("temperature") for b in bodies],
                                "request_args.body.temperature", where, maximum=math.inf,
                                expected="a finite temperature >= 0"),
         "prompt_tokens": checked([r.get("prompt_tokens") for _, r in rows], "prompt_tokens"),
         "output_tokens": output_tokens,
         "cached_tokens": checked([r.get("cached_tokens") for _, r in rows], "cached_tokens"),
-        "token_source": [_token_source(d, o, b, a, p) for d, o, b, a, p in zip(
-            checked(delivered, "output_metrics.text_tokens").to_pylist(),
-            output, bodies, asked,
-            checked(prompt_counted, "input_metrics.text_tokens").to_pylist(), strict=True)],
+        "token_source": _token_sources(
+            checked(delivered, "output_metrics.text_tokens"), output_tokens,
+            asked,
+            checked(prompt_counted, "input_metrics.text_tokens"),
+            recorded=pa.array([b is not None for b in bodies]),
+            ignore_eos=pa.array([(b or {}).get("ignore_eos") is True for b in bodies])),
         "chunks": checked([t.get("token_iterations") for t in timings],
                           "info.timings.token_iterations"),
         "t_submit_ns": seconds_to_ns(times["request_start"]),
@@ -280,9 +282,10 @@ def _asked(body: dict | None) -> Any:
     return None
 
 
-def _token_source(delivered: int | None, output: Any, body: dict | None, asked: Any,
-                  prompt_counted: int | None) -> str | None:
-    """Where a request's output tokens came from, as far as the file proves it.
+def _token_sources(delivered: pa.Array, output: pa.Array, asked: pa.Array,
+                   prompt_counted: pa.Array, recorded: pa.Array,
+                   ignore_eos: pa.Array) -> pa.Array:
+    """Where each request's output tokens came from, as far as the file proves it.
 
     GuideLLM merges the server's usage over the request's own counts: with usage,
     input_metrics.text_tokens is the usage's prompt count (0 when absent, never null) and
@@ -290,14 +293,15 @@ def _token_source(delivered: int | None, output: Any, body: dict | None, asked: 
     request carried, which for data with token counts is the requested length (GuideLLM
     then sends it as max_tokens with ignore_eos). So a count is usage only when usage came
     back (the prompt count is set) and it differs from the length GuideLLM asked for with
-    ignore_eos; equal, it cannot be told from GuideLLM's own filled-in value (requested)."""
-    if delivered is None:  # GuideLLM counted stream iterations, or had nothing
-        return CHUNKS if output is not None else "missing"
-    if body is None:  # the request GuideLLM sent is not recorded: origin unknown
-        return None
-    if prompt_counted is None or (body.get("ignore_eos") is True and asked == delivered):
-        return REQUESTED
-    return "usage"
+    ignore_eos; equal, it cannot be told from GuideLLM's own filled-in value (requested).
+    No count: GuideLLM counted stream iterations (chunks), or had nothing (missing); the
+    request GuideLLM sent not recorded (recorded false): origin unknown (NULL)."""
+    filled_in = pc.fill_null(pc.and_(ignore_eos, pc.equal(asked, delivered)), False)
+    no_usage = pc.or_(pc.is_null(prompt_counted), filled_in)
+    return pc.case_when(
+        pc.make_struct(pc.is_null(delivered), pc.invert(recorded), no_usage),
+        pc.if_else(pc.is_valid(output), CHUNKS, "missing"),
+        pa.scalar(None, pa.string()), REQUESTED, "usage")
 
 
 def _body(request_args: Any) -> dict | None:
