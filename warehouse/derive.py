@@ -34,7 +34,12 @@ import pandas as pd
 
 from benchledger import __version__
 from benchledger import rules as R
-from benchledger.rules import BLOCK_TIMING_ENTRIES, EXCLUDE_RESTART, names_with_effect
+from benchledger.rules import (
+    BLOCK_STREAM_ENTRIES,
+    BLOCK_TIMING_ENTRIES,
+    EXCLUDE_RESTART,
+    names_with_effect,
+)
 from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
@@ -60,8 +65,9 @@ from benchledger.warehouse.validate import coverage_subject
 EXCLUDING_RULES = names_with_effect(EXCLUDE_RESTART)
 # Rules whose failure blocks only the per-request timing entries of the subject's cell
 # (T17: a late client misstamps each request; its window still backs throughput, counts
-# and fractions, whose error is the lag over the window's length).
-TIMING_RULES = names_with_effect(BLOCK_TIMING_ENTRIES)
+# and fractions, whose error is the lag over the window's length), and those that block
+# its stamped window metrics with them (answers delivered whole in one read).
+TIMING_RULES = names_with_effect(BLOCK_TIMING_ENTRIES) | names_with_effect(BLOCK_STREAM_ENTRIES)
 CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
 
 

@@ -29,11 +29,13 @@ import pandas as pd
 
 from benchledger.expectations.gate import run_entry_gate
 from benchledger.imports.evidence import NOT_RECORDED
+from benchledger.rules import BLOCK_STREAM_ENTRIES, names_with_effect
 from benchledger.rules.core import COMPLETED_ONLY
 from benchledger.stats import t_bounds
 from benchledger.warehouse.db import insert_frame, query_frame
 from benchledger.warehouse.metrics import (
     REQUEST_METRICS,
+    STAMPED_WINDOW_METRICS,
     TIMING_COLUMNS,
     WINDOW_ELAPSED,
     WindowMetric,
@@ -42,6 +44,8 @@ from benchledger.warehouse.validate import store_results
 
 Entry = dict[str, Any]
 RestartRow = tuple[str, int, float, float | None]  # restart_id, n_requests, mean, sd
+# Rules whose failure also blocks the window metrics resting on stream-event stamps.
+STREAM_RULES = names_with_effect(BLOCK_STREAM_ENTRIES)
 
 
 # --- values and labels --------------------------------------------------------------------
@@ -188,12 +192,15 @@ def settle(made: list[Candidate], run_id: str, labels: Entry, windows: pd.DataFr
     """The candidates of one cell, given its labels, the windows they rest on (window_id,
     requests_file_sha256), the failed rules that block them, those that block only its
     per-request timing entries (rules of effect block_timing_entries: the windows still
-    back every other entry) and the validations behind them; identified."""
+    back every other entry; of effect block_stream_entries, its stamped window metrics
+    too) and the validations behind them; identified."""
     rests_on = list(zip(windows["window_id"], windows["requests_file_sha256"], strict=True))
     validation_ids = list(validation_ids)
     for c in made:
         c.entry = {**labels, **c.entry}
-        timing = list(timing_blocked) if c.request_metric in TIMING_COLUMNS else []
+        stamped = c.request_metric is None and c.entry.get("metric") in STAMPED_WINDOW_METRICS
+        timing = [b for b in timing_blocked if c.request_metric in TIMING_COLUMNS
+                  or (stamped and b.rule in STREAM_RULES)]
         c.rests_on, c.blocked = rests_on, [*blocked, *timing]
         c.validation_ids = list(validation_ids)
         identify(c, run_id, rests_on)

@@ -134,6 +134,9 @@ class WindowMetric:
     population: str | None = None  # None: 'all_submitted' or 'completed_only' by the data
     counts: str = "completed"  # n_requests counts completed or submitted requests
     optional: bool = False  # no entry at all where no window has a value (not applicable)
+    # Its value rests on when stream events arrived (the first and last tokens' stamps): a
+    # rule of effect block_stream_entries (answers delivered whole) blocks its entries.
+    stamped: bool = False
 
 
 WINDOW_ELAPSED = "window elapsed_s: first measured submission to last completion or drain deadline"
@@ -144,7 +147,7 @@ WINDOW_METRICS = (
                  WINDOW_ELAPSED, _total_throughput),
     WindowMetric("decode_rate", "tok/s", "decode", "output_tokens",
                  "first t_first to last t_last in the window (each request's tokens after "
-                 "its first)", _aggregate_decode),
+                 "its first)", _aggregate_decode, stamped=True),
     WindowMetric("completion_fraction", "fraction", "end_to_end", "finished_requests",
                  "submitted_requests", _completion_fraction, "all_submitted", "submitted"),
     WindowMetric("success_fraction", "fraction", "end_to_end", "completed_requests",
@@ -157,6 +160,8 @@ WINDOW_METRICS = (
                  "vllm:spec_decode_num_drafts_total delta (plus one token per step)",
                  _acceptance_length, optional=True),
 )
+# The window metrics whose value rests on the stamps of stream events (WindowMetric.stamped).
+STAMPED_WINDOW_METRICS = frozenset(m.metric for m in WINDOW_METRICS if m.stamped)
 
 # Server log lines (T2): each field under its own metric name, as peak and mean; never
 # the delivered rate (the entry gate checks these names stay apart).

@@ -29,8 +29,13 @@ LIMIT_VERDICT: Final = "limit_verdict"  # no improvement/regression claim: at be
 # other entries still are (T17: a late ruler misstamps each request's intervals, while an
 # aggregate over the window errs by the lag over the window's length).
 BLOCK_TIMING_ENTRIES: Final = "block_timing_entries"
+# As block_timing_entries, and the window metrics whose value rests on when stream events
+# arrived too (the aggregate decode rate: the span from the first token's stamp to the
+# last's); the subject's throughput, counts and fractions still publish (issue #22: answers
+# delivered whole in one read, whose tokens' times are not known).
+BLOCK_STREAM_ENTRIES: Final = "block_stream_entries"
 Effect = Literal["block_entries", "exclude_restart", "refuse_comparison", "limit_verdict",
-                 "block_timing_entries"]
+                 "block_timing_entries", "block_stream_entries"]
 
 # What an entry rests on (docs/protocol.md, warehouse relations; docs/imports.md): measured
 # by this pipeline, another tool's file, a recovered report, or a recovered value that was

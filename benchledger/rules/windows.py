@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from benchledger.rules.core import (
     ABOVE_TOLERANCE,
     BLOCK_ENTRIES,
+    BLOCK_STREAM_ENTRIES,
     BLOCK_TIMING_ENTRIES,
     BUFFERED,
     CLIENT_LAG_SHARE,
@@ -404,13 +405,13 @@ def _observe_one_read(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str,
 # mostly of them would publish the others' numbers, or none, without a word.
 STREAMS_NOT_BUFFERED = Rule(
     name="streams_not_buffered", traps=("T17",), applies_to="window",
-    effect=BLOCK_TIMING_ENTRIES,
+    effect=BLOCK_STREAM_ENTRIES,
     summary="the window's answers arrived as streams: at most max_burst_fraction of its "
             "completed measured requests with 2 or more content events arrived whole in "
             "one network read (a buffering proxy, compression without flushes), else the "
-            "per-request timing entries resting on the window are blocked (their TTFT is "
-            "the time to the whole answer, their decode span zero); its aggregate entries "
-            "still publish",
+            "per-request timing entries and the aggregate decode rate resting on the "
+            "window are blocked (their TTFT is the time to the whole answer, their decode "
+            "span zero); its throughput, counts and fractions still publish",
     threshold=f"one-read requests / requests with >= 2 content events <= "
               f"max_burst_fraction (default {DEFAULT_MAX_BURST_FRACTION})",
     threshold_source="sweep key max_burst_fraction",
