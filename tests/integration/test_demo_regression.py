@@ -5,8 +5,10 @@ before the split of client, gate, derivation, raw layout and CLI (`python -m
 tests.demo_snapshot WAREHOUSE DATA_DIR --write tests/fixtures/demo_snapshot.json.gz`).
 Issue #21 added to each entry, from a later demo run, what the ruler's two rules say when
 every window's client lag is within its bound: their results in the explain texts, n_burst
-(0) and max_burst_fraction (0.1), and the client lag and CPU share (compared by presence);
-everything else is still that first run's.
+(0) and max_burst_fraction (0.1), and the client lag and CPU share (compared by presence).
+Issue #22 added, from another demo run, the results of counters_readable and
+streams_not_buffered (all passing) in the explain texts and usage_plausible's new expected
+text (output_tokens >= chunks); everything else is still that first run's.
 This test runs the demo the way `make demo` does (`benchledger run` on the bundled sweep,
 same seeds) and compares: every entry's labels, counts, publishability and blocks, every
 verdict, and the whole `benchledger explain` text of every entry must be the same; values
