@@ -124,7 +124,7 @@ def test_the_counters_reconcile_the_same(runs):
     assert all(error == 0 for *_, error in one if error is not None)
 
 
-SECONDS = {metric.name for metric in REQUEST_METRICS if metric.unit == "s"}
+SECONDS = {metric.metric for metric in REQUEST_METRICS if metric.unit == "s"}
 
 
 def test_the_entries_are_the_same(runs):
