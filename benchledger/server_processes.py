@@ -7,7 +7,8 @@ process outlives the teardown and meets the next restart (a GPU still held, a po
 bound). So each server is started with a mark in its environment,
 `BENCHLEDGER_SERVER_MARK=<a fresh uuid>`, recorded in the restart manifest: every process
 it starts inherits it through fork and exec, whatever session or group it moves to, and
-it stays readable in /proc/<pid>/environ (to the same user, or root) after the task that
+it stays readable in the process's environment (psutil's Process.environ: to the same
+user, or root) after the task that
 started the server is gone, so a teardown in another process, or stop_leftover_servers
 after `kill -9` of the runner, still finds them. A process that cleared its environment
 (`env -i`) is still found while the server lives, through its parent chain, its session or
@@ -19,7 +20,9 @@ the process that launched the server, which is a task that returns at once; ance
 loses a double-forked daemon; a cgroup needs a writable cgroup tree, which containers and
 CI machines often do not give.
 
-Without /proc (not Linux) nothing is found, and a stop is the group signal alone.
+Processes are listed with psutil; where it cannot read another process's environment
+(another user's, or a platform that does not show it) only the parent chain, session
+and group find them.
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ import os
 import signal
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+
+import psutil
 
 from benchledger.redaction import redact_argv
 
 MARK_ENV = "BENCHLEDGER_SERVER_MARK"
-PROC = Path("/proc")
 COMMAND_CHARS = 300  # of a process's command line kept on record
 
 
@@ -61,27 +64,24 @@ class ServerProcess:
         return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "sid": self.sid}
 
 
-def _stat(pid: str) -> tuple[str, int, int, int] | None:
-    """(state, ppid, pgid, sid) from /proc/<pid>/stat, or None once it is gone."""
+def _table() -> dict[int, tuple[str, int, int, int, tuple[str, ...]]]:
+    """pid -> (status, ppid, pgid, sid, argv) of every process psutil can see now."""
+    table = {}
+    for proc in psutil.process_iter(["ppid", "status", "cmdline"]):
+        try:
+            pgid, sid = os.getpgid(proc.pid), os.getsid(proc.pid)
+        except OSError:  # gone since the listing
+            continue
+        info = proc.info
+        table[proc.pid] = (info["status"], info["ppid"], pgid, sid,
+                           tuple(info["cmdline"] or ()))
+    return table
+
+
+def _carries(pid: int, mark: str) -> bool:
     try:
-        fields = (PROC / pid / "stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _argv(pid: int) -> tuple[str, ...]:
-    try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return ()
-    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
-
-
-def _carries(pid: str, entry: bytes) -> bool:
-    try:
-        return entry in (PROC / pid / "environ").read_bytes().split(b"\0")
-    except OSError:  # another user's process, or gone
+        return psutil.Process(pid).environ().get(MARK_ENV) == mark
+    except psutil.Error:  # another user's process, or gone
         return False
 
 
@@ -95,34 +95,35 @@ def _descends(pid: int, leader: int, parents: dict[int, int]) -> bool:
     return False
 
 
+ENDED = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
 def server_processes(leader: int | None, mark: str | None) -> list[ServerProcess]:
     """The live processes (zombies aside) of one server, the leader itself excluded: every
     one carrying `mark` and, while the leader lives (`leader` given: the caller checked it
     is the process it started), every one in its group or session or descending from it.
     After the leader ended its pid may name a stranger's group: then the mark alone."""
-    if not PROC.is_dir() or (leader is None and not mark):
+    if leader is None and not mark:
         return []
-    entry = f"{MARK_ENV}={mark}".encode() if mark else None
-    table: dict[int, tuple[str, int, int, int]] = {}
-    for proc in PROC.iterdir():
-        if proc.name.isdigit() and (fields := _stat(proc.name)) is not None:
-            table[int(proc.name)] = fields
+    table = _table()
     parents = {pid: fields[1] for pid, fields in table.items()}
     found = []
-    for pid, (state, ppid, pgid, sid) in sorted(table.items()):
-        if pid in (leader, os.getpid()) or state in ("Z", "X"):
+    for pid, (status, ppid, pgid, sid, argv) in sorted(table.items()):
+        if pid in (leader, os.getpid()) or status in ENDED:
             continue
         related = leader is not None and (leader in (pgid, sid)
                                           or _descends(pid, leader, parents))
-        if related or (entry is not None and _carries(str(pid), entry)):
-            found.append(ServerProcess(pid, ppid, pgid, sid, _argv(pid)))
+        if related or (mark and _carries(pid, mark)):
+            found.append(ServerProcess(pid, ppid, pgid, sid, argv))
     return found
 
 
 def alive(pid: int) -> bool:
     """Whether `pid` still runs (a zombie has ended)."""
-    fields = _stat(str(pid))
-    return fields is not None and fields[0] not in ("Z", "X")
+    try:
+        return psutil.Process(pid).status() not in ENDED
+    except psutil.Error:
+        return False
 
 
 def send(pid: int, sig: signal.Signals) -> str | None:

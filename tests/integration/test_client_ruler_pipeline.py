@@ -41,6 +41,10 @@ FAULT_SERVER = REPO / "tests" / "faults" / "fault_server.py"
 REQUESTS = 15
 # fault_server.py: 8 one-token events, EVENT_GAP_S = 5 ms apart: at most 200 tok/s decoding
 TRUE_DECODE_TOK_S = 200.0
+# A measured rate may pass the server's by a little: the client stamps an event when it
+# reads it, and a first event read a time slice late shortens the decode span (a fresh-clone
+# CI saw 200.26). A burst, the trap these tests are about, reads as thousands of tok/s.
+AT_MOST_DECODE_TOK_S = 1.1 * TRUE_DECODE_TOK_S
 
 
 def fault_arm(name: str, *selection: str) -> str:
@@ -180,7 +184,7 @@ def test_burst_requests_have_no_decode_rate_and_say_why(run):
                 assert withheld.startswith("burst: 7 events after the first in "), withheld
                 assert ttft is not None  # the first token's time is not a decode span
         else:
-            assert withheld is None and 0.5 * TRUE_DECODE_TOK_S < decode <= TRUE_DECODE_TOK_S
+            assert withheld is None and 0.5 * TRUE_DECODE_TOK_S < decode <= AT_MOST_DECODE_TOK_S
     counts = dict(rows(run, "SELECT arm, burst_requests FROM window_bursts "
                             "WHERE run_id = ? ORDER BY arm"))
     assert counts == {"calm": 0, "fewbursts": 1, "manybursts": 5, "starved": counts["starved"]}
@@ -191,7 +195,7 @@ def test_published_decode_rates_rest_on_spread_requests_only(run):
     value, publishable, blocked_by, _, n_burst = few[("decode_rate", "mean", "single_stream",
                                                       "output_tokens")]
     assert publishable and n_burst == 1, blocked_by
-    assert 0.5 * TRUE_DECODE_TOK_S < value <= TRUE_DECODE_TOK_S
+    assert 0.5 * TRUE_DECODE_TOK_S < value <= AT_MOST_DECODE_TOK_S
     # what the mean would have been with the burst's rate in it: the trap
     (naive,), = rows(run, """
         SELECT avg((r.output_tokens - 1) / ((r.t_last_ns - r.t_first_ns) / 1e9))
