@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 
 from benchledger.observe import bounded_get, error_text
+from benchledger.progress import ReadinessReporter
 from benchledger.redaction import REDACTED, is_secret_name, redact, redact_argv, redact_command_text
 from benchledger.server_processes import Leftovers, leftovers_text, mark_environment, new_mark
 from benchledger.simulator.options import launch_flags
@@ -306,6 +307,8 @@ class Probe:
     # It ran out of time only because the overall deadline came: says little of the server.
     cut_short: bool = False
     path: str | None = None  # the path that answered 200 (state `ready` only)
+    url: str = ""  # the URL asked last, and what it answered (for the progress report)
+    answer: str = ""
 
 
 @dataclass(frozen=True)
@@ -318,25 +321,26 @@ class Readiness:
 
 
 def _ask(url: str, headers: dict[str, str], deadline: float) -> tuple[int | None, str, bool]:
-    """GET `url` within the deadline: (status or None, "url: what happened", whether it
-    timed out on a bound shorter than PROBE_TIMEOUT_S)."""
+    """GET `url` within the deadline: (status or None, what happened, whether it timed
+    out on a bound shorter than PROBE_TIMEOUT_S)."""
     timeout = max(0.05, min(PROBE_TIMEOUT_S, deadline - time.monotonic()))
     try:
         status = bounded_get(url, timeout, headers, max_bytes=65_536).status_code
     except Exception as exc:  # connection refused, timeouts, a broken answer: "not yet"
         cut = isinstance(exc, httpx.TimeoutException) and timeout < PROBE_TIMEOUT_S
-        return None, f"{url}: {error_text(exc)}", cut
-    return status, f"{url}: HTTP {status}", False
+        return None, error_text(exc), cut
+    return status, f"HTTP {status}", False
 
 
-def _auth_refused(detail: str, api_key_env: str | None, key_sent: bool) -> Probe:
+def _auth_refused(detail: str, api_key_env: str | None, key_sent: bool, url: str,
+                  answer: str) -> Probe:
     if key_sent:
         cause = (f"the server refused authentication with the API key from the environment "
                  f"variable {api_key_env} (arms.api_key_env)")
     else:
         cause = ("the server refused authentication and no API key was sent; set "
                  "arms.api_key_env to the name of the environment variable holding its key")
-    return Probe("refused", f"{detail}: {cause}")
+    return Probe("refused", f"{detail}: {cause}", url=url, answer=answer)
 
 
 def probe_readiness(base_url: str, health_path: str, deadline: float,
@@ -347,50 +351,84 @@ def probe_readiness(base_url: str, health_path: str, deadline: float,
     details = []
     # dict.fromkeys: in order, once (a health_path of /v1/models is asked once)
     for path in dict.fromkeys([health_path, FALLBACK_READY_PATH]):
-        status, answer, cut = _ask(_url(base_url, path), headers, deadline)
-        details.append(answer)
+        url = _url(base_url, path)
+        status, answer, cut = _ask(url, headers, deadline)
+        details.append(f"{url}: {answer}")
         detail = "; ".join(details)
         if status == 200:
-            return Probe("ready", detail, path=path)
+            return Probe("ready", detail, path=path, url=url, answer=answer)
         if status in (401, 403):
-            return _auth_refused(detail, api_key_env, bool(api_key))
+            return _auth_refused(detail, api_key_env, bool(api_key), url, answer)
         if status != 404:
-            return Probe("not_yet", detail, cut)
+            return Probe("not_yet", detail, cut, url=url, answer=answer)
     return Probe("refused", f"{detail}: no readiness path answers: neither the health path "
                             f"{health_path} (arms.health_path) nor {FALLBACK_READY_PATH} "
                             "exists on this server; set arms.health_path to its readiness "
-                            "endpoint")
+                            "endpoint", url=url, answer=answer)
 
 
 def wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
-               api_key: str | None = None, api_key_env: str | None = None) -> Readiness:
+               api_key: str | None = None, api_key_env: str | None = None,
+               report: ReadinessReporter | None = None) -> Readiness:
     """Probe until ready (returns the seconds waited and the path that answered); raise
     ServerNotReady when the process ends, on a definite refusal (at once) or after
-    `timeout_s` (every probe is bounded by what is left of it)."""
+    `timeout_s` (every probe is bounded by what is left of it). `report` is told of every
+    probe and of the end (the progress `benchledger run` shows while a server starts)."""
     url = _url(handle.base_url, health_path)
     started = time.monotonic()
+    asked = Probe("not_yet", "", url=url, answer="no answer yet")  # the last probe
+    try:
+        return _wait_ready(handle, health_path, timeout_s, api_key, api_key_env, report,
+                           started, asked)
+    except ServerNotReady as exc:
+        if report is not None:
+            last: Probe = getattr(exc, "probe", asked)
+            report.ended(False, redact(last.url, api_key), redact(last.answer, api_key),
+                         time.monotonic() - started)
+        raise
+
+
+class _NotReady(ServerNotReady):
+    """ServerNotReady with the last probe, for the progress report of the wait's end."""
+
+    def __init__(self, message: str, probe: Probe):
+        super().__init__(message)
+        self.probe = probe
+
+
+def _wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
+                api_key: str | None, api_key_env: str | None,
+                report: ReadinessReporter | None, started: float, asked: Probe) -> Readiness:
+    url = _url(handle.base_url, health_path)
     deadline = started + timeout_s
     last = "no answer yet"
     while True:
         if handle.pid is not None and (state := process_state(handle.pid)) != "running":
-            raise ServerNotReady(
+            raise _NotReady(
                 f"server process {handle.pid} ended before it was healthy ({state}) after "
                 f"{time.monotonic() - started:.1f} s (last: {redact(last, api_key)}); "
-                f"see {handle.log_path}")
+                f"see {handle.log_path}", asked)
         if time.monotonic() >= deadline:
             break
         probe = probe_readiness(handle.base_url, health_path, deadline, api_key, api_key_env)
+        waited_s = time.monotonic() - started
         if probe.state == "ready":
-            return Readiness(time.monotonic() - started, probe.path or health_path)
+            if report is not None:
+                report.ended(True, redact(probe.url, api_key), probe.answer, waited_s)
+            return Readiness(waited_s, probe.path or health_path)
         if probe.state == "refused":
-            raise ServerNotReady(
-                f"{redact(probe.detail, api_key)} (after {time.monotonic() - started:.1f} s; "
-                f"a definite answer, not waited on for ready_timeout_s = {timeout_s:g} s)")
+            raise _NotReady(
+                f"{redact(probe.detail, api_key)} (after {waited_s:.1f} s; "
+                f"a definite answer, not waited on for ready_timeout_s = {timeout_s:g} s)",
+                probe)
         if not (probe.cut_short and last != "no answer yet"):
             last = probe.detail  # (a probe cut by the deadline would hide a real cause)
+            asked = probe
+        if report is not None:
+            report.probed(redact(asked.url, api_key), redact(asked.answer, api_key), waited_s)
         time.sleep(max(0.0, min(PROBE_INTERVAL_S, deadline - time.monotonic())))
-    raise ServerNotReady(f"{url} not healthy after {timeout_s:g} s "
-                         f"(last: {redact(last, api_key)})")
+    raise _NotReady(f"{url} not healthy after {timeout_s:g} s "
+                    f"(last: {redact(last, api_key)})", asked)
 
 
 def server_gone(handle: ServerHandle, health_path: str, api_key: str | None = None,

@@ -261,3 +261,100 @@ def reporter(emit: Callable[[Snapshot], None] | None, interval_s: float,
     if emit is None:
         return NoProgress()
     return ProgressReporter(emit, interval_s, tokens_of)
+
+
+# --- a server being waited on until ready ---------------------------------------------------
+#
+# Before its first window, a restart's server is started and probed until it answers
+# ready, which takes minutes on a real server (up to ready_timeout_s). The wait reports
+# through the same channel as a window: a line in the task log and a `.progress` file in
+# the restart's folder (raw.RunLayout.readiness_progress), which `benchledger run` shows.
+
+READINESS_KIND = "readiness"  # a progress file's "kind": a readiness wait, not a window
+ANSWER_CHARS = 80  # a last answer longer than this is cut: a line is not an error report
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One moment of the wait for a restart's server to become ready."""
+
+    restart_id: str
+    phase: str  # starting (still waiting) | ready | not ready (the wait ended without it)
+    probe: str  # the URL asked last
+    answer: str  # what it answered last (an HTTP status or an error), shortened
+    elapsed_s: float  # since the wait began
+    timeout_s: float  # the arm's ready_timeout_s
+    interval_s: float  # how often a new report comes (a reader can tell a stale one)
+
+    @property
+    def ended(self) -> bool:
+        return self.phase != "starting"
+
+    def as_dict(self) -> dict:
+        return {"kind": READINESS_KIND, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Waiting:
+        """A report read back from a progress file; KeyError or TypeError when it is not one."""
+        if data.get("kind") != READINESS_KIND:
+            raise KeyError("kind")
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+def shortened(text: str, limit: int = ANSWER_CHARS) -> str:
+    text = " ".join(text.split())  # one line, whatever the error's text held
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def waiting_state(waiting: Waiting) -> str:
+    """What a readiness report says besides its restart: the probe, its last answer and
+    the time waited of ready_timeout_s."""
+    w = waiting
+    of = f"{w.elapsed_s:.0f} s of {w.timeout_s:g} s"
+    if w.phase == "ready":
+        return f"{w.probe} answered {w.answer} after {of}"
+    if w.phase == "starting":
+        return f"waiting for {w.probe}, last answer {w.answer} ({of})"
+    return f"{w.probe}, last answer {w.answer}, after {of}"
+
+
+def waiting_line(waiting: Waiting) -> str:
+    """The one line a task log and a terminal show for a readiness report."""
+    return f"progress: {waiting.restart_id} {waiting.phase}: {waiting_state(waiting)}"
+
+
+class ReadinessReporter:
+    """What a readiness wait reports through: told after every probe, it hands a report to
+    `emit` when an interval has passed since the last one (the first probe's at once),
+    and always the last. An `emit` that raises is logged once and never ends the wait."""
+
+    def __init__(self, restart_id: str, timeout_s: float, interval_s: float,
+                 emit: Callable[[Waiting], None],
+                 clock: Callable[[], float] = time.monotonic):
+        self._restart_id, self._timeout_s, self._interval_s = restart_id, timeout_s, interval_s
+        self._emit, self._clock = emit, clock
+        self._last_at: float | None = None
+        self._complained = False
+
+    def probed(self, probe: str, answer: str, elapsed_s: float) -> None:
+        """A probe said "not yet"; reported when one is due."""
+        now = self._clock()
+        if self._last_at is not None and now - self._last_at < self._interval_s:
+            return
+        self._last_at = now
+        self._report("starting", probe, answer, elapsed_s)
+
+    def ended(self, ready: bool, probe: str, answer: str, elapsed_s: float) -> None:
+        self._report("ready" if ready else "not ready", probe, answer, elapsed_s)
+
+    def _report(self, phase: str, probe: str, answer: str, elapsed_s: float) -> None:
+        waiting = Waiting(restart_id=self._restart_id, phase=phase, probe=probe,
+                          answer=shortened(answer), elapsed_s=elapsed_s,
+                          timeout_s=self._timeout_s, interval_s=self._interval_s)
+        try:
+            self._emit(waiting)
+        except Exception as exc:  # noqa: BLE001 (a progress report never ends a wait)
+            if not self._complained:
+                self._complained = True
+                log.warning("%s: readiness progress could not be reported: %s: %s",
+                            self._restart_id, type(exc).__name__, exc)

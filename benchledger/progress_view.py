@@ -1,6 +1,7 @@
 """The progress of a run's windows in the terminal of `benchledger run`.
 
-Each measure task writes `<workload>-c<N>.progress` beside the window's raw files
+Each measure task writes `<workload>-c<N>.progress` beside the window's raw files, and each
+task waiting for a server to be ready `readiness.progress` in its restart's folder
 (benchledger.progress). This module watches a data dir's raw folder for the files of one
 sweep's new run and shows them: a live display (rich) when stdout is a terminal, plain
 `progress: ...` lines otherwise (a log file, a pipe, a test), one each time a task reports,
@@ -23,24 +24,47 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from benchledger import raw
-from benchledger.progress import Snapshot, progress_line, progress_state
+from benchledger.progress import (
+    Snapshot,
+    Waiting,
+    progress_line,
+    progress_state,
+    waiting_line,
+    waiting_state,
+)
 
 POLL_S = 1.0  # at most; a shorter interval polls at half of it
 # Reports missed before a window counts as stopped, plus slack for a busy machine.
 STALE_INTERVALS, STALE_SLACK_S = 3, 10.0
 
 
+# A report in a progress file: a window's part, or a server being waited on until ready.
+Report = Snapshot | Waiting
+
+
 class Display(Protocol):
-    def show(self, key: str, snapshot: Snapshot) -> None: ...
+    def show(self, key: str, snapshot: Report) -> None: ...
     def tick(self) -> None: ...
     def close(self) -> None: ...
 
 
-def stale_after_s(snapshot: Snapshot) -> float:
+def stale_after_s(snapshot: Report) -> float:
     return STALE_INTERVALS * snapshot.interval_s + STALE_SLACK_S
 
 
-def stopped_line(snapshot: Snapshot, silent_s: float) -> str:
+def is_last(snapshot: Report) -> bool:
+    """Whether no report follows this one (a window done, a wait ended)."""
+    return snapshot.ended if isinstance(snapshot, Waiting) else snapshot.phase == "done"
+
+
+def line_of(snapshot: Report) -> str:
+    return waiting_line(snapshot) if isinstance(snapshot, Waiting) else progress_line(snapshot)
+
+
+def stopped_line(snapshot: Report, silent_s: float) -> str:
+    if isinstance(snapshot, Waiting):
+        return (f"progress: {snapshot.restart_id}: no report for {silent_s:.0f} s (the "
+                "attempt starting its server stopped; the run's task log says why)")
     return (f"progress: {snapshot.window_id}: no report for {silent_s:.0f} s (the attempt "
             "measuring it stopped; the run's task log says why)")
 
@@ -54,18 +78,18 @@ class PlainDisplay:
                  clock: Callable[[], float] = time.monotonic):
         self._say, self._clock = say, clock
         self._said_at: dict[str, float] = {}
-        self._running: dict[str, tuple[float, Snapshot]] = {}  # key -> (seen at, report)
+        self._running: dict[str, tuple[float, Report]] = {}  # key -> (seen at, report)
 
-    def show(self, key: str, snapshot: Snapshot) -> None:
+    def show(self, key: str, snapshot: Report) -> None:
         now = self._clock()
-        if snapshot.phase == "done":
+        if is_last(snapshot):
             self._running.pop(key, None)
-            self._say(progress_line(snapshot))
+            self._say(line_of(snapshot))
             return
         self._running[key] = (now, snapshot)
         if now - self._said_at.get(key, -float("inf")) >= snapshot.interval_s / 2:
             self._said_at[key] = now
-            self._say(progress_line(snapshot))
+            self._say(line_of(snapshot))
 
     def tick(self) -> None:
         now = self._clock()
@@ -89,15 +113,15 @@ class LiveDisplay:
 
         self._clock = clock
         self._live = Live(console=Console(file=stream), refresh_per_second=2, transient=True)
-        self._running: dict[str, tuple[float, Snapshot]] = {}  # key -> (seen at, report)
+        self._running: dict[str, tuple[float, Report]] = {}  # key -> (seen at, report)
 
     @property
     def live(self) -> bool:
         return self._live.is_started
 
-    def show(self, key: str, snapshot: Snapshot) -> None:
-        if snapshot.phase == "done":
-            self._finish(key, progress_line(snapshot))
+    def show(self, key: str, snapshot: Report) -> None:
+        if is_last(snapshot):
+            self._finish(key, line_of(snapshot))
             return
         self._running[key] = (self._clock(), snapshot)
         self._live.update(self._render(), refresh=self.live)
@@ -120,6 +144,14 @@ class LiveDisplay:
         for _, snapshot in self._running.values():
             line = Table.grid(padding=(0, 1))
             # The run is the same for every window: arm/r<k>/<workload>-c<N> is enough.
+            if isinstance(snapshot, Waiting):  # the bar: time waited of ready_timeout_s
+                line.add_row(f"{snapshot.restart_id.split('/', 1)[-1]} {snapshot.phase}",
+                             ProgressBar(total=max(snapshot.timeout_s, 1e-9),
+                                         completed=min(snapshot.elapsed_s, snapshot.timeout_s),
+                                         width=20),
+                             f"{snapshot.elapsed_s:.0f}/{snapshot.timeout_s:g} s")
+                parts += [line, Text(f"  {waiting_state(snapshot)}")]
+                continue
             line.add_row(f"{snapshot.window_id.split('/', 1)[-1]} {snapshot.phase}",
                          ProgressBar(total=max(snapshot.to_submit, 1),
                                      completed=snapshot.finished, width=20),
@@ -147,11 +179,15 @@ def choose_display(stream: TextIO, say: Callable[[str], None]) -> Display:
     return PlainDisplay(say)
 
 
-def read_snapshot(path: Path) -> Snapshot | None:
-    """The report in a progress file; None when it is gone or not (yet) one."""
+def read_snapshot(path: Path) -> Report | None:
+    """The report in a progress file (a window's, or a readiness wait's); None when it is
+    gone or not (yet) one."""
     try:
-        return Snapshot.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and "kind" in data:
+            return Waiting.from_dict(data)
+        return Snapshot.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -163,7 +199,7 @@ class RunWatcher:
         self._data_dir, self._sweep_name, self._display = Path(data_dir), sweep_name, display
         self._earlier = {p.name for p in self._run_dirs()}
         self._ours: dict[Path, bool] = {}
-        self._shown: dict[Path, Snapshot] = {}  # progress file -> the report last shown
+        self._shown: dict[Path, Report] = {}  # progress file -> the report last shown
         self._done_at: dict[Path, int] = {}  # progress file -> mtime_ns of its done report
         self._broken = False
 
@@ -215,7 +251,7 @@ class RunWatcher:
             if snapshot is None or snapshot == self._shown.get(path):
                 continue
             self._shown[path] = snapshot
-            if snapshot.phase == "done":
+            if is_last(snapshot):
                 self._done_at[path] = mtime_ns
             self._display.show(str(path), snapshot)
         self._display.tick()

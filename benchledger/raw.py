@@ -6,6 +6,7 @@ loader, the CLI, the progress view and the operators ask this module:
     <data>/raw/<run>/run.json                             the run: its recorded sweep text
     <data>/raw/<run>/<arm>/r<k>/restart.json              one restart's lifecycle manifest
     <data>/raw/<run>/<arm>/r<k>/server.log                the server's own output
+    <data>/raw/<run>/<arm>/r<k>/readiness.progress        the wait for it to be ready
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.parquet   one row per request
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.observed.json   counters, log, clocks
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.json      the window's manifest (last)
@@ -35,6 +36,7 @@ from typing import Any, Literal, TypedDict
 RUN_MANIFEST = "run.json"
 RESTART_MANIFEST = "restart.json"
 SERVER_LOG = "server.log"
+READINESS_PROGRESS = "readiness.progress"  # the latest report of the wait for readiness
 REQUESTS_SUFFIX = ".parquet"
 MANIFEST_SUFFIX = ".json"
 OBSERVED_SUFFIX = ".observed.json"
@@ -244,6 +246,9 @@ class RunLayout:
     def server_log(self, arm: str, restart_index: int) -> Path:
         return self.slot_dir(arm, restart_index) / SERVER_LOG
 
+    def readiness_progress(self, arm: str, restart_index: int) -> Path:
+        return self.slot_dir(arm, restart_index) / READINESS_PROGRESS
+
     def restart_id(self, arm: str, restart_index: int) -> str:
         return f"{self.run_id}/{arm}/r{restart_index}"
 
@@ -328,7 +333,7 @@ def observed_files(run_dir: Path) -> list[Path]:
 
 
 def progress_files(run_dir: Path) -> list[Path]:
-    """The progress reports of one run folder's windows."""
+    """The progress reports of one run folder's windows and readiness waits."""
     return sorted(Path(run_dir).glob(f"*/r*/*{PROGRESS_SUFFIX}"))
 
 

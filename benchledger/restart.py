@@ -249,7 +249,9 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     api_key = _api_key(record, plan.arm)
     try:
         ready = lifecycle.wait_ready(server, plan.arm.health_path, plan.ready_timeout_s,
-                                     api_key, plan.arm.api_key_env)
+                                     api_key, plan.arm.api_key_env,
+                                     _readiness_reports(layout, arm_name, k,
+                                                        plan.ready_timeout_s))
     except lifecycle.ServerNotReady as exc:
         record.update(status="failed", error=str(exc))
         raise
@@ -396,6 +398,33 @@ def _run_window(record: RestartRecord, plan: ArmPlan, server: lifecycle.ServerHa
     return result, observations, gone
 
 
+def _report_interval_s() -> float | None:
+    """BENCHLEDGER_PROGRESS_S in a task: None (off), or seconds; a bad value is said, then
+    replaced by the default (a display setting never costs a measurement)."""
+    try:
+        return progress.interval_s()
+    except ValueError as exc:
+        log.warning("%s; reporting every %g s instead", exc, progress.DEFAULT_INTERVAL_S)
+        return progress.DEFAULT_INTERVAL_S
+
+
+def _readiness_reports(layout: RunLayout, arm_name: str, k: int,
+                       timeout_s: float) -> progress.ReadinessReporter | None:
+    """What the wait for a server's readiness reports through: each report a line in the
+    task log and the restart's readiness progress file (replaced whole), which `benchledger
+    run` shows before the first window's. None when progress is off."""
+    every = _report_interval_s()
+    if every is None:
+        return None
+    path = layout.readiness_progress(arm_name, k)
+
+    def report(waiting: progress.Waiting) -> None:
+        log.info("%s", progress.waiting_line(waiting))
+        raw.write_json(path, {**waiting.as_dict(), "updated_at": utc_now()})
+
+    return progress.ReadinessReporter(layout.restart_id(arm_name, k), timeout_s, every, report)
+
+
 def _progress_reports(files: WindowFiles, attempt: Attempt
                       ) -> tuple[Callable[[progress.Snapshot], None], float] | tuple[()]:
     """measure_window's progress arguments for one window: (on_progress,
@@ -404,11 +433,7 @@ def _progress_reports(files: WindowFiles, attempt: Attempt
     that cannot be written is logged once and never fails the window;
     BENCHLEDGER_PROGRESS_S=0 turns both off, and a bad value is said, then ignored (a
     display setting never costs a measurement)."""
-    try:
-        every = progress.interval_s()
-    except ValueError as exc:
-        log.warning("%s; reporting every %g s instead", exc, progress.DEFAULT_INTERVAL_S)
-        every = progress.DEFAULT_INTERVAL_S
+    every = _report_interval_s()
     if every is None:
         return ()
 
