@@ -28,6 +28,7 @@ from pydantic_core import ErrorDetails
 from benchledger.redaction import UnredactableSweep, redact_sweep_text
 from benchledger.rules import (
     AB_ARMS_DIFFER,
+    CLOCK_UNDER_LOAD,
     DEFAULT_MAX_BURST_FRACTION,
     DEFAULT_MIN_CLOCK_RATIO,
     DEFAULT_RECONCILE_TOLERANCE,
@@ -431,7 +432,8 @@ class Sweep(_Strict):
         """Each arm with [defaults] applied: checks that need both (one place, one loop)."""
         for i, arm in enumerate(self.arms):
             plan = self.plan(arm)
-            problem = (_n_problem(plan) or _clock_problem(plan) or _arrival_problem(plan))
+            problem = (_n_problem(plan) or _clock_problem(plan) or _arrival_problem(plan)
+                       or _never_publishes(plan))
             if problem:
                 raise ValueError(f"arms[{i}] ({arm.name}): {problem}")
         return self
@@ -492,6 +494,18 @@ def _n_problem(plan: ArmPlan) -> str | None:
 def _clock_problem(plan: ArmPlan) -> str | None:
     if plan.clock_source == "http" and not plan.clock_url:
         return "clock_source = 'http' needs a clock_url (e.g. \"{base_url}/clocks\")"
+    return None
+
+
+def _never_publishes(plan: ArmPlan) -> str | None:
+    """Settings under which a rule fails on everything the arm measures, whatever the
+    server does: refused here rather than found out after the run (docs/protocol.md, sweep
+    file: refused combinations)."""
+    if plan.clock_source == "none" and plan.require_clock_check:
+        return (f"clock_source = 'none' with require_clock_check = true can never publish "
+                f"(every restart fails {CLOCK_UNDER_LOAD.name}, T10): set clock_source "
+                "('nvidia-smi', or 'http' with a clock_url), or set require_clock_check = "
+                "false and accept the label 'unchecked'")
     return None
 
 

@@ -1,0 +1,55 @@
+"""A sweep whose settings guarantee that nothing it measures can publish is refused when
+it is parsed, naming the keys that clash and how to fix them (issue #23, item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchledger.sweep import SweepError, parse_sweep
+
+SWEEP = """
+[sweep]
+name = "t"
+[defaults]
+{defaults}
+[[arms]]
+name = "a"
+server = "simulator"
+model = "sim-model"
+{arm}
+[[workloads]]
+name = "code"
+"""
+
+
+def _sweep(defaults: str = "", arm: str = "") -> str:
+    return SWEEP.format(defaults=defaults, arm=arm)
+
+
+def test_no_clock_source_with_required_clocks_is_refused_naming_both_keys():
+    with pytest.raises(SweepError) as refused:
+        parse_sweep(_sweep('clock_source = "none"'), source="s.toml")
+    message = str(refused.value)
+    (line,) = [part for part in message.splitlines() if "clock_source" in part]
+    assert line.strip().startswith("s.toml: arms[0] (a):")
+    # both keys, the rule it would fail and both ways out, on one line
+    for words in ("clock_source = 'none'", "require_clock_check = true", "clock_under_load",
+                  "set clock_source", "require_clock_check = false"):
+        assert words in line
+
+
+def test_the_clash_is_found_wherever_the_keys_are_set():
+    # an arm's own clock_source against the default require_clock_check
+    with pytest.raises(SweepError, match=r"arms\[0\] \(a\): clock_source = 'none'"):
+        parse_sweep(_sweep(arm='clock_source = "none"'))
+    # an arm that turns the check back on under a sweep-wide "none"
+    with pytest.raises(SweepError, match=r"require_clock_check = true"):
+        parse_sweep(_sweep('clock_source = "none"\nrequire_clock_check = false',
+                           'require_clock_check = true'))
+
+
+def test_accepted_ways_out():
+    unchecked = parse_sweep(_sweep('clock_source = "none"\nrequire_clock_check = false'))
+    assert unchecked.arm("a").clock_source == "none"
+    http = parse_sweep(_sweep('clock_source = "http"\nclock_url = "{base_url}/clocks"'))
+    assert http.arm("a").require_clock_check
