@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from benchledger.rules import CLIENT_LAG_WITHIN_BOUND
+from benchledger.rules import BY_NAME, CATALOGUE, CLIENT_LAG_WITHIN_BOUND
 from benchledger.warehouse.db import first_row, only_row, query_frame
 
 
@@ -57,6 +57,19 @@ def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame
 def blocks(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """One row per blocked entry, failed rule and subject (from entry_blocks)."""
     return _frame(con, "blocks_for_run", run_id)
+
+
+# The rules judged on restarts, windows and requests: what an entry rests on, not the entry.
+_SUBJECT_RULES = [rule.name for rule in CATALOGUE
+                  if rule.applies_to in ("restart", "window", "request")]
+
+
+def rules_behind_blocked(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Per rule that failed on the run's restarts, windows or requests: its effect, how
+    many subjects failed of those it judged, and one example (rules_behind_blocked.sql)."""
+    found = query_frame(con, "rules_behind_blocked", run_id=run_id, rules=_SUBJECT_RULES)
+    found.insert(1, "effect", [BY_NAME[rule].effect for rule in found["rule"]])
+    return found
 
 
 def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:

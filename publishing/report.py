@@ -96,6 +96,27 @@ def format_blocked(blocks: pd.DataFrame, width: int = 150) -> str:
     return "\n".join(lines)
 
 
+# What each kind of subject is called when counting the subjects a rule failed on.
+_SUBJECTS = {"restarts": "restarts", "coverage": "planned cells", "windows": "windows",
+             "measured_requests": "windows"}
+
+
+def format_rules_behind(rules: pd.DataFrame, width: int = 150) -> str:
+    """The rules that failed beneath the entries (restarts left out, windows failed), with
+    counts and one example each: the cause where the entries fail only for want of a
+    validated window (entry_has_validated_value)."""
+    lines = []
+    for r in rules.itertuples():
+        what = "left out" if r.effect == "exclude_restart" else f"failed ({r.effect})"
+        example = (f"[{r.example_subject}] expected {r.example_expected}, "
+                   f"found {r.example_found}")
+        if len(example) > width:
+            example = example[: width - 3] + "..."
+        lines.append(f"  {r.rule}: {int(r.n_failed)} of {int(r.n_checked)} "
+                     f"{_SUBJECTS.get(r.suite, r.suite)} {what}\n      e.g. {example}")
+    return "\n".join(lines)
+
+
 def format_comparisons(comparisons: pd.DataFrame) -> str:
     """Each verdict with its difference, interval, ratio and the control it was held to."""
     if comparisons.empty:
@@ -217,6 +238,10 @@ def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     if len(blocked):
         parts += [f"\nBlocked entries ({len(blocked)}; not published), by the rule that "
                   "blocked them:", format_blocked(read.blocks(con, run_id))]
+        behind = read.rules_behind_blocked(con, run_id)
+        if len(behind):
+            parts += ["Beneath them, the rules that left restarts out or failed the windows "
+                      "and requests they rest on:", format_rules_behind(behind)]
     found = read.comparisons(con, run_id)
     if len(found):
         parts += ["\nComparisons (Welch over restart means, held to the A/A control; "

@@ -25,6 +25,7 @@ from benchledger.publishing.read import (
     delivered_vs_server,
     published_entries,
     ruler,
+    rules_behind_blocked,
 )
 from benchledger.warehouse.db import query_frame
 
@@ -303,6 +304,15 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         _table(blocks(con, run_id),
                ["arm", "workload", "concurrency", "metric", "statistic", "rule", "subject",
                 "expected", "found"], "blocked"),
+        "<h3>Beneath the blocked entries: restarts left out, windows failed</h3>",
+        "<p class='note'>Per rule that failed on this run's restarts, windows or requests: "
+        "how many of the subjects it judged failed, with one example. An entry that fails "
+        "only <code>entry_has_validated_value</code> had no window left behind it; the "
+        "rules here say why (an <code>exclude_restart</code> rule such as "
+        "<code>clock_under_load</code> leaves its restarts out).</p>",
+        _table(rules_behind_blocked(con, run_id),
+               ["rule", "effect", "suite", "n_failed", "n_checked", "example_subject",
+                "example_expected", "example_found"], "blocked"),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
