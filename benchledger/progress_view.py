@@ -234,8 +234,11 @@ class RunWatcher:
 
     def _progress_files(self) -> list[Path]:
         # Only inside new run folders: a data dir of years of runs is not walked each poll.
-        return sorted(path for run_dir in self._run_dirs() if self._is_ours(run_dir)
-                      for path in raw.progress_files(run_dir))
+        # A restart's readiness wait comes before its windows (both may end between polls).
+        return sorted((path for run_dir in self._run_dirs() if self._is_ours(run_dir)
+                       for path in raw.progress_files(run_dir)),
+                      key=lambda path: (path.parent, path.name != raw.READINESS_PROGRESS,
+                                        path.name))
 
     def _show_changes(self) -> None:
         # A running window's file is read on every poll (a coarse mtime, as on NFS, could

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from benchledger.progress import Snapshot, progress_line
+from benchledger.progress import Snapshot, Waiting, progress_line
 from benchledger.progress_view import (
     LiveDisplay,
     PlainDisplay,
@@ -102,7 +102,7 @@ def write_run(raw: Path, run: str, sweep: str) -> Path:
     return raw / run
 
 
-def write_report(run_dir: Path, name: str, snap: Snapshot, mtime_ns: int) -> Path:
+def write_report(run_dir: Path, name: str, snap: Snapshot | Waiting, mtime_ns: int) -> Path:
     path = run_dir / "sim" / "r0" / f"{name}.progress"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**snap.as_dict(), "attempt": 1}))
@@ -179,3 +179,68 @@ def test_a_display_that_fails_is_said_once_and_the_run_goes_on(tmp_path, capsys)
     watcher.poll()
     watcher.poll()
     assert capsys.readouterr().err == "progress display stopped: RuntimeError: terminal gone\n"
+
+
+# --- a server being waited on until ready -----------------------------------------------
+
+RESTART = "manual__2/sim/r0"
+PROBE = "http://127.0.0.1:4321/health"
+
+
+def waiting(**overrides) -> Waiting:
+    values = dict(restart_id=RESTART, phase="starting", probe=PROBE,
+                  answer="ConnectError: All connection attempts failed", elapsed_s=12.4,
+                  timeout_s=300.0, interval_s=5.0)
+    values.update(overrides)
+    return Waiting(**values)
+
+
+def test_the_readiness_wait_is_a_plain_line_naming_probe_answer_and_time_waited():
+    said, clock = [], Clock()
+    display = PlainDisplay(said.append, clock)
+    display.show("w", waiting())
+    clock.now += 1.0  # sooner than half an interval: not said again
+    display.show("w", waiting(elapsed_s=13.4))
+    clock.now += 4.0
+    display.show("w", waiting(answer="HTTP 503", elapsed_s=17.4))
+    display.show("w", waiting(phase="ready", answer="HTTP 200", elapsed_s=31.0))
+    assert said == [
+        f"progress: {RESTART} starting: waiting for {PROBE}, last answer ConnectError: "
+        "All connection attempts failed (12 s of 300 s)",
+        f"progress: {RESTART} starting: waiting for {PROBE}, last answer HTTP 503 "
+        "(17 s of 300 s)",
+        f"progress: {RESTART} ready: {PROBE} answered HTTP 200 after 31 s of 300 s"]
+    display.show("x", waiting(restart_id="again"))
+    clock.now += 30
+    display.tick()  # the wait's reports stopped: said once, as a wait, not a window
+    assert said[-1] == ("progress: again: no report for 30 s (the attempt starting its "
+                        "server stopped; the run's task log says why)")
+
+
+def test_the_live_display_draws_the_readiness_wait_as_time_of_ready_timeout():
+    screen, clock = Terminal(), Clock()
+    display = LiveDisplay(screen, clock)
+    display.show("w", waiting(answer="HTTP 503", elapsed_s=75.0))
+    assert display.live
+    text = screen.getvalue()
+    assert "sim/r0 starting" in text and "75/300 s" in text  # beside a bar of the timeout
+    assert f"waiting for {PROBE}, last answer HTTP 503 (75 s of 300 s)" in text
+    display.show("w", waiting(phase="not ready", answer="HTTP 503", elapsed_s=300.0))
+    assert not display.live  # the wait ended: its last line stays above
+    assert (f"progress: {RESTART} not ready: {PROBE}, last answer HTTP 503, after 300 s of "
+            "300 s") in screen.getvalue().replace("\n", "")
+    display.close()
+
+
+def test_a_readiness_report_reads_back_and_comes_before_its_restarts_windows(tmp_path):
+    shown = Recorder()
+    watcher = RunWatcher(tmp_path, "mine", shown)
+    run = write_run(tmp_path / "raw", "manual__2", "mine")
+    # Both written between two polls (a short window after a long wait): the wait first.
+    write_report(run, "code-c1", snapshot(phase="done", submitted=100, finished=100), 1)
+    ready = waiting(phase="ready", answer="HTTP 200")
+    write_report(run, "readiness", ready, 1)
+    watcher.poll()
+    assert [name for name, _ in shown.shown] == ["readiness.progress", "code-c1.progress"]
+    assert shown.shown[0][1] == ready
+    assert read_snapshot(run / "sim" / "r0" / "readiness.progress") == ready
