@@ -117,6 +117,28 @@ def format_rules_behind(rules: pd.DataFrame, width: int = 150) -> str:
     return "\n".join(lines)
 
 
+def _df(c) -> str:
+    """The degrees of freedom behind the interval (Welch over restart means)."""
+    df = _get(c, "df")
+    return f" (df {df:.1f})" if _known(df) and _known(_get(c, "ci95_low")) else ""
+
+
+def _undecided(c) -> str:
+    """An A/B interval over restart means that spans 0: how many restarts would decide."""
+    if not (_known(_get(c, "undecided")) and bool(_get(c, "undecided"))):
+        return ""
+    needed = _get(c, "restarts_to_decide")
+    estimate = (f"about {int(needed)} restarts per arm would, at the observed difference "
+                "and spread between restarts" if _known(needed)
+                # 1000: MAX_RESTARTS_TO_DECIDE of warehouse/compare.py (importing it
+                # would bring the gate into the terminal summary)
+                else "no number of restarts up to 1000 per arm would at the observed "
+                     "difference and spread" if _known(_get(c, "difference"))
+                     and _get(c, "difference") != 0 else "there is no difference to find")
+    return (f"\n      UNDECIDED: {int(c.a_restarts)} vs {int(c.b_restarts)} restarts cannot "
+            f"decide this; {estimate}")
+
+
 def format_comparisons(comparisons: pd.DataFrame) -> str:
     """Each verdict with its difference, interval, ratio and the control it was held to."""
     if comparisons.empty:
@@ -134,7 +156,7 @@ def format_comparisons(comparisons: pd.DataFrame) -> str:
                 numbers += f", ratio {c.ratio:.3g}x"
             if c.control_difference is not None and not pd.isna(c.control_difference):
                 numbers += f", A/A control difference {_number(c.control_difference)}"
-        lines.append(f"{head}{numbers}\n      ({c.reason})")
+        lines.append(f"{head}{numbers}{_df(c)}\n      ({c.reason}){_undecided(c)}")
     return "\n".join(lines)
 
 

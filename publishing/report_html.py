@@ -294,9 +294,15 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                 "bunched_event_fraction", "burst_requests", "completed_measured",
                 "lag_within_bound", "lag_bound"]),
         "<h2>Comparisons</h2>",
+        "<p class='note'>Each interval is Welch's over the two arms' restart means, with "
+        "its degrees of freedom (df). <em>undecided</em>: an A/B interval that includes 0; "
+        "<em>restarts_to_decide</em>: about how many restarts per arm would exclude 0 if "
+        "the observed difference and spread between restarts held (empty: decided, or "
+        "nothing to estimate from, or more than 1000).</p>",
         _table(comparisons(con, run_id),
                ["role", "a", "b", "workload", "metric", "concurrency", "difference",
-                "ci95_low", "ci95_high", "ratio", "control_difference", "verdict",
+                "ci95_low", "ci95_high", "df", "a_restarts", "b_restarts", "undecided",
+                "restarts_to_decide", "ratio", "control_difference", "verdict",
                 "reason"]),
         *_evidence_sections(published),
         "<h2>Blocked entries (not published)</h2>",

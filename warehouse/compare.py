@@ -22,7 +22,7 @@ import pandas as pd
 from benchledger import __version__
 from benchledger import rules as R
 from benchledger.expectations.gate import run_comparison_gate
-from benchledger.stats import Difference, welch, welch_from_summary
+from benchledger.stats import CONFIDENCE, Difference, welch, welch_from_summary
 from benchledger.sweep import Comparison, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.validate import store_results
@@ -47,6 +47,57 @@ class Side:
         if self.entry is None:
             return "no entry"
         return None if self.entry["publishable"] else "blocked: " + str(self.entry["blocked_by"])
+
+
+# Beyond this many restarts per arm the estimate says "more than any sweep would run".
+MAX_RESTARTS_TO_DECIDE = 1000
+
+
+@dataclass(frozen=True)
+class IntervalMeaning:
+    """What an interval over restart means can say: its degrees of freedom, whether it
+    cannot decide (it spans 0), and roughly how many restarts per arm would decide it."""
+
+    df: float | None  # Welch-Satterthwaite; None: no interval (a side with < 2 restarts)
+    undecided: bool  # an interval that includes 0
+    restarts_to_decide: int | None  # None: decided, no spread or difference, or beyond cap
+    beyond_cap: bool = False  # undecided, and not within MAX_RESTARTS_TO_DECIDE per arm
+
+
+def restarts_to_decide(a: list[float], b: list[float],
+                       confidence: float = CONFIDENCE) -> tuple[int | None, bool]:
+    """The smallest n restarts per arm at which Welch's interval would exclude 0 if the
+    observed difference of means and each arm's observed between-restart sd held: the
+    least n >= 2 with t(confidence, df(n)) * sqrt((s_a^2 + s_b^2) / n) < |mean b - mean a|,
+    df(n) = (n - 1) (s_a^2 + s_b^2)^2 / (s_a^4 + s_b^4) (docs/protocol.md, comparisons).
+    A plug-in estimate, not a power calculation: a rerun at n decides about half the time.
+    (None, True) where no n up to MAX_RESTARTS_TO_DECIDE would; (None, False) where there
+    is no difference or no spread to estimate from."""
+    import numpy as np
+    from scipy import stats as scipy_stats
+
+    difference = abs(float(np.mean(b)) - float(np.mean(a)))
+    var_a, var_b = float(np.var(a, ddof=1)), float(np.var(b, ddof=1))
+    if difference == 0 or var_a + var_b == 0:
+        return None, False
+    n = np.arange(2, MAX_RESTARTS_TO_DECIDE + 1, dtype=float)
+    df = (n - 1) * (var_a + var_b) ** 2 / (var_a**2 + var_b**2)
+    half = scipy_stats.t.ppf(0.5 + confidence / 2, df) * np.sqrt((var_a + var_b) / n)
+    decides = np.flatnonzero(half < difference)
+    return (int(n[decides[0]]), False) if len(decides) else (None, True)
+
+
+def interval_meaning(a: list[float], b: list[float], diff: Difference | None) -> IntervalMeaning:
+    """The df behind diff (Welch over restart means a and b) and, where it spans 0, the
+    restarts per arm that would decide it."""
+    if diff is None or diff.low is None or diff.high is None:
+        return IntervalMeaning(None, False, None)
+    if diff.excludes_zero:
+        return IntervalMeaning(diff.df, False, None)
+    if len(a) < 2 or len(b) < 2:  # a request-level interval: no spread between restarts
+        return IntervalMeaning(diff.df, True, None)
+    needed, beyond = restarts_to_decide(a, b)
+    return IntervalMeaning(diff.df, True, needed, beyond)
 
 
 def decide(diff: Difference | None, higher_is_better: bool, control: float | None,
@@ -205,11 +256,17 @@ class Measured:
     def verdict(self, passed: dict[str, bool]) -> dict:
         if self.early is not None:
             return self.early
+        a, b = self.sides()
+        meaning = interval_meaning(a.means, b.means, self.diff) if (
+            len(a.restarts) >= R.MIN_RESTARTS_FOR_CLAIM
+            and len(b.restarts) >= R.MIN_RESTARTS_FOR_CLAIM) else None
         values = {"difference": self.diff.difference if self.diff else None,
                   "ci95_low": self.diff.low if self.diff else None,
                   "ci95_high": self.diff.high if self.diff else None,
                   "df": self.diff.df if self.diff else None,
-                  "ratio": self.diff.ratio if self.diff else None}
+                  "ratio": self.diff.ratio if self.diff else None,
+                  "undecided": meaning.undecided if meaning else None,
+                  "restarts_to_decide": meaning.restarts_to_decide if meaning else None}
         if self.role == "control":
             same = self.a_config is not None and self.a_config == self.b_config
             return _control_verdict(*self.sides(), same)

@@ -1,0 +1,64 @@
+"""Issue #23, item 5: a comparison states the degrees of freedom behind its interval over
+restart means, and an interval that cannot decide (it spans zero) says how many restarts
+per arm would decide it at the observed difference and between-restart spread."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from benchledger.stats import welch
+from benchledger.warehouse.compare import MAX_RESTARTS_TO_DECIDE, interval_meaning
+
+
+def _excludes_zero_at(n: int, sd_a: float, sd_b: float, difference: float) -> bool:
+    """The formula of docs/protocol.md, written out: at n restarts per arm with the
+    observed spreads, Welch's 95% half-width is below the observed difference."""
+    var = (sd_a**2 + sd_b**2) / n
+    df = (n - 1) * (sd_a**2 + sd_b**2) ** 2 / (sd_a**4 + sd_b**4)
+    return stats.t.ppf(0.975, df) * math.sqrt(var) < abs(difference)
+
+
+def test_two_restarts_spanning_zero_are_flagged_with_the_restarts_that_would_decide():
+    a, b = [100.0, 160.0], [150.0, 240.0]  # rates: a difference of 65 tok/s, df about 1.7
+    diff = welch(a, b)
+    assert diff.low < 0 < diff.high  # this interval cannot decide
+    meaning = interval_meaning(a, b, diff)
+    assert meaning.df == pytest.approx(diff.df) and 1 <= meaning.df <= 2
+    assert meaning.undecided
+    n = meaning.restarts_to_decide
+    assert n is not None and n > 2
+    sd_a, sd_b = stats.tstd(a), stats.tstd(b)
+    assert _excludes_zero_at(n, sd_a, sd_b, 65.0)
+    assert not _excludes_zero_at(n - 1, sd_a, sd_b, 65.0)  # the smallest such n
+    # and the estimate holds: n restarts per arm with the same means and spreads decide
+    z = stats.zscore(list(range(n)), ddof=1)
+    assert welch(list(130 + sd_a * z), list(195 + sd_b * z)).excludes_zero
+    fewer = stats.zscore(list(range(n - 1)), ddof=1)
+    assert not welch(list(130 + sd_a * fewer), list(195 + sd_b * fewer)).excludes_zero
+
+
+def test_a_decided_interval_is_not_flagged():
+    a, b = [100.0, 101.0, 99.0], [150.0, 151.0, 149.0]
+    diff = welch(a, b)
+    assert diff.low > 0
+    meaning = interval_meaning(a, b, diff)
+    assert meaning.df == pytest.approx(4.0)  # equal spreads, 3 + 3 restarts: n_a + n_b - 2
+    assert not meaning.undecided and meaning.restarts_to_decide is None
+
+
+def test_no_estimate_without_a_difference_or_a_spread():
+    same = interval_meaning([10.0, 12.0], [12.0, 10.0], welch([10.0, 12.0], [12.0, 10.0]))
+    assert same.undecided and same.restarts_to_decide is None  # no difference to find
+    one = interval_meaning([10.0], [12.0], welch([10.0], [12.0]))
+    assert one.df is None and not one.undecided and one.restarts_to_decide is None
+
+
+def test_a_difference_too_small_for_any_sensible_sweep_says_so():
+    a, b = [100.0, 200.0], [101.0, 199.0 + 2.0]  # a difference of 1 against a spread of 70
+    meaning = interval_meaning(a, b, welch(a, b))
+    assert meaning.undecided
+    assert meaning.restarts_to_decide is None and meaning.beyond_cap
+    assert MAX_RESTARTS_TO_DECIDE >= 100
