@@ -22,11 +22,14 @@ WALL_ANCHOR_NS = 1_796_000_000 * S
 
 def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=50,
                 tokens=21, submit_s=None, ttft_s=0.5, decode_s=1.0, tail_s=0.1,
-                reads=None):
+                reads=None, chunks=None):
     """One request: submitted at submit_s (default i * 10 s), first token after ttft_s,
     last token decode_s later, stream done tail_s after that. Its content events are the
     first and the last, or with `reads` (seconds after t_first, one per content event
-    after the first; events of one read share its stamp) those."""
+    after the first; events of one read share its stamp) those. `chunks` (default: one
+    per token, a non-speculative stream; the stamps stand for reads, not events) is what
+    the client counted; fewer than `tokens` is speculative evidence (the view
+    window_speculation: 15 requests then, rule n_at_least_min)."""
     t0 = int((i * 10 if submit_s is None else submit_s) * S)
     t_first, t_last = t0 + int(ttft_s * S), t0 + int((ttft_s + decode_s) * S)
     row = {
@@ -34,7 +37,8 @@ def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=5
         "seq": i, "is_warmup": warm, "status": status, "http_status": 200, "error": None,
         "prompt_id": "code-00", "prompt_sha256": "x" * 64, "prompt_prefix": None,
         "max_tokens": 128, "temperature": 0.0, "prompt_tokens": prompt_tokens,
-        "output_tokens": tokens, "cached_tokens": 0, "token_source": "usage", "chunks": 7,
+        "output_tokens": tokens, "cached_tokens": 0, "token_source": "usage",
+        "chunks": (tokens or 0) if chunks is None else chunks,
         "finish_reason": "length", "t_submit_ns": t0, "t_first_ns": t_first,
         "t_last_ns": t_last, "t_done_ns": t_last + int(tail_s * S),
         "content_event_ns": [t_first, t_last],
@@ -43,7 +47,8 @@ def request_row(window_id, i, *, warm=False, status="completed", prompt_tokens=5
         row["content_event_ns"] = [t_first, *(t_first + int(r * S) for r in reads)]
         row["t_last_ns"] = row["content_event_ns"][-1]
         row["t_done_ns"] = row["t_last_ns"] + int(tail_s * S)
-        row["chunks"] = len(row["content_event_ns"])
+        if chunks is not None:  # else one token per event, each of `reads` one stamp
+            row["chunks"] = chunks
     if status == "failed":
         row.update(http_status=500, error="HTTP 500", prompt_tokens=None, output_tokens=None,
                    cached_tokens=None, token_source="missing", chunks=0, finish_reason=None,

@@ -53,6 +53,7 @@ from benchledger.warehouse.entries import (
     request_stats,
     scope,
     settle,
+    speculation_source,
     window_labels,
     window_totals,
 )
@@ -97,7 +98,10 @@ class RunFacts:
         # The clock ratio the clock rule judged (NULL: no sample under load).
         clocks = frame("gate_restarts")[["restart_id", "clock_ratio"]]
         restarts = restarts.merge(clocks, on="restart_id", how="left")
-        return cls(sweep, restarts, frame("run_windows"), frame("latest_validations"),
+        # What each window's evidence shows of speculation (entries.speculation_source).
+        windows = frame("run_windows").merge(frame("speculation_for_run"), on="window_id",
+                                             how="left")
+        return cls(sweep, restarts, windows, frame("latest_validations"),
                    frame("counter_deltas_for_run"), frame("log_lines_for_run"),
                    frame("counter_checks_for_run"))
 
@@ -155,6 +159,9 @@ class Cell:
     excluded: pd.DataFrame  # failed EXCLUDING_RULES: restarts left out
     log_lines: pd.DataFrame  # the server log lines of the passing windows
     counter_checks: pd.DataFrame  # the run's counter_checks_for_run.sql rows
+    # where its speculation came from (entries.speculation_source), over all its windows:
+    # observed speculation counts whether or not the window passed
+    speculation: str | None = None
 
     @property
     def n_done(self) -> int:
@@ -182,6 +189,7 @@ class Cell:
             "max_burst_fraction": self.plan.max_burst_fraction,
             "clock_check": self.clock_check(),
             "counter_check": counter_check(w["window_id"], self.counter_checks),
+            "speculation_source": self.speculation,
             "excluded": "; ".join(f"{r.subject}: {r.expectation}: {r.observed}"
                                   for r in self.excluded.itertuples()) or None,
         }
@@ -237,7 +245,9 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
                 logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
                 cells.append(Cell(len(cells), run_id, plan, workload.name, concurrency,
                                   passing, bad[~out & ~only_timing], bad[only_timing], rules,
-                                  restarts, bad[out], logs, facts.counter_checks))
+                                  restarts, bad[out], logs, facts.counter_checks,
+                                  speculation_source(arm.is_speculative,
+                                                     windows["speculation_observed"])))
     return cells
 
 

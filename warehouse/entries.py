@@ -87,6 +87,23 @@ def token_source(window_sources: pd.Series) -> str | None:
     return sources[0] if len(sources) == 1 else f"mixed ({', '.join(sources)})"
 
 
+# entries.speculation_source: where an entry's speculation came from (issue #23, item 2).
+DECLARED = "declared"  # the sweep says its arm speculates (speculative, or the simulator's)
+OBSERVED_COUNTERS = "observed: counters"  # the server's spec-decode counters moved
+OBSERVED_CHUNKS = "observed: chunks"  # its streams carried several tokens per event
+
+
+def speculation_source(declared: bool, observed: pd.Series) -> str | None:
+    """Where the speculation of an entry's cell came from: declared by the sweep, else
+    what any of its windows showed (the view window_speculation; counters before chunks),
+    else None (neither declared nor observed)."""
+    if declared:
+        return DECLARED
+    seen = set(observed.dropna())
+    return next((source for source in (OBSERVED_COUNTERS, OBSERVED_CHUNKS) if source in seen),
+                None)
+
+
 def _pooled_mean(windows: pd.DataFrame, column: str) -> float | None:
     """The mean of `column` over the completed requests of these windows (from totals)."""
     count = windows[f"{column}_n"].sum() if len(windows) else 0

@@ -60,7 +60,10 @@ SUITE = SuiteFrame(
               "generation_detail", "prompt_detail", "success_detail",
               # whether its counters could be read (issue #22): the first unreadable
               # reconciliation's detail, and the family its restart recorded
-              "unreadable_detail", "server_family"),
+              "unreadable_detail", "server_family",
+              # speculation its evidence shows (issue #23; the view window_speculation):
+              # 'observed: counters', 'observed: chunks', NULL where not observed
+              "speculation_observed"),
     numeric=("reconcile_tolerance", "generation_error", "prompt_error", "success_error",
              # the ruler (T17): NULL for windows recorded before the client measured its
              # lag, and for imports; the medians come from the window's requests, the
@@ -73,7 +76,10 @@ SUITE = SuiteFrame(
              # them the sweep allows (None: the protocol's default)
              "streamed_requests", "one_read_requests", "max_burst_fraction",
              # its reconciliations that could not read a counter (NULL: none made)
-             "counters_unreadable"))
+             "counters_unreadable",
+             # the evidence behind speculation_observed: output tokens per content event
+             # of its streamed requests, 1 + accepted / drafts from its counters
+             "streamed_tokens_per_chunk", "spec_acceptance_length"))
 
 WINDOWS_PRESENT = Rule(
     name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
@@ -107,21 +113,53 @@ ACCOUNTING_BALANCES = Rule(
              columns={"accounted": _accounted}, observe=_observe_accounting))
 
 
+def _required_n(frame: Frame) -> pd.Series:
+    """The n each window must complete (T4): the sweep's (its declared speculation's floor,
+    or more where min_requests raised it), and at least the speculative floor where its
+    evidence shows speculation, whatever the sweep declared (issue #23)."""
+    import numpy as np
+
+    observed = frame["speculation_observed"].notna().to_numpy()
+    declared = as_float(frame["min_requests"])
+    return frame["min_requests"].where(
+        ~observed, np.maximum(declared, MIN_REQUESTS_SPECULATIVE))
+
+
+def _speculation_text(r: pd.Series) -> str:
+    """Why a window got the speculative floor its sweep did not ask for ('' where not)."""
+    observed = r["speculation_observed"]
+    if not isinstance(observed, str) or r["min_requests"] >= MIN_REQUESTS_SPECULATIVE:
+        return ""
+    evidence = [f"{name} {value:.2f}" for name, value in
+                (("acceptance length", r["spec_acceptance_length"]),
+                 ("tokens per chunk", r["streamed_tokens_per_chunk"]))
+                if isinstance(value, float | int) and math.isfinite(value)]
+    return (f" (speculative, {observed}" + (f": {', '.join(evidence)}" if evidence else "")
+            + f"; the sweep declared it non-speculative, n >= {show_count(r['min_requests'])})")
+
+
 def _observe_min(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
-    # The required n differs per window (T4: 15 speculative, 5 otherwise), so name it.
-    return (f"completed >= {join(frame.loc[rows, 'min_requests'])}",
+    # The required n differs per window (T4: 15 speculative, 5 otherwise), so name it, and
+    # where it is the speculative one only because the evidence showed speculation, why.
+    return ("; ".join(f"completed >= {show_count(frame.at[row, 'required_n'])}"
+                      f"{_speculation_text(frame.loc[row])}" for row in rows),
             join(frame.loc[rows, "completed"]))
 
 
 N_AT_LEAST_MIN = Rule(
     name="n_at_least_min", traps=("T4",), applies_to="window", effect=BLOCK_ENTRIES,
-    summary="the window completed at least the n the protocol requires; a sweep asking "
-            "for fewer measured requests is refused before it runs",
-    threshold=f"n >= {MIN_REQUESTS_SPECULATIVE} speculative, >= {MIN_REQUESTS_PLAIN} otherwise",
+    summary="the window completed at least the n the protocol requires, speculative where "
+            "the sweep declares it or its evidence shows it (the server's spec-decode "
+            "counters moved, or its streams carried several tokens per event: the view "
+            "window_speculation), whatever the sweep says; a sweep asking for fewer "
+            "measured requests than its declared floor is refused before it runs",
+    threshold=f"n >= {MIN_REQUESTS_SPECULATIVE} speculative (declared or observed), "
+              f">= {MIN_REQUESTS_PLAIN} otherwise",
     threshold_source="the protocol (T4); a sweep may raise it with min_requests",
     check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
-             column_A="completed", column_B="min_requests", or_equal=True,
-             ignore_row_if="neither", observe=_observe_min))
+             column_A="completed", column_B="required_n", or_equal=True,
+             ignore_row_if="neither", columns={"required_n": _required_n},
+             observe=_observe_min))
 
 
 def _observe_reconcile(prefix: str, counter: str) -> Observer:

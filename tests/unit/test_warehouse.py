@@ -37,13 +37,16 @@ SWEEP = textwrap.dedent("""
 """)
 
 
-def write_run(tmp_path, *, bad_ttft_in_r1=False):
+def write_run(tmp_path, *, bad_ttft_in_r1=False, chunks=None, n=5):
+    """Two restarts of n requests each; `chunks`: content events per request (default one
+    per token; 7 of the 21 tokens look speculative, so then n >= 15, T4)."""
     windows = {}
     for k, decode_s in ((0, 1.0), (1, 0.5)):  # r0: 20 tok/s, r1: 40 tok/s
         window_id = RunLayout(tmp_path / "data", RUN_ID).window_id("a", k, "code", 1)
-        rows = [request_row(window_id, 0, warm=True, decode_s=decode_s, submit_s=0)]
-        rows += [request_row(window_id, i, decode_s=decode_s, submit_s=100 + i * 10)
-                 for i in range(5)]
+        rows = [request_row(window_id, 0, warm=True, decode_s=decode_s, submit_s=0,
+                            chunks=chunks)]
+        rows += [request_row(window_id, i, decode_s=decode_s, submit_s=100 + i * 10,
+                             chunks=chunks) for i in range(n)]
         if bad_ttft_in_r1 and k == 1:
             rows[-1]["t_first_ns"] = rows[-1]["t_done_ns"] + S  # first token after the end
         windows[("a", k, "code")] = (rows, {})
@@ -99,7 +102,7 @@ def test_loading_is_idempotent(con, tmp_path):
 
 
 def test_requests_view_derives_protocol_metrics(con, tmp_path):
-    load_run_dir(con, write_run(tmp_path).run_dir)
+    load_run_dir(con, write_run(tmp_path, chunks=7).run_dir)
     ttft, e2e, tpot, decode, e2e_rate, tpc = con.execute(
         "SELECT ttft_s, e2e_s, tpot_s, decode_tok_s, e2e_tok_s, tokens_per_chunk "
         "FROM requests WHERE request_id LIKE '%/r0/code-c1/m0000'").fetchall()[0]
@@ -192,7 +195,7 @@ def test_event_gaps_are_per_event_never_per_token(con, tmp_path):
 
 
 def test_tokens_per_chunk_above_one_carries_the_under_report_warning(con, tmp_path):
-    load_run_dir(con, write_run(tmp_path).run_dir)
+    load_run_dir(con, write_run(tmp_path, chunks=7, n=15).run_dir)
     validate_run(con, RUN_ID)
     derive_entries(con, RUN_ID)
     stats = dict(con.execute("SELECT statistic, value FROM entries "

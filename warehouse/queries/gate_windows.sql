@@ -10,7 +10,11 @@
 -- its reconciliations (NULL: none, as for imports), how many say 'counter unreadable' (the
 -- endpoint answered, but not with counters: a timeout, an error status, text that is not
 -- Prometheus'), with the first of their details, and the server family its restart
--- recorded (NULL: no family known, so none known to export counters).
+-- recorded (NULL: no family known, so none known to export counters). And whether its
+-- evidence shows speculative decoding (the view window_speculation: 'observed: counters',
+-- 'observed: chunks', NULL: not observed), whatever the sweep declared: rule
+-- n_at_least_min then demands the speculative n (T4), with its tokens per chunk and
+-- acceptance (1 + accepted / drafts) to say so.
 WITH timed AS (
     SELECT r.window_id,
            quantile_cont((r.t_first_ns - r.t_submit_ns) / 1e6, 0.5) AS median_ttft_ms,
@@ -34,7 +38,10 @@ SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        w.client_lag_p50_ms, w.client_lag_p99_ms, w.client_cpu_share,
        w.bunched_event_fraction, t.median_ttft_ms, t.median_decode_span_ms,
        t.streamed_requests, t.one_read_requests,
-       u.counters_unreadable, u.unreadable_detail, rs.server_family
+       u.counters_unreadable, u.unreadable_detail, rs.server_family,
+       sp.speculation_observed, sp.streamed_tokens_per_chunk,
+       CASE WHEN sp.spec_drafts > 0 THEN 1 + sp.spec_accepted / sp.spec_drafts END
+           AS spec_acceptance_length
 FROM windows AS w
 LEFT JOIN reconciliations AS g
        ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'
@@ -52,5 +59,6 @@ LEFT JOIN (
     GROUP BY window_id
 ) AS u ON u.window_id = w.window_id
 LEFT JOIN restarts AS rs ON rs.restart_id = w.restart_id
+LEFT JOIN window_speculation AS sp ON sp.window_id = w.window_id
 WHERE w.run_id = $run_id
 ORDER BY w.window_id
