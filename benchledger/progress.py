@@ -12,8 +12,12 @@ A snapshot is what the client knew at that moment and nothing more; the window's
 is the record. The progress file is not a raw file: its name ends in `.progress`, never
 `.json`, so neither the loader nor lineage takes it for one.
 
+Before any window, the wait for a restart's server to be ready reports the same way
+(Waiting, ReadinessReporter at the end of this module): the probe, its last answer and the
+time waited of ready_timeout_s, in `readiness.progress` in the restart's folder.
+
 `BENCHLEDGER_PROGRESS_S` sets the interval (seconds, default 5; 0 turns progress off),
-both for the measure task and for `benchledger run`'s display.
+both for the measure and readiness tasks and for `benchledger run`'s display.
 """
 
 from __future__ import annotations

@@ -410,9 +410,8 @@ def _report_interval_s() -> float | None:
 
 def _readiness_reports(layout: RunLayout, arm_name: str, k: int,
                        timeout_s: float) -> progress.ReadinessReporter | None:
-    """What the wait for a server's readiness reports through: each report a line in the
-    task log and the restart's readiness progress file (replaced whole), which `benchledger
-    run` shows before the first window's. None when progress is off."""
+    """What the readiness wait reports through: a task-log line and the restart's readiness
+    progress file (replaced whole), which `run` shows; None when progress is off."""
     every = _report_interval_s()
     if every is None:
         return None
