@@ -270,4 +270,9 @@ def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
                   "refuted ones included):", format_comparisons(found)]
     parts += ["\nVariance report (decode rate): spread within vs between restarts",
               format_variance(read.variance(con, run_id))]
+    from benchledger.publishing.findings import speculation_findings  # issue #23, item 2
+
+    findings = speculation_findings(con, run_id)
+    if findings:
+        parts += [f"\n{findings}"]
     return "\n".join(parts)
