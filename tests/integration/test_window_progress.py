@@ -45,6 +45,8 @@ LINE = re.compile(r"^progress: (?P<window>\S+) (?P<phase>warm-up|measuring|done)
                   r"(?P<failed>\d+) failed, (?P<in_flight>\d+) in flight, "
                   r"(?P<unresolved>\d+) unresolved, (?P<elapsed>[\d.]+) s, "
                   r"(?P<rate>-|\d+) tok/s delivered, drain (?P<drain>.+)$")
+# The wait for the server to be ready comes first (test_readiness_progress checks it).
+READINESS = re.compile(r"^progress: \S+/r\d+ (starting|ready|not ready): ")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def progress_lines(text: str) -> list[dict]:
     found = []
     for line in text.splitlines():
         start = line.find("progress: ")
-        if start >= 0:
+        if start >= 0 and not READINESS.match(line[start:]):
             match = LINE.match(line[start:])
             assert match, f"a progress line not of the documented form: {line!r}"
             found.append(match.groupdict())
