@@ -151,12 +151,12 @@ def format_comparisons(comparisons: pd.DataFrame) -> str:
         numbers = ""
         if c.difference is not None and not pd.isna(c.difference):
             numbers = (f"  difference {_number(c.difference)} "
-                       f"{_interval(c.ci95_low, c.ci95_high)}")
+                       f"{_interval(c.ci95_low, c.ci95_high)}{_df(c)}")
             if c.ratio is not None and not pd.isna(c.ratio):
                 numbers += f", ratio {c.ratio:.3g}x"
             if c.control_difference is not None and not pd.isna(c.control_difference):
                 numbers += f", A/A control difference {_number(c.control_difference)}"
-        lines.append(f"{head}{numbers}{_df(c)}\n      ({c.reason}){_undecided(c)}")
+        lines.append(f"{head}{numbers}\n      ({c.reason}){_undecided(c)}")
     return "\n".join(lines)
 
 

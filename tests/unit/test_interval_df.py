@@ -62,3 +62,26 @@ def test_a_difference_too_small_for_any_sensible_sweep_says_so():
     assert meaning.undecided
     assert meaning.restarts_to_decide is None and meaning.beyond_cap
     assert MAX_RESTARTS_TO_DECIDE >= 100
+
+
+def test_the_terminal_states_the_df_and_flags_an_undecided_interval():
+    import pandas as pd
+
+    from benchledger.publishing.report import format_comparisons
+
+    a, b = [100.0, 160.0], [150.0, 240.0]
+    diff = welch(a, b)
+    meaning = interval_meaning(a, b, diff)
+    row = {"role": "ab", "a": "off", "b": "on", "workload": "code", "metric": "decode_rate",
+           "concurrency": 1, "verdict": "no finding", "difference": diff.difference,
+           "ci95_low": diff.low, "ci95_high": diff.high, "df": diff.df, "ratio": diff.ratio,
+           "control_difference": None, "a_restarts": 2, "b_restarts": 2,
+           "reason": "the 95% interval of the difference over restarts includes 0",
+           "undecided": meaning.undecided, "restarts_to_decide": meaning.restarts_to_decide}
+    text = format_comparisons(pd.DataFrame([row]))
+    assert f"(df {diff.df:.1f})" in text
+    assert (f"UNDECIDED: 2 vs 2 restarts cannot decide this; about "
+            f"{meaning.restarts_to_decide} restarts per arm would") in text
+    decided = format_comparisons(pd.DataFrame([{**row, "undecided": False,
+                                                "restarts_to_decide": None}]))
+    assert "UNDECIDED" not in decided and "(df " in decided

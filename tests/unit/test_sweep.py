@@ -31,7 +31,7 @@ def test_demo_sweep_plan():
     assert [w.name for w in sweep.workloads] == ["code", "prose"]
     on, off = sweep.arm("spec-on"), sweep.arm("spec-off")
     assert on.arm.is_speculative and not off.arm.is_speculative
-    assert (on.restarts, on.requests, on.min_requests) == (2, 15, 15)
+    assert (on.restarts, on.requests, on.min_requests) == (3, 15, 15)
     assert sweep.sweep.airflow_schedule is None and sweep.dag_id == "benchledger_demo"
 
 
