@@ -1,5 +1,5 @@
 -- One row per window (measured or imported): whether its evidence shows speculative
--- decoding, whatever the sweep declared (issue #23, item 2). The n floor (rule n_at_least_min, T4: 15 speculative, 5
+-- decoding, whatever the sweep declared (issue #23, item 2; measured runs only, see below). The n floor (rule n_at_least_min, T4: 15 speculative, 5
 -- otherwise) and entries.speculation_source read it.
 --
 -- Two kinds of evidence, counters first:
@@ -51,9 +51,13 @@ SELECT w.window_id, w.run_id, w.arm,
        s.streamed_tokens / s.streamed_chunks AS streamed_tokens_per_chunk,
        coalesce(s.streamed_tokens > 1.1 * (s.streamed_chunks + s.streamed_requests), false)
            AS chunks_show_it,
-       CASE WHEN m.counters_moved THEN 'observed: counters'
+       -- Imported evidence is left to its tool's own accounting (a tool's stream
+       -- iterations or chunks need not be one token each): observed for measured runs only.
+       CASE WHEN ru.evidence = 'imported' THEN NULL
+            WHEN m.counters_moved THEN 'observed: counters'
             WHEN s.streamed_tokens > 1.1 * (s.streamed_chunks + s.streamed_requests)
                  THEN 'observed: chunks' END AS speculation_observed
 FROM windows AS w
+LEFT JOIN runs AS ru ON ru.run_id = w.run_id
 LEFT JOIN moved AS m ON m.window_id = w.window_id
 LEFT JOIN streamed AS s ON s.window_id = w.window_id;
