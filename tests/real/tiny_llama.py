@@ -1,6 +1,6 @@
 """Write a tiny Llama model in Hugging Face's format (config.json, safetensors weights, a
-tokenizer made here with the `tokenizers` library): no download, no training, about a
-hundred kilobytes, served by vLLM's CPU build in its smallest configuration.
+tokenizer made here with the `tokenizers` library): no download, no training, about 300
+MB, served by vLLM's CPU build in its smallest configuration.
 
 The weights are random, but arranged so that greedy decoding repeats one short cycle of
 characters ("abcd abcd ...") and never produces the end-of-sequence token:
@@ -35,12 +35,15 @@ import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-# head_dim 32: the smallest vLLM's CPU attention supports (16 is refused)
-HIDDEN, HEADS, LAYERS, INTERMEDIATE, MAX_POSITIONS = 128, 4, 2, 256, 4096
+# head_dim 64 (vLLM's CPU attention refuses 16). Big enough that a decoding step takes
+# some milliseconds on 2 cores: a smaller model answers 32 tokens in under 40 ms, so every
+# stream arrives whole in one network read and the streams_not_buffered rule (rightly)
+# blocks the windows.
+HIDDEN, HEADS, LAYERS, INTERMEDIATE, MAX_POSITIONS = 1024, 16, 6, 2816, 4096
 CYCLE = "abcd "  # what every answer repeats
 BOS, EOS = "<s>", "</s>"
 SIGNAL, NOISE = 1.0, 0.02  # an embedding's own dimension against its random rest
-HEAD_SCALE = 3.0  # after the final norm the signal is about sqrt(HIDDEN): logits ~ 34
+HEAD_SCALE = 1.0  # after the final norm the signal is about sqrt(HIDDEN): logits ~ 32
 CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n"
                  "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
@@ -72,7 +75,10 @@ def weights(n_vocab: int, cycle: list[int], eos: int, seed: int = 11) -> dict[st
     rng = np.random.default_rng(seed)
 
     def rand(*shape: int, scale: float) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float32)
+
+    def proj(out: int, into: int, gain: float = 1.0) -> np.ndarray:
+        return rand(out, into, scale=gain / np.sqrt(into))  # outputs of about `gain`
 
     shared = len(cycle)  # the dimension every token outside the cycle carries
     embed = rand(n_vocab, HIDDEN, scale=NOISE)
@@ -93,14 +99,14 @@ def weights(n_vocab: int, cycle: list[int], eos: int, seed: int = 11) -> dict[st
         tensors |= {
             f"{layer}.input_layernorm.weight": np.ones(HIDDEN, np.float32),
             f"{layer}.post_attention_layernorm.weight": np.ones(HIDDEN, np.float32),
-            f"{layer}.self_attn.q_proj.weight": rand(HIDDEN, HIDDEN, scale=0.1),
-            f"{layer}.self_attn.k_proj.weight": rand(HIDDEN, HIDDEN, scale=0.1),
-            f"{layer}.self_attn.v_proj.weight": rand(HIDDEN, HIDDEN, scale=0.1),
+            f"{layer}.self_attn.q_proj.weight": proj(HIDDEN, HIDDEN),
+            f"{layer}.self_attn.k_proj.weight": proj(HIDDEN, HIDDEN),
+            f"{layer}.self_attn.v_proj.weight": proj(HIDDEN, HIDDEN),
             # tiny: the residual stream stays the current token's embedding
-            f"{layer}.self_attn.o_proj.weight": rand(HIDDEN, HIDDEN, scale=0.001),
-            f"{layer}.mlp.gate_proj.weight": rand(INTERMEDIATE, HIDDEN, scale=0.1),
-            f"{layer}.mlp.up_proj.weight": rand(INTERMEDIATE, HIDDEN, scale=0.1),
-            f"{layer}.mlp.down_proj.weight": rand(HIDDEN, INTERMEDIATE, scale=0.001),
+            f"{layer}.self_attn.o_proj.weight": proj(HIDDEN, HIDDEN, gain=1e-4),
+            f"{layer}.mlp.gate_proj.weight": proj(INTERMEDIATE, HIDDEN),
+            f"{layer}.mlp.up_proj.weight": proj(INTERMEDIATE, HIDDEN),
+            f"{layer}.mlp.down_proj.weight": proj(HIDDEN, INTERMEDIATE, gain=1e-4),
         }
     return tensors
 
