@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     create_model,
     model_validator,
 )
@@ -428,12 +429,15 @@ class Sweep(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _arm_plans_are_runnable(self) -> Sweep:
-        """Each arm with [defaults] applied: checks that need both (one place, one loop)."""
+    def _arm_plans_are_runnable(self, info: ValidationInfo) -> Sweep:
+        """Each arm with [defaults] applied: checks that need both (one place, one loop).
+        A sweep a run recorded is not refused for never publishing: that refusal is for new
+        runs, and a run measured before it came must still derive (its entries blocked)."""
+        recorded = bool(info.context and info.context.get("recorded"))
         for i, arm in enumerate(self.arms):
             plan = self.plan(arm)
             problem = (_n_problem(plan) or _clock_problem(plan) or _arrival_problem(plan)
-                       or _never_publishes(plan))
+                       or (None if recorded else _never_publishes(plan)))
             if problem:
                 raise ValueError(f"arms[{i}] ({arm.name}): {problem}")
         return self
@@ -541,14 +545,15 @@ def _describe(error: ErrorDetails) -> str:
     return f"{error['msg'].removeprefix('Value error, ')}{got_text}"
 
 
-def parse_sweep(text: str, source: str = "<sweep>") -> Sweep:
-    """Parse sweep TOML text; `source` names the file in error messages."""
+def parse_sweep(text: str, source: str = "<sweep>", recorded: bool = False) -> Sweep:
+    """Parse sweep TOML text; `source` names the file in error messages. `recorded`: the
+    text a run recorded (parse_recorded), not a sweep about to run."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SweepError(f"{source}: not valid TOML: {exc}") from exc
     try:
-        return Sweep.model_validate(data)
+        return Sweep.model_validate(data, context={"recorded": recorded})
     except ValidationError as exc:
         lines = [f"{source}: {_key_path(e['loc']) + ': ' if _key_path(e['loc']) else ''}"
                  f"{_describe(e)}" for e in exc.errors()]
@@ -605,7 +610,7 @@ def parse_recorded(text: str, sha256: str | None, source: str) -> Sweep:
             raise RecordedSweepMismatch(
                 f"{source}: the recorded sweep text does not have the sha256 recorded with it "
                 f"({sha256}; the text's is {hashlib.sha256(text.encode()).hexdigest()})")
-    return parse_sweep(text, source=source)
+    return parse_sweep(text, source=source, recorded=True)
 
 
 def load_sweep(path: str | Path) -> Sweep:

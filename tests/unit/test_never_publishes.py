@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchledger.sweep import SweepError, parse_sweep
+from benchledger.sweep import SweepError, parse_recorded, parse_sweep
 
 SWEEP = """
 [sweep]
@@ -53,3 +53,12 @@ def test_accepted_ways_out():
     assert unchecked.arm("a").clock_source == "none"
     http = parse_sweep(_sweep('clock_source = "http"\nclock_url = "{base_url}/clocks"'))
     assert http.arm("a").require_clock_check
+
+
+def test_a_recorded_run_that_can_never_publish_still_parses():
+    """A run recorded before the refusal existed must still derive (its entries blocked by
+    clock_under_load, as they were); only a new run is refused."""
+    text = _sweep('clock_source = "none"')
+    with pytest.raises(SweepError):
+        parse_sweep(text, source="s.toml")
+    assert parse_recorded(text, None, "recorded").arm("a").clock_source == "none"
