@@ -75,3 +75,32 @@ def welch_from_summary(a: tuple[float, float | None, int], b: tuple[float, float
     df = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
     half = _scipy_stats.t.ppf(0.5 + confidence / 2, df) * se
     return Difference(diff, diff - half, diff + half, df, ratio)
+
+
+# The most restarts per arm a "restarts that would decide" estimate looks for (entries and
+# comparisons, warehouse.compare): beyond it, "more than any sweep would run".
+MAX_RESTARTS_TO_DECIDE = 1000
+
+
+def restart_interval_meaning(mean, high, n, confidence: float = CONFIDENCE):
+    """What an entry's interval over restart means can say, for whole columns: its degrees
+    of freedom (n - 1); whether it reaches 0 or below although the quantity cannot be
+    negative (two restarts of a rate: [-183, 365] tok/s, t with 1 df is 12.7), so it cannot
+    even say the value is above 0; and the restarts at which it would not, if the observed
+    mean and between-restart sd held (the least m >= 2 with t(m - 1) * sd / sqrt(m) < mean;
+    a plug-in estimate, not a power calculation; NaN where none up to
+    MAX_RESTARTS_TO_DECIDE would). sd is recovered from the interval's half-width."""
+    mean, high, n = (np.asarray(x, dtype=float) for x in (mean, high, n))
+    q = 0.5 + confidence / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        usable = (n >= 2) & ~np.isnan(high) & (mean > 0)
+        df = np.where(n >= 2, n - 1, np.nan)
+        t_now = _scipy_stats.t.ppf(q, np.where(usable, n - 1, 1))
+        sd = np.where(usable, (high - mean) * np.sqrt(np.where(usable, n, 1)) / t_now, np.nan)
+        reaches_zero = usable & (mean - (high - mean) <= 0)
+        m = np.arange(2, MAX_RESTARTS_TO_DECIDE + 1, dtype=float)
+        width = _scipy_stats.t.ppf(q, m - 1) / np.sqrt(m)  # decreasing in m
+        # the first m whose width * sd falls below the mean: width < mean / sd
+        first = np.searchsorted(-width, -np.where(reaches_zero, mean / sd, np.inf), side="right")
+    needed = np.where(reaches_zero & (first < len(m)), m[np.minimum(first, len(m) - 1)], np.nan)
+    return df, reaches_zero, needed

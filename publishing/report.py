@@ -50,8 +50,13 @@ def format_entries(entries: pd.DataFrame) -> str:
     """One line per entry: the value with its interval, n, restarts and its labels."""
     if entries.empty:
         return "  (none)"
+    # scipy, behind it, is imported only when entries are shown (the CLI starts fast)
+    from benchledger.stats import restart_interval_meaning
+
     rows = []
-    for e in entries.itertuples():
+    df, reaches_zero, needed = restart_interval_meaning(
+        entries["restart_mean"], entries["restart_ci95_high"], entries["n_restarts"])
+    for i, e in enumerate(entries.itertuples()):
         effect = e.restart_effect is not None and not pd.isna(e.restart_effect) and bool(
             e.restart_effect)
         flags = [f for f, on in (("restart_effect", effect),
@@ -73,10 +78,19 @@ def format_entries(entries: pd.DataFrame) -> str:
             "mean": f"{_number(e.value)} {e.unit}", "95% CI": _interval(e.ci95_low, e.ci95_high),
             "n": e.n_requests, "restarts": e.n_restarts,
             "restart-level mean [95% CI]":
-                f"{_number(e.restart_mean)} {_interval(e.restart_ci95_low, e.restart_ci95_high)}",
-            "labels": ", ".join(flags),
+                f"{_number(e.restart_mean)} {_interval(e.restart_ci95_low, e.restart_ci95_high)}"
+                + (f" (df {df[i]:g})" if _known(df[i]) else ""),
+            "labels": ", ".join(flags + [_reaches_zero_label(needed[i])] if reaches_zero[i]
+                                else flags),
         })
     return pd.DataFrame(rows).to_string(index=False)
+
+
+def _reaches_zero_label(needed: float) -> str:
+    """Why a restart-level interval of a positive quantity reaches 0, and what would not."""
+    more = (f"about {int(needed)} restarts would keep it above 0" if _known(needed)
+            else "no number of restarts up to 1000 would keep it above 0")  # MAX_RESTARTS_TO_DECIDE
+    return f"restart CI reaches 0 (too few restarts for t; {more})"
 
 
 def format_blocked(blocks: pd.DataFrame, width: int = 150) -> str:

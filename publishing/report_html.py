@@ -27,6 +27,7 @@ from benchledger.publishing.read import (
     ruler,
     rules_behind_blocked,
 )
+from benchledger.stats import restart_interval_meaning
 from benchledger.warehouse.db import query_frame
 
 # Dots drawn per restart and entry; the entries themselves use every request.
@@ -241,7 +242,14 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
     delivered = delivered_vs_server(con, run_id)
     headline = entries[(entries["statistic"] == "mean")
                        & entries["metric"].isin(["decode_rate", "e2e_rate", "ttft",
-                                                 "throughput"])]
+                                                 "throughput"])].copy()
+    df, reaches_zero, needed = restart_interval_meaning(
+        headline["restart_mean"], headline["restart_ci95_high"], headline["n_restarts"])
+    headline["restart_df"] = df
+    headline["restart_ci_note"] = [
+        ("reaches 0: too few restarts; " + (f"about {int(m)} would keep it above 0"
+                                            if m == m else "none up to 1000 would"))
+        if zero else "" for zero, m in zip(reaches_zero, needed, strict=True)]
     decode_requests = requests[requests["metric"] == "decode_rate"]
     ttft_requests = requests[requests["metric"] == "ttft"]
     docs = (f"<p>Expectation results of this run as GX Data Docs: "
@@ -259,7 +267,8 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         _table(headline, ["arm", "workload", "metric", "phase", "scope", "concurrency",
                           "numerator", "value", "unit", "ci95_low", "ci95_high",
                           "n_requests", "n_restarts", "restart_mean", "restart_ci95_low",
-                          "restart_ci95_high", "restart_effect", "population",
+                          "restart_ci95_high", "restart_df", "restart_ci_note",
+                          "restart_effect", "population",
                           "client_lag_p99_ms", "n_burst"]),
         "<h2>Requests per restart</h2>",
         _figure(plot_restart_dots(decode_requests, entries),

@@ -22,7 +22,13 @@ import pandas as pd
 from benchledger import __version__
 from benchledger import rules as R
 from benchledger.expectations.gate import run_comparison_gate
-from benchledger.stats import CONFIDENCE, Difference, welch, welch_from_summary
+from benchledger.stats import (
+    CONFIDENCE,
+    MAX_RESTARTS_TO_DECIDE,
+    Difference,
+    welch,
+    welch_from_summary,
+)
 from benchledger.sweep import Comparison, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.validate import store_results
@@ -47,10 +53,6 @@ class Side:
         if self.entry is None:
             return "no entry"
         return None if self.entry["publishable"] else "blocked: " + str(self.entry["blocked_by"])
-
-
-# Beyond this many restarts per arm the estimate says "more than any sweep would run".
-MAX_RESTARTS_TO_DECIDE = 1000
 
 
 @dataclass(frozen=True)

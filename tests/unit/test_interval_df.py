@@ -85,3 +85,45 @@ def test_the_terminal_states_the_df_and_flags_an_undecided_interval():
     decided = format_comparisons(pd.DataFrame([{**row, "undecided": False,
                                                 "restarts_to_decide": None}]))
     assert "UNDECIDED" not in decided and "(df " in decided
+
+
+def test_an_entry_interval_over_two_restarts_that_reaches_zero_is_explained():
+    """Issue #23: two restarts of a rate give t with 1 df (12.7), e.g. [-183, 365] tok/s.
+    The entry's df is stated, the interval is flagged, and the restarts that would keep it
+    above 0 (at the observed mean and spread) are the least m whose t interval would."""
+    import numpy as np
+
+    from benchledger.stats import restart_interval_meaning, t_bounds
+
+    means, sds, ns = np.array([91.0, 600.0, 50.0]), np.array([30.5, 8.0, 1.0]), [2, 3, 1]
+    low, high = t_bounds(means, sds, ns)
+    assert low[0] < 0 < low[1]
+    df, reaches_zero, needed = restart_interval_meaning(means, high, ns)
+    assert list(df[:2]) == [1, 2] and math.isnan(df[2])
+    assert list(reaches_zero) == [True, False, False]
+    m = int(needed[0])
+    assert t_bounds(91.0, 30.5, m)[0] > 0 >= t_bounds(91.0, 30.5, m - 1)[0]
+    assert math.isnan(needed[1]) and math.isnan(needed[2])
+
+
+def test_the_terminal_entries_state_the_restart_df_and_the_flag():
+    import pandas as pd
+
+    from benchledger.publishing.report import format_entries
+    from benchledger.stats import t_bounds
+
+    low, high = t_bounds(91.0, 30.5, 2)
+    row = {"arm": "a", "workload": "code", "metric": "decode_rate", "phase": "decode",
+           "scope": "single_stream", "concurrency": 1, "numerator": "output_tokens",
+           "value": 90.0, "unit": "tok/s", "ci95_low": 85.0, "ci95_high": 95.0,
+           "n_requests": 30, "n_restarts": 2, "restart_mean": 91.0,
+           "restart_ci95_low": float(low), "restart_ci95_high": float(high),
+           "restart_effect": False, "population": "all_submitted", "drain_status": "complete",
+           "counter_check": "reconciled"}
+    text = format_entries(pd.DataFrame([row]))
+    assert "(df 1)" in text and "restart CI reaches 0" in text
+    assert "restarts would keep it above 0" in text
+    calm = format_entries(pd.DataFrame([{**row, "n_restarts": 3, "restart_mean": 600.0,
+                                         "restart_ci95_low": 580.0,
+                                         "restart_ci95_high": 620.0}]))
+    assert "(df 2)" in calm and "reaches 0" not in calm
