@@ -204,6 +204,23 @@ def start_simulator(*flags: str, log_path: Path | None = None):
     raise RuntimeError("simulator did not become healthy")
 
 
+def pids_tagged(tag: str) -> list[int]:
+    """Live (non-zombie) processes with `tag` as one of their arguments: how the tests find
+    the servers and daemons they started, whoever their parent is now."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # ended while we looked
+        if tag.encode() in argv and state not in ("Z", "X"):
+            found.append(int(proc.name))
+    return found
+
+
 def stop_process_group(proc) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)

@@ -43,6 +43,7 @@ from benchledger.local_run import sweep_airflow_home
 from benchledger.raw import RunLayout, read_json
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
+from tests.conftest import pids_tagged
 
 pytestmark = pytest.mark.integration
 
@@ -255,16 +256,10 @@ def query(warehouse: Path, sql: str, params=()) -> list[dict]:
 def processes_tagged(tag: str) -> list[str]:
     """Command lines of live (non-zombie) processes whose argv holds `tag`."""
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue  # ended while we looked
-        if tag.encode() in argv and state not in ("Z", "X"):
-            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    for pid in pids_tagged(tag):
+        with contextlib.suppress(OSError):  # ended since
+            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+            found.append(" ".join(a.decode(errors="replace") for a in argv if a))
     return found
 
 

@@ -18,8 +18,6 @@ import json
 import os
 import shlex
 import signal
-import sqlite3
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -28,17 +26,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.conftest import pids_tagged
 from tests.integration.test_fault_suite import (
-    CLI_TIMEOUT_S,
     FAULT_SERVER,
-    REPO,
-    CliRun,
     Fault,
     processes_tagged,
     published,
     query,
     restart,
-    sweep_text,
+    run_cli,
 )
 
 pytestmark = pytest.mark.integration
@@ -84,47 +80,9 @@ def hostile_run(tmp_path_factory):
         run = run_cli(workdir, "hostile", arms(received, daemon_tag), tag)
         yield run, received, daemon_tag
     finally:
-        for pid in _pids(daemon_tag):
+        for pid in pids_tagged(daemon_tag):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def run_cli(workdir: Path, name: str, faults, tag: str) -> CliRun:
-    """test_fault_suite's run_cli, finding the run's Airflow metadata DB wherever under the
-    data dir `benchledger run` keeps it."""
-    sweep, warehouse, data = workdir / f"{name}.toml", workdir / "wh.duckdb", workdir / "data"
-    sweep.write_text(sweep_text(name, faults, tag))
-    out, err = workdir / "cli.out", workdir / "cli.err"
-    with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        status = subprocess.run(
-            [sys.executable, "-m", "benchledger.cli", "run", str(sweep), "--warehouse",
-             str(warehouse), "--data-dir", str(data)],
-            stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, cwd=REPO,
-            timeout=CLI_TIMEOUT_S, check=False).returncode
-    output = out.read_text(errors="replace") + err.read_text(errors="replace")
-    dag_id = f"benchledger_{name}"
-    for db_path in sorted((data / "airflow").rglob("airflow.db")):
-        with contextlib.closing(sqlite3.connect(db_path)) as db, \
-                contextlib.suppress(sqlite3.Error):
-            runs = db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = ?",
-                              [dag_id]).fetchall()
-            if len(runs) == 1:
-                (run_id, state), = runs
-                tasks = dict(db.execute(
-                    "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND "
-                    "run_id = ?", [dag_id, run_id]).fetchall())
-                return CliRun(name, status, output, warehouse, data, run_id, state, tasks,
-                              tag)
-    raise AssertionError(f"no Airflow run of {name}; the CLI said:\n{output}")
-
-
-def _pids(tag: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if proc.name.isdigit() and tag.encode() in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-    return found
 
 
 def secret_hits(data: bytes) -> list[str]:

@@ -20,25 +20,10 @@ from benchledger.raw import RunLayout, read_json, write_json
 from benchledger.restart import run_problems, stop_leftover_servers, stop_restart
 from benchledger.server_processes import MARK_ENV
 from benchledger.sweep import Arm, parse_sweep
+from tests.conftest import pids_tagged
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 SLEEPER = "import time; time.sleep(120)"
-
-
-def tagged(tag: str) -> list[int]:
-    """Live processes whose argv holds `tag`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if tag.encode() in argv and state not in ("Z", "X"):
-            found.append(int(proc.name))
-    return found
 
 
 def wait_until(condition, timeout_s: float = 10.0) -> bool:
@@ -54,7 +39,7 @@ def wait_until(condition, timeout_s: float = 10.0) -> bool:
 def tag():
     tag = f"stray-{uuid.uuid4().hex}"
     yield tag
-    for pid in tagged(tag):  # never leave one behind, whatever the test found
+    for pid in pids_tagged(tag):  # never leave one behind, whatever the test found
         os.kill(pid, signal.SIGKILL)
 
 
@@ -75,11 +60,11 @@ def server_arm(tag: str, how: str) -> Arm:
 @pytest.mark.parametrize("how", ["setsid", "double-fork", "env-cleared"])
 def test_a_process_that_left_the_group_is_stopped_and_named(tmp_path, tag, how):
     handle = lifecycle.launch(server_arm(tag, how), tmp_path / "server.log", seed=1)
-    assert wait_until(lambda: len(tagged(tag)) == 1), "the daemon did not start"
-    stray, = tagged(tag)
+    assert wait_until(lambda: len(pids_tagged(tag)) == 1), "the daemon did not start"
+    stray, = pids_tagged(tag)
     assert os.getsid(stray) != handle.pid  # out of reach of the group's signal
     outcome = lifecycle.stop(handle, grace_s=5)
-    assert wait_until(lambda: not tagged(tag), 3), f"{how}: the daemon survived the teardown"
+    assert wait_until(lambda: not pids_tagged(tag), 3), f"{how}: the daemon survived the teardown"
     assert outcome.how == "sigterm"
     record, = outcome.strays
     assert record["pid"] == stray and tag in record["command"]
@@ -98,12 +83,12 @@ def test_a_server_without_strays_stops_as_before(tmp_path):
 
 def test_what_a_crashed_server_left_running_is_stopped(tmp_path, tag):
     handle = lifecycle.launch(server_arm(tag, "double-fork"), tmp_path / "server.log", seed=1)
-    assert wait_until(lambda: len(tagged(tag)) == 1)
+    assert wait_until(lambda: len(pids_tagged(tag)) == 1)
     os.kill(handle.pid, signal.SIGKILL)  # the server dies; its daemon runs on
     assert wait_until(lambda: lifecycle.process_state(handle.pid) != "running")
     outcome = lifecycle.stop(handle, grace_s=5)
     assert outcome.ended_before_stop
-    assert wait_until(lambda: not tagged(tag), 3)
+    assert wait_until(lambda: not pids_tagged(tag), 3)
     record, = outcome.strays
     assert record["why"] == "outlived the server, which had ended before its stop"
 
@@ -115,10 +100,10 @@ def test_a_stray_that_ignores_sigterm_is_killed(tmp_path, tag):
     arm = Arm(name="a", server="command", model="m",
               command=f"sh -c {shlex.quote(f'(setsid {sleeper} &) ; exec sleep 120')}")
     handle = lifecycle.launch(arm, tmp_path / "server.log", seed=1)
-    assert wait_until(lambda: len(tagged(tag)) == 1)
+    assert wait_until(lambda: len(pids_tagged(tag)) == 1)
     time.sleep(0.3)  # its handler is in place
     outcome = lifecycle.stop(handle, grace_s=1)
-    assert wait_until(lambda: not tagged(tag), 3)
+    assert wait_until(lambda: not pids_tagged(tag), 3)
     record, = outcome.strays
     assert record["signal"] == "SIGKILL" and record["alive"] is False
 
@@ -128,12 +113,12 @@ def test_leftovers_of_an_interrupted_run_are_found_by_their_mark(tmp_path, tag):
     server's daemon is found by the mark restart.json names, even with the server gone."""
     layout = RunLayout(tmp_path, "manual__interrupted")
     handle = lifecycle.launch(server_arm(tag, "double-fork"), tmp_path / "server.log", seed=1)
-    assert wait_until(lambda: len(tagged(tag)) == 1)
+    assert wait_until(lambda: len(pids_tagged(tag)) == 1)
     manifest = layout.restart_manifest("a", 0)
     write_json(manifest, {"restart_id": "x/a/r0", "pid": handle.pid, "status": "ok",
                           "server_mark": handle.mark})
     done = stop_leftover_servers(tmp_path)
-    assert wait_until(lambda: not tagged(tag), 3)
+    assert wait_until(lambda: not pids_tagged(tag), 3)
     assert len(done) == 1 and tag in done[0]
     record, = read_json(manifest)["stray_processes"]
     assert tag in record["command"]
@@ -168,7 +153,7 @@ name = "code"
 def test_the_teardown_records_the_strays_and_the_run_names_them(tmp_path, tag):
     layout = RunLayout(tmp_path, "manual__strays")
     handle = lifecycle.launch(server_arm(tag, "setsid"), tmp_path / "server.log", seed=1)
-    assert wait_until(lambda: len(tagged(tag)) == 1)
+    assert wait_until(lambda: len(pids_tagged(tag)) == 1)
     write_json(layout.restart_manifest("a", 0),
                {"restart_id": "x/a/r0", "pid": handle.pid, "status": "ok",
                 "server_mark": handle.mark})
