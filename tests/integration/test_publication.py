@@ -19,6 +19,7 @@ import pytest
 from benchledger.cli import main as cli_main
 from benchledger.publishing.export import export_run
 from benchledger.raw import RunLayout
+from benchledger.rules import CATALOGUE
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
@@ -162,7 +163,8 @@ class Page(HTMLParser):
 
     def __init__(self, dom: str):
         super().__init__()
-        self.headings: list[str] = []
+        self.headings: list[str] = []  # the h2s, in order
+        self.section: str | None = None  # the nearest heading above, h2 or h3
         self.tables: list[dict] = []  # {"section", "rows": [[cell text]], "classes"}
         self.figures: list[dict] = []  # {"section", "caption", "tags": Counter, "groups"}
         self.scripts = 0
@@ -173,10 +175,10 @@ class Page(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        section = self.headings[-1] if self.headings else None
+        section = self.section
         if tag == "script":
             self.scripts += 1
-        elif tag in ("h2", "td", "th", "figcaption"):
+        elif tag in ("h2", "h3", "td", "th", "figcaption"):
             self._text = []
         elif tag == "table":
             self.tables.append({"section": section, "rows": [], "classes": []})
@@ -202,6 +204,8 @@ class Page(HTMLParser):
 
     def handle_endtag(self, tag):
         text = None if self._text is None else " ".join("".join(self._text).split())
+        if tag in ("h2", "h3"):
+            self.section = text
         if tag == "h2":
             self.headings.append(text)
         elif tag in ("td", "th"):
@@ -212,7 +216,7 @@ class Page(HTMLParser):
             self._figure = None
         elif tag == "g" and self._figure is not None and self._group:
             self._group.pop()
-        if tag in ("h2", "td", "th", "figcaption"):
+        if tag in ("h2", "h3", "td", "th", "figcaption"):
             self._text = None
 
     def handle_data(self, data):
@@ -274,6 +278,13 @@ def test_rendered_report_has_every_section_and_the_published_headline_values(
     blocked = page.table("Blocked entries (not published)")
     assert {(r["arm"], r["workload"], r["metric"]) for r in blocked} == unpublished
     assert ("broken", "code", "decode_rate") in unpublished  # the arm with the bad window
+    # beneath them, each rule that failed on a restart, window or request, with counts
+    beneath = page.table("Beneath the blocked entries: restarts left out, windows failed")
+    entry_rules = {rule.name for rule in CATALOGUE if rule.applies_to == "entry"}
+    failed_rules = {r["rule"] for r in blocked} - entry_rules
+    assert failed_rules  # the broken arm's window failed a rule beneath its entries
+    assert failed_rules <= {r["rule"] for r in beneath}
+    assert all(0 < int(r["n_failed"]) <= int(r["n_checked"]) for r in beneath)
     assert all(cls == "blocked" for cls in next(t["classes"][1:] for t in page.tables
                                                 if t["section"] == REPORT_SECTIONS[-1]))
 
