@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -100,8 +101,10 @@ def test_bad_sweep_file_is_an_import_error_naming_file_and_key(tmp_path):
     folder = tmp_path / "dags"
     shutil.copytree(DAGS, folder)
     bad = folder / "sweeps" / "broken.toml"
-    bad.write_text((DAGS / "sweeps" / "demo.toml").read_text()
-                   .replace("restarts = 2", "restarts = 2\nrestrats = 3"))
+    text, typos = re.subn(r"(?m)^(restarts = .*)$", r"\1\nrestrats = 3",
+                          (DAGS / "sweeps" / "demo.toml").read_text(), count=1)
+    assert typos == 1  # the demo's [defaults] declares restarts
+    bad.write_text(text)
     bag = DagBag(dag_folder=str(folder))
     message = "\n".join(bag.import_errors.values())
     assert str(bad) in message and "defaults.restrats: unknown key" in message
@@ -137,7 +140,7 @@ def test_errors_are_retried_per_the_sweep_and_results_never(tmp_path):
     retried = [f"{arm.name}__r{k}.{name}" for arm in sweep.arms
                for k in range(sweep.plan(arm).restarts)
                for name in (*RESTART_TASKS, *(f"measure_{w.name}" for w in sweep.workloads))]
-    assert len(retried) == 30  # 3 arms x 2 restarts x (3 + 2 workloads)
+    assert len(retried) == 45  # 3 arms x 3 restarts x (3 + 2 workloads)
     for task_id in [*retried, "load", "plan"]:
         task = dag.get_task(task_id)
         assert (task.retries, task.retry_delay) == (3, timedelta(seconds=42.5)), task_id
