@@ -107,7 +107,7 @@ def progress_state(snapshot: Snapshot) -> str:
     if s.phase == "done":
         drain = "complete" if s.unresolved == 0 else "incomplete"
     elif s.drain_left_s is not None:
-        drain = f"{max(s.drain_left_s, 0):.0f} s left"
+        drain = f"{max(s.drain_left_s, 0):.0f} s left"  # files from before the clamp
     else:
         drain = "-"
     return (f"{s.failed} failed, {s.in_flight} in flight, {s.unresolved} unresolved, "
@@ -162,8 +162,10 @@ class PartCounter:
         self._count_ended()
         now = time.perf_counter_ns()
         unresolved = self._submitted - self._finished if done else self._unresolved
+        # Past the deadline, until the client gives the stragglers up, 0 s are left: a
+        # report between the two is not a negative countdown.
         left = (None if self._drain_deadline_ns is None or done
-                else (self._drain_deadline_ns - now) / 1e9)
+                else max(self._drain_deadline_ns - now, 0) / 1e9)
         return Snapshot(
             window_id=self.window_id, phase="done" if done else self.phase,
             to_submit=self.to_submit, submitted=self._submitted, finished=self._finished,
