@@ -164,10 +164,7 @@ def read_query(warehouse: Path, text: str, limits: DoorLimits | None = None) -> 
     runs out of time or memory, or gives way to a waiting writer."""
     query = auditor_statement(text)
     limits = limits or door_limits()
-    with connect(Path(warehouse), read_only=True,
-                 limits={"memory_limit": limits.memory_limit, "temp_directory": ""}) as con:
-        if writer_is_waiting(warehouse):
-            raise QueryRefused(_gave_way(0.0))
+    with _open_behind_writers(Path(warehouse), limits) as con:
         watcher = _Watcher(con, Path(warehouse), limits.timeout_s)
         try:
             with watcher:
@@ -190,6 +187,27 @@ def read_query(warehouse: Path, text: str, limits: DoorLimits | None = None) -> 
                                    f"was opened with read_only=True ({_one_line(exc)})"
                                    ) from exc
             raise QueryRefused(f"query failed: {_one_line(exc)}") from exc
+
+
+def _open_behind_writers(warehouse: Path, limits: DoorLimits) -> duckdb.DuckDBPyConnection:
+    """The warehouse, read-only, once no writer waits for it. A query that arrives while a
+    run's load waits lets the load in first and then runs (the open waits for the load's
+    lock to go), rather than taking the file from under it or refusing the auditor; it
+    waits at most its own timeout_s for that, then gives way saying so."""
+    deadline = time.monotonic() + limits.timeout_s
+    while True:
+        while writer_is_waiting(warehouse):
+            if time.monotonic() >= deadline:
+                raise QueryRefused(
+                    f"query not started: writers (a run's load) kept waiting for the "
+                    f"warehouse for {limits.timeout_s:g} s, and the auditor's door gives way "
+                    "to them; run the query again once they are done")
+            time.sleep(_POLL_S)
+        con = connect(warehouse, read_only=True,
+                      limits={"memory_limit": limits.memory_limit, "temp_directory": ""})
+        if not writer_is_waiting(warehouse):
+            return con
+        con.close()  # a writer came while this opened: let it in first
 
 
 def _fetch(con: duckdb.DuckDBPyConnection, query: str,
@@ -247,15 +265,19 @@ class _Watcher:
     def _watch(self) -> None:
         deadline = self.started + self.timeout_s
         while not self._done.wait(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
+            if self.reason is not None:
+                pass
+            elif time.monotonic() >= deadline:
                 self.reason = (f"query stopped after {self.timeout_s:g} s (benchledger sql "
                                "--timeout-s raises the bound)")
             elif writer_is_waiting(self.warehouse):
                 self.reason = _gave_way(time.monotonic() - self.started)
             else:
                 continue
+            # Again at every poll until the query ends: DuckDB drops an interrupt that
+            # comes before the statement starts executing (still being bound), and a query
+            # that missed it would hold the warehouse from the writer for its whole bound.
             self.con.interrupt()
-            return
 
     def why_stopped(self) -> str:
         return self.reason or "query interrupted"

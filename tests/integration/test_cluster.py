@@ -340,7 +340,13 @@ def test_two_sweeps_at_once_share_the_warehouse_and_sql_keeps_answering(deployme
         assert proc.returncode == 0, outputs[name][-3000:]
         assert "database is locked" not in outputs[name].lower()
         assert "could not set lock" not in outputs[name].lower()
-    assert queries and all(rc == 0 for _, _, rc, _ in queries), queries
+    # Every query answered, or (one that was running when a writer came to wait) gave way
+    # to it in one line; never a lock error. A query arriving while a writer waits lets it
+    # in and then answers, so most answer.
+    gave_way = "a writer (a run's load) is waiting for the warehouse"
+    assert queries and all(rc == 0 or (rc == 2 and gave_way in err.strip().splitlines()[-1])
+                           for _, _, rc, err in queries), queries
+    assert sum(rc == 0 for _, _, rc, _ in queries) > len(queries) / 2, queries
     # some query overlapped a writer task of one of the runs (else this proved nothing)
     writes = []
     for name in runs:
