@@ -20,15 +20,22 @@ def _evidence(row: pd.Series) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
-def speculation_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    """One line per arm the sweep did not declare speculative whose windows speculated
-    (queries/speculation_findings_for_run.sql); None where there is none."""
+def speculation_finding_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """One sentence per arm the sweep did not declare speculative whose windows speculated
+    (queries/speculation_findings_for_run.sql); the terminal and report.html both say it."""
     found = query_frame(con, "speculation_findings_for_run", run_id=run_id)
-    if found.empty:
+    return [f"arm {row.arm}: not declared speculative, but {row.windows_speculating} of "
+            f"its {row.windows} windows speculated ({row.sources}){_evidence(row)}; held to "
+            "the speculative n floor (n_at_least_min, T4); entries say speculation_source"
+            for _, row in found.iterrows()]
+
+
+FINDINGS_TITLE = "Findings (what the evidence showed that the sweep did not say)"
+
+
+def speculation_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """The terminal's findings block; None where there is none."""
+    lines = speculation_finding_lines(con, run_id)
+    if not lines:
         return None
-    lines = [f"- arm {row.arm}: not declared speculative, but {row.windows_speculating} of "
-             f"its {row.windows} windows speculated ({row.sources}){_evidence(row)}; held to "
-             "the speculative n floor (n_at_least_min, T4); entries say speculation_source"
-             for _, row in found.iterrows()]
-    return "\n".join(["Findings (what the evidence showed that the sweep did not say):",
-                      *lines])
+    return "\n".join([f"{FINDINGS_TITLE}:", *(f"- {line}" for line in lines)])

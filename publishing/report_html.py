@@ -19,6 +19,7 @@ from benchledger.publishing.evidence import (
     rerun_entries,
     section_rows,
 )
+from benchledger.publishing.findings import FINDINGS_TITLE, speculation_finding_lines
 from benchledger.publishing.read import (
     blocks,
     comparisons,
@@ -232,6 +233,15 @@ def _published_windows(windows: pd.DataFrame) -> pd.DataFrame:
     return windows[windows["backs_published"].fillna(False).astype(bool)]
 
 
+def _findings(lines: list[str]) -> list[str]:
+    """What the evidence showed that the sweep did not say (issue #23): first, since it
+    changes how the numbers below were judged; nothing where there is none."""
+    if not lines:
+        return []
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return [f"<h2>{html.escape(FINDINGS_TITLE)}</h2>", f"<ul class='findings'>{items}</ul>"]
+
+
 def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                   data_docs: Path | None = None) -> str:
     published = published_entries(con, run_id)
@@ -263,6 +273,7 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         "<p class='note'>Only validated (published) entries appear in the plots and tables "
         "below; entries that failed a rule are listed in their own section at the end. "
         "Rates count delivered tokens from per-request usage, never chunks.</p>", docs,
+        *_findings(speculation_finding_lines(con, run_id)),
         "<h2>Headline entries</h2>",
         _table(headline, ["arm", "workload", "metric", "phase", "scope", "concurrency",
                           "numerator", "value", "unit", "ci95_low", "ci95_high",

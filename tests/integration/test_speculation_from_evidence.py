@@ -87,3 +87,15 @@ def test_the_terminal_shows_the_finding(run):
     assert line.startswith("- arm quiet: not declared speculative, but 1 of its 1 windows "
                            "speculated (observed: counters) (tokens per chunk ")
     assert "acceptance length" in line and "n_at_least_min" in line
+
+
+def test_report_html_shows_the_finding_first(run):
+    from benchledger.publishing.report_html import render_report
+
+    page = render_report(run["con"], run["run_id"])
+    title = "<h2>Findings (what the evidence showed that the sweep did not say)</h2>"
+    assert page.index(title) < page.index("<h2>Headline entries</h2>")
+    item = page[page.index(title):].split("<li>", 1)[1].split("</li>", 1)[0]
+    assert item.startswith("arm quiet: not declared speculative, but 1 of its 1 windows "
+                           "speculated (observed: counters)")
+    assert "n_at_least_min" in item
