@@ -37,6 +37,7 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
+import psutil
 
 from benchledger.observe import bounded_get, error_text
 from benchledger.progress import ReadinessReporter
@@ -220,55 +221,45 @@ def process_state(pid: int) -> str:
             return f"exited:{os.waitstatus_to_exitcode(status)}"
         return "running"
     except ChildProcessError:
-        pass  # not our child (started by another task process): ask /proc instead
-    fields = proc_stat(pid)
-    return "gone" if fields is None or fields[0] in ("Z", "X") else "running"
+        pass  # not our child (started by another task process): ask the system instead
+    return "running" if _live_process(pid) is not None else "gone"
 
 
 # --- processes recorded by an earlier task (another process, maybe another attempt) --------
 
 
-def proc_stat(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat's fields after the command name (state first), or None."""
+def _live_process(pid: int) -> psutil.Process | None:
+    """The process `pid` while it runs (not exited, not a zombie awaiting its reaper)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        process = psutil.Process(pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        return process
+    except psutil.NoSuchProcess:
         return None
 
 
 def parent_of(pid: int) -> int | None:
-    fields = proc_stat(pid)
-    return int(fields[1]) if fields else None
-
-
-def pid_exists(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return psutil.Process(pid).ppid()
+    except psutil.NoSuchProcess:
+        return None
 
 
 def started_as_recorded(pid: int, started_at: str | None) -> bool:
     """Whether `pid` is still the live process a manifest launched: it started within a
-    minute after the manifest's `started_at`. Without /proc (not Linux) or without a
-    start time it is taken on trust while the pid exists."""
-    fields = proc_stat(pid)
-    if fields is None:
-        return not Path("/proc/self").exists() and pid_exists(pid)
-    if fields[0] in ("Z", "X"):  # exited, not yet reaped
-        return False
-    if not started_at:
-        return True
+    minute after the manifest's `started_at`. Without a start time (or one the system will
+    not tell) it is taken on trust while the process runs."""
     try:
-        boot_s = next(float(line.split()[1]) for line in
-                      Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
-        started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        process = _live_process(pid)
+        if process is None:
+            return False
+        if not started_at:
+            return True
+        started_s = process.create_time()
         recorded_s = datetime.fromisoformat(started_at).timestamp()
-    except (OSError, ValueError, StopIteration, IndexError):
-        return True
+    except (psutil.AccessDenied, psutil.NoSuchProcess, ValueError):
+        return psutil.pid_exists(pid)
     return recorded_s - 2 <= started_s <= recorded_s + 60
 
 

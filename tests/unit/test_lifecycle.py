@@ -5,6 +5,7 @@ never run through a shell; secrets stay out of what is recorded."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -365,3 +366,26 @@ def test_the_simulator_gets_port_and_seed_by_position(tmp_path):
     assert argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--seed") + 1] == "7"
     assert argv[argv.index("--model") + 1] == "{port}-{seed}"  # a name, not a template
+
+
+def test_a_recorded_pid_is_that_process_only_while_its_start_time_matches():
+    """An earlier attempt's server is stopped only while its pid is still that server: a
+    process started at another time (the number reused) is a stranger."""
+    import subprocess
+    from datetime import UTC, datetime, timedelta
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        now = datetime.now(UTC)
+        assert lifecycle.started_as_recorded(proc.pid, now.isoformat())
+        assert lifecycle.started_as_recorded(proc.pid, None)  # no time: taken on trust
+        assert not lifecycle.started_as_recorded(proc.pid, (now - timedelta(hours=1)).isoformat())
+        assert not lifecycle.started_as_recorded(proc.pid, (now + timedelta(hours=1)).isoformat())
+        assert lifecycle.parent_of(proc.pid) == os.getpid()
+    finally:
+        proc.kill()
+    time.sleep(0.2)  # a zombie until reaped: already not the running server
+    assert not lifecycle.started_as_recorded(proc.pid, now.isoformat())
+    proc.wait()
+    assert not lifecycle.started_as_recorded(proc.pid, now.isoformat())
+    assert lifecycle.parent_of(proc.pid) is None
