@@ -169,9 +169,12 @@ def test_a_starved_event_loop_shows_in_the_ruler(server, monkeypatch):
         loop = asyncio.get_running_loop()
 
         def block():
+            # Busy (the loop's CPU share rises) but yielding the GIL at every turn: the
+            # server is a thread of this process, and must go on sending while the loop
+            # is blocked for its events to pile up and arrive bunched.
             end = time.perf_counter() + 0.02
             while time.perf_counter() < end:
-                pass
+                time.sleep(0)
             handle[0] = loop.call_later(0.005, block)
 
         handle = [loop.call_later(0.005, block)]
@@ -183,8 +186,10 @@ def test_a_starved_event_loop_shows_in_the_ruler(server, monkeypatch):
     monkeypatch.setattr("benchledger.client.window.drive_part", starved)
     hungry = measure_window(Target(server.base, "steady"), spec(requests=4, warmup=0,
                                                                 concurrency=2))
-    assert calm.accounting["client_lag_p99_ms"] < 5, calm.accounting
+    # calm is a few ms at most even on a loaded machine; the starved loop is 20 ms late
     assert hungry.accounting["client_lag_p99_ms"] > 10, hungry.accounting
+    assert hungry.accounting["client_lag_p99_ms"] > 2 * calm.accounting["client_lag_p99_ms"], (
+        calm.accounting, hungry.accounting)
     assert hungry.accounting["bunched_event_fraction"] > \
         calm.accounting["bunched_event_fraction"] + 0.1
     assert hungry.accounting["client_cpu_share"] > calm.accounting["client_cpu_share"]
