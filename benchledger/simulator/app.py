@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from benchledger.simulator import protocol
 from benchledger.simulator.clocks import gpu_clocks
+from benchledger.simulator.dcgm_page import render_dcgm
 from benchledger.simulator.engine import VERSION, Engine, SimConfig, SimRequest
 from benchledger.simulator.metrics import CONTENT_TYPE, render_metrics
 from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuilder, sse
@@ -24,10 +25,12 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
     """The ASGI app; the engine loop and the stats logger run for the app's lifespan."""
     engine = engine or Engine(config)
     ready_at = [float("inf")]  # monotonic time after which /health, /v1/models answer 200
+    started_at = [time.monotonic()]  # the pretend GPUs' energy counters count from here
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        ready_at[0] = time.monotonic() + config.startup_delay_s
+        started_at[0] = time.monotonic()
+        ready_at[0] = started_at[0] + config.startup_delay_s
         tasks = [asyncio.create_task(engine.run()), asyncio.create_task(engine.log_loop())]
         try:
             yield
@@ -86,6 +89,12 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         """Pretend nvidia-smi clocks: load clocks while any request is in the engine."""
         return JSONResponse(gpu_clocks(config, engine.under_load))
 
+    async def dcgm(_request: Request) -> Response:
+        """Pretend dcgm-exporter page of this node's GPUs (simulator/dcgm_page.py)."""
+        return Response(render_dcgm(config, engine.under_load,
+                                    time.monotonic() - started_at[0], engine.busy_s),
+                        media_type=CONTENT_TYPE)
+
     async def api_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -100,6 +109,7 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         Route("/version", version),
         Route("/metrics", metrics),
         Route("/clocks", clocks),
+        Route("/dcgm", dcgm),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={ApiError: api_error})

@@ -250,6 +250,7 @@ class Engine:
                                          config.prefix_cache_max_blocks)
                              if config.prefix_cache else None)
         self._admitted_total = 0  # since process start; picks the requests that stall
+        self.busy_s = 0.0  # seconds spent stepping since start: the pretend GPUs' load
 
     @property
     def num_running(self) -> int:
@@ -324,8 +325,10 @@ class Engine:
             # cached prompt tokens cost nothing; stalled requests sit out the step
             prefill = sum(r.prompt_tokens - r.cached_tokens for r in admitted)
             active = len(self._active(loop.time()))
-            deadline = max(deadline, loop.time()) + self.step_duration(active, prefill)
+            step_s = self.step_duration(active, prefill)
+            deadline = max(deadline, loop.time()) + step_s
             await self._sleep(max(0.0, deadline - loop.time()))
+            self.busy_s += step_s
             self._finish_step(admitted, loop.time())
 
     def _can_admit(self) -> bool:

@@ -38,7 +38,8 @@ GROUPS = {
         "GET /clocks answers like nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,"
         "pstate,clocks_throttle_reasons.active,utilization.gpu: load clocks (P0, 100% "
         "utilization) while any request is in the engine, idle clocks (P8, 0%) otherwise; "
-        "throttle reasons are always none"),
+        "throttle reasons are always none; GET /dcgm prints the same GPUs as NVIDIA's "
+        "dcgm-exporter does, with power and an energy counter that follow the load"),
 }
 
 
@@ -157,6 +158,11 @@ class SimConfig:
         restarts_key="low_clock_restarts", flag="--low-clock", group="clocks")
     low_clock_mhz: int = setting(
         494, "GPU 0's clock under load with --low-clock", gt=0, group="clocks")
+    idle_power_w: float = setting(
+        60.0, "power each pretend GPU draws when idle (GET /dcgm)", gt=0, group="clocks")
+    load_power_w: float = setting(
+        450.0, "power each pretend GPU draws under load at --sm-clock-mhz, scaled by its "
+               "clock (GET /dcgm)", gt=0, group="clocks")
     metrics_generation_scale: float = setting(
         1.0, "models a server whose counters disagree with what it delivered: /metrics "
              "reports its generation counter (vllm:generation_tokens_total, or that of the "
@@ -179,6 +185,7 @@ class SimConfig:
             "sm_clock_mhz": self.sm_clock_mhz <= self.max_sm_clock_mhz,
             "idle_sm_clock_mhz": self.idle_sm_clock_mhz <= self.max_sm_clock_mhz,
             "low_clock_mhz": not self.low_clock or self.low_clock_mhz <= self.sm_clock_mhz,
+            "load_power_w": self.idle_power_w <= self.load_power_w,
         }
         bad = [option.name for option in OPTIONS
                if not (option.in_range(getattr(self, option.name))

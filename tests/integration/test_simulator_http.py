@@ -416,6 +416,35 @@ def test_clocks_are_idle_when_idle_and_at_load_clock_during_a_stream(gpu_sim: Si
            "idle_sm_clock_mhz=210 low_clock=off" in gpu_sim.log()
 
 
+def test_the_dcgm_page_follows_the_load(low_clock_sim: Sim) -> None:
+    """GET /dcgm as dcgm-exporter prints it: idle clocks and power while idle, GPU 0 stuck
+    at its low clock during a stream, and energy counters that grow, faster under load."""
+    from benchledger.dcgm import parse_dcgm_page
+
+    def dcgm() -> list[dict]:
+        answer = httpx.get(low_clock_sim.url + "/dcgm")
+        assert answer.status_code == 200
+        return parse_dcgm_page(answer.text, "/dcgm")
+
+    idle = dcgm()
+    assert [(g["sm_clock_mhz"], g["power_w"]) for g in idle] == [(210.0, 60.0)] * 2
+    body = _chat_body("Tell me a long story.", 4000) | {"stream": True}
+    with httpx.stream("POST", low_clock_sim.url + "/v1/chat/completions", json=body,
+                      timeout=10) as response:
+        events = _sse_events(response.iter_text())
+        next(events)
+        time.sleep(0.5)
+        busy = dcgm()
+    _wait_idle(low_clock_sim)
+    assert [g["sm_clock_mhz"] for g in busy] == [494.0, 2400.0]
+    assert busy[0]["power_w"] < busy[1]["power_w"] == 450.0
+    after = dcgm()
+    for before, during, then in zip(idle, busy, after, strict=True):
+        assert before["energy_j"] < during["energy_j"] <= then["energy_j"]
+    # the stuck GPU 0 drew less than GPU 1 while the engine stepped
+    assert after[1]["energy_j"] - idle[1]["energy_j"] > after[0]["energy_j"] - idle[0]["energy_j"]
+
+
 def test_default_server_lists_one_gpu(spec_sim: Sim) -> None:
     gpus = _clocks(spec_sim)
     assert [g["index"] for g in gpus] == [0]
