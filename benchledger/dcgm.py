@@ -69,7 +69,7 @@ def _wanted_lines(text: str) -> str:
         if line.startswith("#"):
             if len(words) >= 3 and words[1] in ("HELP", "TYPE") and words[2] in FIELDS:
                 kept.append(line)
-        elif words and line.split("{", 1)[0].split(" ", 1)[0] in FIELDS:
+        elif words and words[0].split("{", 1)[0] in FIELDS:
             kept.append(line)
     return "\n".join(kept) + "\n"
 
@@ -96,7 +96,9 @@ def parse_dcgm_page(text: str, source: str = "<dcgm-exporter>") -> list[dict[str
                 raise DcgmPageError(f"{source}: a {sample.name} row has no gpu label: "
                                     f"{labels}")
             device = (labels["gpu"], labels.get("UUID", ""))
-            gpu = gpus.setdefault(device, _new_gpu(labels, source))
+            if device not in gpus:
+                gpus[device] = _new_gpu(labels, source)
+            gpu = gpus[device]
             key, factor = field
             value = sample.value
             if not math.isfinite(value):

@@ -232,11 +232,15 @@ def _live_process(pid: int) -> psutil.Process | None:
     """The process `pid` while it runs (not exited, not a zombie awaiting its reaper)."""
     try:
         process = psutil.Process(pid)
-        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-            return None
-        return process
     except psutil.NoSuchProcess:
         return None
+    try:
+        status = process.status()
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied:
+        return process  # it exists; only its state is withheld
+    return None if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else process
 
 
 def parent_of(pid: int) -> int | None:

@@ -37,43 +37,47 @@ FIELDS = (  # name, type, help (dcgm-exporter's default-counters.csv wording)
 FB_USED_MIB = 70_000  # weights and KV cache: held whether or not requests run
 
 
-def gpu_power_w(config: SimConfig, index: int, under_load: bool) -> float:
-    """Watts GPU `index` draws now (see the module docstring)."""
+def gpu_power_w(config: SimConfig, clock_mhz: float, under_load: bool) -> float:
+    """Watts a GPU at `clock_mhz` draws now (see the module docstring)."""
     if not under_load:
         return config.idle_power_w
-    clock = config.load_clock_mhz if index == 0 else config.sm_clock_mhz
-    return config.load_power_w * clock / config.sm_clock_mhz
+    return config.load_power_w * clock_mhz / config.sm_clock_mhz
 
 
-def gpu_energy_mj(config: SimConfig, index: int, alive_s: float, busy_s: float) -> int:
-    """The energy counter of GPU `index` after `alive_s` seconds, `busy_s` of them stepping."""
-    extra_w = gpu_power_w(config, index, True) - config.idle_power_w
+def gpu_energy_mj(config: SimConfig, load_clock_mhz: float, alive_s: float,
+                  busy_s: float) -> int:
+    """The energy counter of a GPU that runs at `load_clock_mhz` under load, after
+    `alive_s` seconds, `busy_s` of them stepping."""
+    extra_w = gpu_power_w(config, load_clock_mhz, True) - config.idle_power_w
     return int((config.idle_power_w * alive_s + extra_w * busy_s) * 1000)
 
 
 def render_dcgm(config: SimConfig, under_load: bool, alive_s: float, busy_s: float,
                 hostname: str | None = None) -> str:
-    """The whole page, one row per GPU and field, labelled as dcgm-exporter labels them."""
+    """The whole page, one row per GPU and field, labelled as dcgm-exporter labels them.
+    Clocks come from the same pretend GPUs /clocks shows (clocks.gpu_clocks)."""
     host = hostname or socket.gethostname()
-    clocks = gpu_clocks(config, under_load)["gpus"]
-    values = {}
-    for gpu in clocks:
+    now = gpu_clocks(config, under_load)["gpus"]
+    loaded = gpu_clocks(config, True)["gpus"]  # the clocks the energy's busy seconds ran at
+    rows = []  # (labels, {field: value}) per GPU
+    for gpu, at_load in zip(now, loaded, strict=True):
         i = gpu["index"]
-        values[i] = {
+        labels = (f'gpu="{i}",UUID="{gpu_uuid(config, host, i)}",device="nvidia{i}",'
+                  f'modelName="Simulated GPU",Hostname="{host}"')
+        power = gpu_power_w(config, at_load["sm_clock_mhz"], under_load)
+        rows.append((labels, {
             "DCGM_FI_DEV_SM_CLOCK": gpu["sm_clock_mhz"],
             "DCGM_FI_DEV_MAX_SM_CLOCK": gpu["max_sm_clock_mhz"],
-            "DCGM_FI_DEV_POWER_USAGE": f"{gpu_power_w(config, i, under_load):.6f}",
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gpu_energy_mj(config, i, alive_s, busy_s),
+            "DCGM_FI_DEV_POWER_USAGE": f"{power:.6f}",
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gpu_energy_mj(
+                config, at_load["sm_clock_mhz"], alive_s, busy_s),
             "DCGM_FI_DEV_GPU_UTIL": gpu["utilization_gpu"],
             "DCGM_FI_DEV_FB_USED": FB_USED_MIB,
-            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0}
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0}))
     lines = []
     for name, kind, help_text in FIELDS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for i in values:
-            labels = (f'gpu="{i}",UUID="{gpu_uuid(config, host, i)}",device="nvidia{i}",'
-                      f'modelName="Simulated GPU",Hostname="{host}"')
-            lines.append(f"{name}{{{labels}}} {values[i][name]}")
+        lines += [f"{name}{{{labels}}} {values[name]}" for labels, values in rows]
     return "\n".join(lines) + "\n"
 
 

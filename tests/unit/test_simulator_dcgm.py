@@ -27,7 +27,7 @@ def test_the_energy_counter_is_idle_power_over_life_plus_the_loads_extra_while_s
     gpus = parse_dcgm_page(render_dcgm(config, False, alive_s=100.0, busy_s=40.0))
     expected_j = 60.0 * 100.0 + (450.0 - 60.0) * 40.0
     assert [g["energy_j"] for g in gpus] == [expected_j, expected_j]
-    assert gpu_energy_mj(config, 0, 100.0, 40.0) == expected_j * 1000  # mJ on the page
+    assert gpu_energy_mj(config, 2400, 100.0, 40.0) == expected_j * 1000  # mJ on the page
     idle = parse_dcgm_page(render_dcgm(config, False, alive_s=100.0, busy_s=0.0))
     assert {g["power_w"] for g in idle} == {60.0} and {g["sm_clock_mhz"] for g in idle} == {210.0}
 
