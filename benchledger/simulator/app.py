@@ -1,4 +1,8 @@
-"""Starlette app of the simulator: vLLM's OpenAI-compatible endpoints over one Engine."""
+"""Starlette app of the simulator: vLLM's OpenAI-compatible endpoints over one Engine.
+
+The same app serves the head of a deployment of pretend nodes (expect_nodes > 0, see
+nodes.py): it adds /nodes and is not ready until every node joined. A pretend node itself
+serves nodes.create_node_app instead."""
 
 from __future__ import annotations
 
@@ -18,12 +22,17 @@ from benchledger.simulator.clocks import gpu_clocks
 from benchledger.simulator.dcgm_page import render_dcgm
 from benchledger.simulator.engine import VERSION, Engine, SimConfig, SimRequest
 from benchledger.simulator.metrics import CONTENT_TYPE, render_metrics
+from benchledger.simulator.nodes import Head, load_body
 from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuilder, sse
 
 
-def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
-    """The ASGI app; the engine loop and the stats logger run for the app's lifespan."""
+def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | None = None,
+               expect_nodes: int = 0) -> Starlette:
+    """The ASGI app; the engine loop and the stats logger run for the app's lifespan.
+    `hostname` labels the /dcgm page (default: this machine's); `expect_nodes` > 0 makes
+    it the head of that many pretend nodes."""
     engine = engine or Engine(config)
+    head = Head(engine, expect_nodes) if expect_nodes > 0 else None
     ready_at = [float("inf")]  # monotonic time after which /health, /v1/models answer 200
     started_at = [time.monotonic()]  # the pretend GPUs' energy counters count from here
 
@@ -39,9 +48,15 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def require_ready() -> None:
+    def not_ready() -> str | None:
+        """Why the server cannot serve yet, or None when it is ready."""
         if time.monotonic() < ready_at[0]:
-            raise ApiError(503, "the model is still loading", "ServiceUnavailableError")
+            return "the model is still loading"
+        return head.waiting_message() if head else None
+
+    def require_ready() -> None:
+        if (reason := not_ready()) is not None:
+            raise ApiError(503, reason, "ServiceUnavailableError")
 
     async def ready_json_body(request: Request):
         """The POST body of a server that is ready, or the ApiError a server answers."""
@@ -67,8 +82,7 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
     async def health(_request: Request) -> Response:
         if not config.health:  # a server without a health endpoint (--no-health)
             return Response(status_code=404)
-        ready = time.monotonic() >= ready_at[0]
-        return Response(status_code=200 if ready else 503)
+        return Response(status_code=503 if not_ready() else 200)
 
     async def models(_request: Request) -> Response:
         # Loading: a server without /health must not look ready here early either
@@ -92,8 +106,13 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
     async def dcgm(_request: Request) -> Response:
         """Pretend dcgm-exporter page of this node's GPUs (simulator/dcgm_page.py)."""
         return Response(render_dcgm(config, engine.under_load,
-                                    time.monotonic() - started_at[0], engine.busy_s),
+                                    time.monotonic() - started_at[0], engine.busy_s,
+                                    hostname),
                         media_type=CONTENT_TYPE)
+
+    async def load(_request: Request) -> Response:
+        """The engine's load, which the pretend nodes' GPUs follow (nodes.py)."""
+        return JSONResponse(load_body(engine.under_load, engine.busy_s, engine.slowdown))
 
     async def api_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -110,10 +129,13 @@ def create_app(config: SimConfig, engine: Engine | None = None) -> Starlette:
         Route("/metrics", metrics),
         Route("/clocks", clocks),
         Route("/dcgm", dcgm),
+        Route("/load", load),
+        *(head.routes() if head else []),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={ApiError: api_error})
     app.state.engine = engine
+    app.state.head = head
     return app
 
 

@@ -3,9 +3,10 @@ pstate,clocks_throttle_reasons.active,utilization.gpu``.
 
 Under load (any request in the engine) every GPU runs at sm_clock_mhz in P0 at 100%
 utilization; idle GPUs clock down to idle_sm_clock_mhz in P8 at 0% (as real GPUs do, which
-is why a harness must sample clocks under load). Low-clock mode models a node whose GPU 0
-stays at low_clock_mhz under load while reporting no throttle reason; the engine runs that
-much slower (SimConfig.clock_slowdown). Throttle reasons are always reported as none.
+is why a harness must sample clocks under load). Low-clock mode models a node whose GPU
+low_clock_gpu (default 0) stays at low_clock_mhz under load while reporting no throttle
+reason; the engine runs that much slower (SimConfig.clock_slowdown). Throttle reasons are
+always reported as none.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def gpu_clocks(config: SimConfig, under_load: bool) -> dict[str, Any]:
     for index in range(config.num_gpus):
         if not under_load:
             clock, pstate, utilization = config.idle_sm_clock_mhz, "P8", 0
-        elif index == 0:
+        elif index == config.low_clock_gpu:
             clock, pstate, utilization = config.load_clock_mhz, "P0", 100
         else:
             clock, pstate, utilization = config.sm_clock_mhz, "P0", 100
@@ -39,8 +40,9 @@ def clock_summary(config: SimConfig) -> str:
                f"max_sm_clock_mhz={config.max_sm_clock_mhz} "
                f"idle_sm_clock_mhz={config.idle_sm_clock_mhz}")
     if config.low_clock:
-        summary += (f" low_clock=on (GPU 0 at {config.low_clock_mhz} MHz under load, no "
-                    f"throttle reason; steps {config.clock_slowdown:.3f}x slower)")
+        summary += (f" low_clock=on (GPU {config.low_clock_gpu} at {config.low_clock_mhz} MHz "
+                    f"under load, no throttle reason; steps {config.clock_slowdown:.3f}x "
+                    f"slower)")
     else:
         summary += " low_clock=off"
     return summary

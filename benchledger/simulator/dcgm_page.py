@@ -10,9 +10,10 @@ the reasons are not default exporter fields; a cluster adds them to its counters
 so does this page.
 
 Power follows the clock: idle_power_w while idle, load_power_w * clock / sm_clock under
-load (GPU 0 in low-clock mode draws less, as a down-clocked GPU does). Energy is exact for
-that model: idle power over the process's life plus the load's extra power over the
-seconds the engine spent stepping (Engine.busy_s), so it only grows.
+load (the stuck GPU in low-clock mode, --low-clock-gpu, draws less, as a down-clocked GPU
+does). Energy is exact for that model: idle power over the process's life plus the load's
+extra power over the seconds the engine spent stepping (Engine.busy_s; on a pretend node,
+the head's, see nodes.py), so it only grows.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ Automatic prefix caching (on by default, as in vLLM v1) makes a request's prefil
 only its uncached prompt tokens. For drain tests every Nth admitted request can stall
 (``stall_every``): it stays running but skips steps, emitting nothing, for ``stall_s``.
 
-Pretend GPU clocks (see clocks.py) only change timing in ``low_clock`` mode: GPU 0 is
-stuck at ``low_clock_mhz`` under load, so every step (decode and prefill) takes
-sm_clock_mhz / low_clock_mhz times longer.
+Pretend GPU clocks (see clocks.py) only change timing in ``low_clock`` mode: GPU
+``low_clock_gpu`` is stuck at ``low_clock_mhz`` under load, so every step (decode and
+prefill) takes sm_clock_mhz / low_clock_mhz times longer. The head of a deployment of
+pretend nodes (nodes.py) steps at the pace of its slowest node's GPU (``node_slowdown``).
 """
 
 from __future__ import annotations
@@ -251,6 +252,9 @@ class Engine:
                              if config.prefix_cache else None)
         self._admitted_total = 0  # since process start; picks the requests that stall
         self.busy_s = 0.0  # seconds spent stepping since start: the pretend GPUs' load
+        # Set by the head of a deployment (nodes.Head): the slowest pretend node's
+        # sm_clock / load_clock, since a distributed engine steps at its slowest GPU's pace.
+        self.node_slowdown = 1.0
 
     @property
     def num_running(self) -> int:
@@ -259,6 +263,12 @@ class Engine:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def slowdown(self) -> float:
+        """Step-time multiplier from the clocks: this server's own GPUs' or its slowest
+        pretend node's, whichever is slower."""
+        return max(self.config.clock_slowdown, self.node_slowdown)
 
     @property
     def under_load(self) -> bool:
@@ -304,13 +314,13 @@ class Engine:
 
     def step_duration(self, running: int, prefill_tokens: int) -> float:
         """Seconds one step takes with `running` requests and `prefill_tokens` to prefill
-        (both parts stretched by the clock slowdown in low-clock mode)."""
+        (both parts stretched by the clock slowdown: low-clock mode, or a slow node)."""
         c = self.config
         decode = c.step_ms / 1000.0 * (1.0 + c.batch_penalty * max(0, running - 1))
         if c.speculative:
             decode *= c.spec_step_overhead
         return ((decode + prefill_tokens / c.prefill_tok_s) * self.speed_factor
-                * c.clock_slowdown)
+                * self.slowdown)
 
     async def run(self) -> None:
         """Step forever. Oversleeping is paid back on the next step (at most one step's

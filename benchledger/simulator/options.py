@@ -147,17 +147,22 @@ class SimConfig:
     log_interval_s: float = setting(
         1.0, "seconds between vLLM-style throughput log lines; fractions work (e.g. 0.25)",
         gt=0, sweep=True, passed=ALWAYS)
-    num_gpus: int = setting(1, "GPUs listed by /clocks", ge=1, group="clocks", metavar="N")
+    num_gpus: int = setting(1, "GPUs listed by /clocks", ge=1, sweep=True, group="clocks",
+                            metavar="N")
     sm_clock_mhz: int = setting(2400, "SM clock under load", gt=0, group="clocks")
     max_sm_clock_mhz: int = setting(2520, "max SM clock", gt=0, group="clocks")
     idle_sm_clock_mhz: int = setting(210, "SM clock when idle", gt=0, group="clocks")
     low_clock: bool = setting(
         False, "models a node stuck at a low clock with no throttle reason reported: under "
-               "load GPU 0 stays at --low-clock-mhz and every step (decode and prefill) takes "
-               "sm-clock / low-clock times longer (about 4.9x with the defaults)",
+               "load the stuck GPU (--low-clock-gpu, default 0) stays at --low-clock-mhz and "
+               "every step (decode and prefill) takes sm-clock / low-clock times longer (about "
+               "4.9x with the defaults)",
         restarts_key="low_clock_restarts", flag="--low-clock", group="clocks")
     low_clock_mhz: int = setting(
-        494, "GPU 0's clock under load with --low-clock", gt=0, group="clocks")
+        494, "the stuck GPU's clock under load with --low-clock", gt=0, group="clocks")
+    low_clock_gpu: int = setting(
+        0, "which GPU is stuck with --low-clock (its index)", ge=0, sweep=True,
+        group="clocks", metavar="INDEX")
     idle_power_w: float = setting(
         60.0, "power each pretend GPU draws when idle (GET /dcgm)", gt=0, group="clocks")
     load_power_w: float = setting(
@@ -185,6 +190,8 @@ class SimConfig:
             "sm_clock_mhz": self.sm_clock_mhz <= self.max_sm_clock_mhz,
             "idle_sm_clock_mhz": self.idle_sm_clock_mhz <= self.max_sm_clock_mhz,
             "low_clock_mhz": not self.low_clock or self.low_clock_mhz <= self.sm_clock_mhz,
+            # with no GPU at all, the fault is num_gpus's alone
+            "low_clock_gpu": self.num_gpus < 1 or self.low_clock_gpu < self.num_gpus,
             "load_power_w": self.idle_power_w <= self.load_power_w,
         }
         bad = [option.name for option in OPTIONS
@@ -195,7 +202,8 @@ class SimConfig:
 
     @property
     def load_clock_mhz(self) -> int:
-        """SM clock of GPU 0 under load (the low clock in low-clock mode)."""
+        """SM clock of the stuck GPU (low_clock_gpu) under load: the low clock in low-clock
+        mode, else sm_clock_mhz like every GPU."""
         return self.low_clock_mhz if self.low_clock else self.sm_clock_mhz
 
     @property

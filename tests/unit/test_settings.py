@@ -75,6 +75,8 @@ low_clock_restarts = [0, 2]
 metrics_generation_scale = 0.9
 metrics_family = "llamacpp"
 health = false
+num_gpus = 4
+low_clock_gpu = 2
 [[arms]]
 name = "stall-default-s"
 server = "simulator"
@@ -113,8 +115,8 @@ def _all_flags(low_clock: bool) -> list[str]:
             "--acceptance-code", "0.7", "--acceptance-prose", "0.3",
             "--startup-delay-s", "1.5", "--no-usage", "--no-prefix-cache",
             "--stall-every", "4", "--stall-s", "2.0", "--log-interval-s", "0.5",
-            *(["--low-clock"] if low_clock else []), "--metrics-generation-scale", "0.9",
-            "--metrics-family", "llamacpp", "--no-health"]
+            "--num-gpus", "4", *(["--low-clock"] if low_clock else []), "--low-clock-gpu", "2",
+            "--metrics-generation-scale", "0.9", "--metrics-family", "llamacpp", "--no-health"]
 
 
 EVERY_KEY_ARGV = {
@@ -166,7 +168,7 @@ SWEEP_KEYS = {
     "acceptance_code": 0.8, "acceptance_prose": 0.45, "startup_delay_s": 0.0,
     "prefix_cache": True, "stall_every": 0, "stall_s": 600.0, "log_interval_s": 1.0,
     "low_clock_restarts": [], "metrics_generation_scale": 1.0,
-    "metrics_family": "vllm", "health": True,
+    "metrics_family": "vllm", "health": True, "num_gpus": 1, "low_clock_gpu": 0,
 }
 
 
