@@ -16,7 +16,7 @@ from benchledger.local_run import CliError, execute_on_cluster, execute_sweep, f
 from benchledger.sweep import SweepError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEMO_SWEEP = REPO_ROOT / "dags" / "sweeps" / "demo.toml"
+BUNDLED_SWEEPS = REPO_ROOT / "dags" / "sweeps"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -36,11 +36,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if not DEMO_SWEEP.exists():
-        raise CliError(f"demo sweep not found at {DEMO_SWEEP} (run from a source checkout)")
+    sweep = BUNDLED_SWEEPS / f"{args.sweep}.toml"
+    if not sweep.exists():
+        known = sorted(p.stem for p in BUNDLED_SWEEPS.glob("*.toml"))
+        raise CliError(f"bundled sweep not found at {sweep} (run from a source checkout; "
+                       f"bundled: {', '.join(known) or 'none'})")
     home = Path(args.dir).resolve()
     warehouse = home / "warehouse.duckdb"
-    outcome = execute_sweep(DEMO_SWEEP, warehouse, home, publish=True)
+    outcome = execute_sweep(sweep, warehouse, home, publish=True)
     return finish_run(outcome, warehouse)
 
 
@@ -203,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the bundled demo sweep on the built-in simulator")
     demo.add_argument("--dir", default="benchledger-demo",
                       help="folder for the warehouse, raw files and Airflow state")
+    demo.add_argument("--sweep", default="demo", metavar="NAME",
+                      help="which bundled sweep of dags/sweeps/ (default: %(default)s; "
+                           "four_nodes: one model across four pretend nodes)")
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", help="run one sweep through its Airflow DAG on this machine")

@@ -127,7 +127,9 @@ def refuse_unserved_queues(client: ApiClient, sweep: Sweep) -> None:
     served = served_queues(client)
     if "*" in served:
         return
-    wanted = {DEFAULT_QUEUE} | {arm.node for arm in sweep.arms if arm.node != "local"}
+    # every node of every arm's deployment: the head's and each further process's
+    wanted = {DEFAULT_QUEUE} | {arm.node for arm in sweep.arms if arm.node != "local"} | {
+        process.node for arm in sweep.arms for process in arm.processes}
     unserved = sorted(wanted - served)
     if unserved:
         raise ClusterError(f"no live edge worker serves queue(s) {', '.join(unserved)} "

@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from benchledger import topology
 from benchledger.observe import bounded_get, error_text
 from benchledger.progress import ReadinessReporter
 from benchledger.redaction import REDACTED, is_secret_name, redact, redact_argv, redact_command_text
@@ -51,8 +52,10 @@ from benchledger.sweep import Arm
 VOLATILE_KEYS = {"created", "id_permission", "permission", "root_created"}
 # Environment variables that change what a server does; recorded with the command line.
 ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLEDGER_SIM_")
-# The only text replaced in an arm's command and base_url.
+# The only text replaced in an arm's command and base_url (and, for an arm that spans
+# nodes, the tokens benchledger.topology lists).
 PORT_TOKEN = "{port}"
+LOOPBACK = "127.0.0.1"
 # Readiness: one probe's bound, the pause between probes, and the path tried when the
 # health path answers 404 (servers without /health, e.g. llama-cpp-python's, serve it).
 PROBE_TIMEOUT_S = 5.0
@@ -117,39 +120,62 @@ class ServerHandle:
         return cls(**data)
 
 
-def free_port() -> int:
-    """A currently free TCP port on loopback (the server binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port(host: str = LOOPBACK) -> int:
+    """A currently free TCP port on `host`, this machine's address the process will bind
+    (the server binds it moments later); on loopback when `host` is not one of this
+    machine's (a name another machine resolves: the port is then only a guess there too)."""
+    for address in dict.fromkeys([host, LOOPBACK]):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((address, 0))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise OSError(f"no free TCP port on {host} or {LOOPBACK}")
 
 
-def simulator_argv(arm: Arm, restart_index: int, port: str, seed: str) -> list[str]:
+def simulator_argv(arm: Arm, restart_index: int, port: str, seed: str,
+                   template: bool = False) -> list[str]:
     """`benchledger simulator` for an arm with the given port and seed, by position (no
     text substitution: a model name containing "{port}" stays a model name). The
     [arms.simulator] values become flags as the simulator's settings declare
     (benchledger.simulator.options.launch_flags)."""
-    argv = [sys.executable, "-m", "benchledger.simulator", "--host", "127.0.0.1",
+    # The recorded template leaves where a head runs out (as its port and seed): two arms
+    # of one setting on other nodes are one configuration.
+    host = "{address}" if template and arm.spans_nodes else _bind_host(arm)
+    argv = [sys.executable, "-m", "benchledger.simulator", "--host", host,
             "--port", port, "--seed", seed, "--model", arm.model]
+    if arm.spans_nodes:  # the head: ready once every pretend node has joined it
+        argv += ["--expect-nodes", str(len(arm.processes)),
+                 "--node-name", "{node}" if template else arm.node]
     if arm.simulator is None:
         return argv
     return argv + launch_flags(arm.simulator.model_dump(), restart_index)
 
 
+def _bind_host(arm: Arm) -> str:
+    """Where the head listens: loopback for a server measured on its own node, its address
+    when the other nodes of its deployment must reach it."""
+    return arm.head_address if arm.spans_nodes else LOOPBACK
+
+
 def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:
     """The simulator's command as recorded: {port} and {seed} are per instance."""
-    return simulator_argv(arm, restart_index, "{port}", "{seed}")
+    return simulator_argv(arm, restart_index, "{port}", "{seed}", template=True)
 
 
-def split_command(arm: Arm) -> list[str]:
-    """The arm's command as arguments (shlex, POSIX rules); never run through a shell."""
+def split_command(arm: Arm, command: str | None = None) -> list[str]:
+    """The arm's command (or `command`, one of its processes') as arguments (shlex, POSIX
+    rules); never run through a shell."""
+    text = arm.command if command is None else command
     try:
-        argv = shlex.split(arm.command or "")
+        argv = shlex.split(text or "")
     except ValueError as exc:  # "No closing quotation", "No escaped character"
-        raise ValueError(f"arm {arm.name!r}: command {redact_command_text(arm.command or '')!r} "
+        raise ValueError(f"arm {arm.name!r}: command {redact_command_text(text or '')!r} "
                          f"cannot be split into arguments: {exc}") from None
     if not argv:
-        raise ValueError(f"arm {arm.name!r}: command {arm.command!r} names no program")
+        raise ValueError(f"arm {arm.name!r}: command {redact_command_text(text or '')!r} "
+                         "names no program")
     return argv
 
 
@@ -167,9 +193,14 @@ def with_port(text: str, port: int) -> str:
 
 
 def instance_argv(arm: Arm, restart_index: int, port: int, seed: int) -> list[str]:
-    """What one restart's process is started with."""
+    """What one restart's process (the head, for an arm that spans nodes) is started with."""
     if arm.server == "simulator":
         return simulator_argv(arm, restart_index, str(port), str(seed))
+    if arm.spans_nodes:
+        head = topology.deployment(arm)[0]
+        values = topology.process_values(head, len(arm.processes) + 1, head.address, port,
+                                         port)
+        return [topology.substitute(part, values) for part in command_template(arm)]
     return [with_port(part, port) for part in command_template(arm, restart_index)]
 
 
@@ -186,10 +217,21 @@ def launch(arm: Arm, log_path: Path, seed: int, restart_index: int = 0) -> Serve
     if arm.server == "external":
         return ServerHandle(base_url=arm.base_url or "", pid=None, port=None, command=None,
                             command_template=None, log_path=None)
-    port = free_port()
+    host = _bind_host(arm)
+    port = free_port(host)
     template = command_template(arm, restart_index)
     argv = instance_argv(arm, restart_index, port, seed)
     mark = new_mark()
+    pid = start_process(argv, log_path, mark, f"arm {arm.name!r}")
+    base_url = with_port(arm.base_url or f"http://{host}:{{port}}", port)
+    return ServerHandle(base_url=base_url, pid=pid, port=port,
+                        command=redact_argv(argv), command_template=redact_argv(template),
+                        log_path=str(log_path), mark=mark)
+
+
+def start_process(argv: list[str], log_path: Path, mark: str, what: str) -> int:
+    """Start argv in a new session, its output appended to log_path and `mark` in its
+    environment; its pid. The Popen object is kept (_STARTED)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
@@ -197,13 +239,10 @@ def launch(arm: Arm, log_path: Path, seed: int, restart_index: int = 0) -> Serve
                                        stdin=subprocess.DEVNULL, start_new_session=True,
                                        env=mark_environment(mark))
         except OSError as exc:  # no such program, not executable, ...
-            raise OSError(exc.errno, f"arm {arm.name!r}: cannot start "
+            raise OSError(exc.errno, f"{what}: cannot start "
                                      f"{redact_argv(argv)[0]!r}: {exc.strerror}") from None
     _STARTED[process.pid] = process
-    base_url = with_port(arm.base_url or "http://127.0.0.1:{port}", port)
-    return ServerHandle(base_url=base_url, pid=process.pid, port=port,
-                        command=redact_argv(argv), command_template=redact_argv(template),
-                        log_path=str(log_path), mark=mark)
+    return process.pid
 
 
 def process_state(pid: int) -> str:
@@ -478,14 +517,20 @@ def describe(handle: ServerHandle, arm: Arm, api_key: str | None = None) -> dict
     headers = auth_headers(api_key)
     models = _get_json(_url(handle.base_url, "/v1/models"), headers)
     version = _get_json(_url(handle.base_url, "/version"), headers)
-    return redact({
+    config = {
         "server": arm.server,
         "model": arm.model,
         "command": handle.command_template,
         "environment": recorded_environment(arm),
         "models": _strip_volatile(models),
         "version": version,
-    }, api_key)
+    }
+    if arm.spans_nodes:  # what runs beside the head, by rank (not where: see the template)
+        config["processes"] = [
+            {"rank": rank, "command": redact_command_text(p.command) if p.command else None,
+             "low_clock": p.low_clock}
+            for rank, p in enumerate(arm.processes, start=1)]
+    return redact(config, api_key)
 
 
 def config_sha256(config: dict) -> str:

@@ -1,17 +1,16 @@
-"""What the server and the node say while a window is measured (docs/protocol.md: T2, T3, T10).
+"""What the server says while a window is measured (docs/protocol.md: T2, T3).
 
-Three observers bracket the measured window (warm-up stays outside):
+Two observers bracket the measured window (warm-up stays outside), beside the GPU
+telemetry of every node of the deployment (benchledger.telemetry):
 
 - MetricsScrape: the server's Prometheus text right before and right after the window,
   kept raw; the warehouse parses it and reconciles the counters' deltas with what the
   client received.
 - LogSlice: the server log lines written during the window (by byte offset, so no clock
   guessing), kept raw; the warehouse parses vLLM's periodic throughput lines.
-- ClockSampler: the node's GPU SM clocks sampled during the window, from `nvidia-smi`
-  or an HTTP endpoint; a node whose clock could not be read is recorded as such.
 
 Observers never raise into the measurement: what failed is recorded in their result, and
-every wait is bounded (bounded_get for HTTP, a timeout on nvidia-smi, a join timeout).
+every wait is bounded (bounded_get for HTTP).
 
 Once a server is ready, `server_family` says whose counters its /metrics carries (vLLM,
 SGLang, llama.cpp's server or TGI, by their metric-name prefixes), unless the arm says so
@@ -21,11 +20,7 @@ itself (arms.server_family); the warehouse reconciles that family's own counters
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import json
-import subprocess
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,11 +42,7 @@ METRICS_TIMEOUT_S = DEFAULT_METRICS_TIMEOUT_S  # the arm's metrics_timeout_s by 
 NO_ENDPOINT = "no endpoint"
 COUNTER_UNREADABLE = "counter unreadable"
 NO_ROUTE_STATUSES = frozenset({404, 410})
-CLOCK_HTTP_TIMEOUT_S = 5.0
-NVIDIA_SMI_TIMEOUT_S = 10.0
-MAX_RECORDED_ERRORS = 20  # per observer and window: a broken clock must not grow the file
-NVIDIA_SMI_QUERY = ("index,clocks.sm,clocks.max.sm,pstate,clocks_throttle_reasons.active,"
-                    "utilization.gpu")
+MAX_RECORDED_ERRORS = 20  # per observer and window: a broken endpoint must not grow the file
 # How each server family names its /metrics (tests/fixtures/metrics/<family>.txt cite the
 # sources): vLLM "vllm:", SGLang "sglang:", llama.cpp's server "llamacpp:", TGI "tgi_".
 FAMILY_PREFIXES = dict(zip(SERVER_FAMILIES, ("vllm:", "sglang:", "llamacpp:", "tgi_"),
@@ -255,107 +246,6 @@ class LogSlice:
         text = data.decode("utf-8", errors="replace")
         self.result.update(from_offset=self.start_offset,
                            lines=text.splitlines(), truncated=len(data) == LOG_SLICE_LIMIT)
-
-
-def parse_nvidia_smi(text: str) -> list[dict]:
-    """Rows of `nvidia-smi --query-gpu=<NVIDIA_SMI_QUERY> --format=csv,noheader,nounits`."""
-    gpus = []
-    for row in csv.reader(io.StringIO(text)):
-        if len(row) < 6:
-            continue
-        index, sm, max_sm, pstate, throttle, util = (c.strip() for c in row[:6])
-        gpus.append({"index": int(index), "sm_clock_mhz": float(sm),
-                     "max_sm_clock_mhz": float(max_sm), "pstate": pstate,
-                     "throttle_reasons": throttle,
-                     "utilization_gpu": float(util) if util not in ("", "[N/A]") else None})
-    return gpus
-
-
-def read_clocks(source: str, url: str | None,
-                headers: dict[str, str] | None = None) -> list[dict]:
-    """One reading of every GPU of this node; raises on any failure (each wait bounded)."""
-    if source == "nvidia-smi":
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
-                             check=True)
-        return parse_nvidia_smi(out.stdout)
-    if source == "http":
-        answer = bounded_get(url or "", CLOCK_HTTP_TIMEOUT_S, headers)
-        if answer.status_code != 200:
-            raise ValueError(f"{url}: HTTP {answer.status_code}")
-        body = answer.json()
-        gpus = body.get("gpus") if isinstance(body, dict) else None
-        if not isinstance(gpus, list):
-            raise ValueError(f"{url}: no list under 'gpus'")
-        return [_gpu_reading(gpu, url) for gpu in gpus]
-    raise ValueError(f"unknown clock source {source!r}")
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _gpu_reading(gpu, url: str | None) -> dict:
-    """One GPU of an HTTP clock answer, checked: the loader must not meet odd values."""
-    if not isinstance(gpu, dict):
-        raise ValueError(f"{url}: a GPU reading is not an object: {str(gpu)[:100]!r}")
-    for key in ("index", "sm_clock_mhz", "max_sm_clock_mhz"):
-        if not _number(gpu.get(key)):
-            raise ValueError(f"{url}: GPU reading {key} is not a number: "
-                             f"{str(gpu.get(key))[:100]!r}")
-    utilization = gpu.get("utilization_gpu")
-    return {"index": int(gpu["index"]), "sm_clock_mhz": float(gpu["sm_clock_mhz"]),
-            "max_sm_clock_mhz": float(gpu["max_sm_clock_mhz"]),
-            "pstate": str(gpu.get("pstate", ""))[:16],
-            "throttle_reasons": str(gpu.get("throttle_reasons", ""))[:200],
-            "utilization_gpu": float(utilization) if utilization is not None
-            and _number(utilization) else None}
-
-
-class ClockSampler:
-    """Samples the node's GPU clocks every `interval_s` while the window runs."""
-
-    def __init__(self, source: str, url: str | None, node: str, interval_s: float = 0.5,
-                 headers: dict[str, str] | None = None):
-        self.source, self.url, self.node, self.interval_s = source, url, node, interval_s
-        self.headers = headers  # only for a clock URL on the server itself (same_origin)
-        self.result: dict = {"source": source, "url": url, "node": node, "samples": [],
-                             "errors": []}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _sample_once(self) -> None:
-        try:
-            gpus = read_clocks(self.source, self.url, self.headers)
-        except Exception as exc:  # recorded: an unreadable clock is "unchecked", not a crash
-            _record_error(self.result, error_text(exc))
-            return
-        sampled_at = _now()
-        for gpu in gpus:
-            self.result["samples"].append({"sampled_at": sampled_at, **gpu})
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample_once()
-            self._stop.wait(self.interval_s)
-
-    def start(self) -> None:
-        if self.source == "none":
-            return
-        self._thread = threading.Thread(target=self._run, name="clock-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread is None:
-            return
-        self._stop.set()
-        # One reading is bounded (nvidia-smi's timeout, bounded_get), so this join is too.
-        self._thread.join(timeout=max(NVIDIA_SMI_TIMEOUT_S, CLOCK_HTTP_TIMEOUT_S) + 5)
-        if self._thread.is_alive():
-            _record_error(self.result, "the sampler thread did not stop in time")
-            return
-        self._sample_once()  # the window's last moment, while it may still be loaded
 
 
 def _guarded(observer, step: str) -> None:

@@ -7,8 +7,11 @@ loader, the CLI, the progress view and the operators ask this module:
     <data>/raw/<run>/<arm>/r<k>/restart.json              one restart's lifecycle manifest
     <data>/raw/<run>/<arm>/r<k>/server.log                the server's own output
     <data>/raw/<run>/<arm>/r<k>/readiness.progress        the wait for it to be ready
+    <data>/raw/<run>/<arm>/r<k>/nodes/<node>.json         a process on another node
+    <data>/raw/<run>/<arm>/r<k>/nodes/<node>.log          its output
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.parquet   one row per request
-    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.observed.json   counters, log, clocks
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.observed.json   counters, log, telemetry errors
+    <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.telemetry.parquet   every node's GPU samples
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.json      the window's manifest (last)
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.started   while an attempt measures it
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.progress  its latest progress report
@@ -40,6 +43,8 @@ READINESS_PROGRESS = "readiness.progress"  # the latest report of the wait for r
 REQUESTS_SUFFIX = ".parquet"
 MANIFEST_SUFFIX = ".json"
 OBSERVED_SUFFIX = ".observed.json"
+TELEMETRY_SUFFIX = ".telemetry.parquet"
+NODES_DIR = "nodes"  # a restart's processes on other nodes: one manifest and log each
 STARTED_SUFFIX = ".started"
 PROGRESS_SUFFIX = ".progress"
 TMP_SUFFIX = ".tmp"  # a file being written; renamed into place when whole
@@ -124,9 +129,40 @@ class RestartManifest(TypedDict, total=False):
     # left running): pid, ppid, pgid, sid, command (redacted), why, signal, alive.
     stray_processes: list[dict[str, Any]]
     crashed_in_window: str
+    # The node whose process died (a multi-node arm's other node, or the head's own).
+    crashed_node: str
+    # Every node the deployment spanned, the head first: node, address, role, rank, host,
+    # pid, its GPUs as its telemetry listed them at readiness, and how its process ended.
+    deployment: list[dict[str, Any]]
     interrupted_windows: list[dict[str, Any]]
     unwritten_windows: list[str]
     status_before_unwritten: RestartStatus | None
+
+
+class NodeManifest(TypedDict, total=False):
+    """One process of a multi-node deployment besides its head (benchledger.deployment):
+    written only by that node's own tasks."""
+
+    restart_id: str
+    node: str  # the sweep's node name (its Airflow queue)
+    address: str
+    rank: int
+    host: str  # the hostname the launch ran on
+    worker_hostname: str | None
+    launch_attempt: int | None
+    status: Literal["launching", "launched", "failed", "stopped", "crashed"]
+    error: str | None
+    started_at: str
+    pid: int | None
+    base_url: str | None
+    command: list[str] | None
+    log_path: str | None
+    server_mark: str | None
+    earlier_launches: list[dict[str, Any]]
+    stopped_at: str
+    stop_status: str
+    ended_before_stop: bool
+    stray_processes: list[dict[str, Any]]
 
 
 class WindowManifest(TypedDict, total=False):
@@ -171,6 +207,8 @@ class WindowManifest(TypedDict, total=False):
     requests_file_sha256: str
     observed_file: str
     observed_file_sha256: str
+    telemetry_file: str  # absent: no telemetry source (or a window from before #24)
+    telemetry_file_sha256: str
 
 
 # The manifest keys the warehouse keeps, as columns of runs, restarts and windows (the
@@ -183,7 +221,8 @@ RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "serv
                    "log_path", "effective_config", "effective_config_sha256",
                    "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
                    "requested_node", "worker_hostname", "interrupted_windows",
-                   "ready_probe", "server_family", "stray_processes")
+                   "ready_probe", "server_family", "stray_processes", "deployment",
+                   "crashed_node")
 WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
                   "concurrency", "submitted", "completed", "failed", "unresolved",
                   "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",
@@ -195,9 +234,9 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "calibration_max_rel_error", "calibration_detail",
                   "tokenizer_special_tokens", "client_workers", "client_lag_p50_ms",
                   "client_lag_p99_ms", "client_lag_max_ms", "client_lag_samples",
-                  "client_cpu_share", "bunched_event_fraction")
+                  "client_cpu_share", "bunched_event_fraction", "telemetry_file_sha256")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
-JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes")
+JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes", "deployment")
 
 
 # --- where things are -----------------------------------------------------------------------
@@ -249,6 +288,12 @@ class RunLayout:
     def readiness_progress(self, arm: str, restart_index: int) -> Path:
         return self.slot_dir(arm, restart_index) / READINESS_PROGRESS
 
+    def node_manifest(self, arm: str, restart_index: int, node: str) -> Path:
+        return self.slot_dir(arm, restart_index) / NODES_DIR / f"{node}{MANIFEST_SUFFIX}"
+
+    def node_log(self, arm: str, restart_index: int, node: str) -> Path:
+        return self.slot_dir(arm, restart_index) / NODES_DIR / f"{node}.log"
+
     def restart_id(self, arm: str, restart_index: int) -> str:
         return f"{self.run_id}/{arm}/r{restart_index}"
 
@@ -268,20 +313,22 @@ def window_stem(workload: str, concurrency: int) -> str:
 
 @dataclass(frozen=True)
 class WindowFiles:
-    """One window's files: requests, observations and manifest (written in that order),
-    the mark of an attempt measuring it and its progress report."""
+    """One window's files: requests, observations, telemetry samples and manifest (the
+    manifest written last), the mark of an attempt measuring it and its progress report."""
 
     requests: Path
     observed: Path
     manifest: Path
     started: Path
     progress: Path
+    telemetry: Path
 
     @classmethod
     def of(cls, stem: Path) -> WindowFiles:
         name = stem.name
         return cls(requests=stem.with_name(name + REQUESTS_SUFFIX),
                    observed=stem.with_name(name + OBSERVED_SUFFIX),
+                   telemetry=stem.with_name(name + TELEMETRY_SUFFIX),
                    manifest=stem.with_name(name + MANIFEST_SUFFIX),
                    started=stem.with_name(name + STARTED_SUFFIX),
                    progress=stem.with_name(name + PROGRESS_SUFFIX))
@@ -311,6 +358,16 @@ def all_restart_manifests(data_dir: Path) -> list[Path]:
     return sorted(raw_root(data_dir).glob(f"*/*/r*/{RESTART_MANIFEST}"))
 
 
+def node_manifests(slot_dir: Path) -> list[Path]:
+    """The manifests of one restart's processes on other nodes."""
+    return sorted((Path(slot_dir) / NODES_DIR).glob(f"*{MANIFEST_SUFFIX}"))
+
+
+def all_node_manifests(data_dir: Path) -> list[Path]:
+    """The node-process manifests of every run under the data dir."""
+    return sorted(raw_root(data_dir).glob(f"*/*/r*/{NODES_DIR}/*{MANIFEST_SUFFIX}"))
+
+
 def run_dir_of_restart(manifest: Path) -> Path:
     """The run folder a restart manifest belongs to."""
     return manifest.parents[2]
@@ -324,7 +381,8 @@ def window_manifests(run_dir: Path) -> list[Path]:
 
 def requests_files(run_dir: Path) -> list[Path]:
     """The requests files (Parquet) of one run folder's windows."""
-    return sorted(Path(run_dir).glob(f"*/r*/*{REQUESTS_SUFFIX}"))
+    return sorted(p for p in Path(run_dir).glob(f"*/r*/*{REQUESTS_SUFFIX}")
+                  if not p.name.endswith(TELEMETRY_SUFFIX))
 
 
 def observed_files(run_dir: Path) -> list[Path]:
@@ -348,10 +406,12 @@ def window_id_of_mark(restart_id: str | None, mark: Path) -> str:
 
 
 def loaded_files(run_dir: Path) -> list[Path]:
-    """The run folder's files the loader reads (manifests, requests and observations;
-    never server.log, whose lines arrive in the observations, nor a writer's .tmp)."""
+    """The run folder's files the loader reads (manifests, requests, observations and
+    telemetry; never server.log, whose lines arrive in the observations, a writer's .tmp,
+    or the node-process manifests, which the restart manifest's deployment sums up)."""
     return sorted(p for p in Path(run_dir).rglob("*")
-                  if p.suffix in (MANIFEST_SUFFIX, REQUESTS_SUFFIX) and p.is_file())
+                  if p.suffix in (MANIFEST_SUFFIX, REQUESTS_SUFFIX) and p.is_file()
+                  and p.parent.name != NODES_DIR)
 
 
 # --- writing and reading --------------------------------------------------------------------

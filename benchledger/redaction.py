@@ -206,14 +206,20 @@ TOML_STRING_BODIES: tuple[Callable[[str], str], ...] = (
 
 
 def _commands(text: str) -> list[str]:
-    """The `command` of every arm of a sweep's TOML text ([] when it is not TOML)."""
+    """The `command` of every arm of a sweep's TOML text and of every process its arms run
+    on other nodes ([] when it is not TOML)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return []  # not a sweep; parsing it says why
     arms = data.get("arms")
-    return [arm["command"] for arm in arms if isinstance(arm, dict)
-            and isinstance(arm.get("command"), str)] if isinstance(arms, list) else []
+    if not isinstance(arms, list):
+        return []
+    arms = [arm for arm in arms if isinstance(arm, dict)]
+    # each arm's head, then the processes it runs on other nodes ([[arms.processes]])
+    tables = arms + [p for arm in arms if isinstance(arm.get("processes"), list)
+                     for p in arm["processes"] if isinstance(p, dict)]
+    return [table["command"] for table in tables if isinstance(table.get("command"), str)]
 
 
 def redact_sweep_text(text: str, source: str = "<sweep>") -> str:

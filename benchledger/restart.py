@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchledger import __version__, lifecycle, progress, raw
+from benchledger import __version__, deployment, lifecycle, progress, raw, telemetry
 from benchledger.client import (
     Target,
     TokenCountUnavailable,
@@ -36,17 +36,11 @@ from benchledger.client import (
     WindowSpec,
     measure_window,
 )
-from benchledger.observe import (
-    ClockSampler,
-    LogSlice,
-    MetricsScrape,
-    observe_all,
-    same_origin,
-    server_family,
-)
+from benchledger.deployment import as_written
+from benchledger.observe import LogSlice, MetricsScrape, observe_all, server_family
 from benchledger.prompts import load_prompt_set
 from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout, WindowFiles
-from benchledger.redaction import REDACTED, redact
+from benchledger.redaction import redact
 from benchledger.restart_record import (
     RawWriteError,
     RestartRecord,
@@ -89,7 +83,7 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict[str, Any]:
     text's (benchledger.sweep.recorded_form)."""
     text, file_sha256 = read_sweep_file(sweep_path)
     sweep = parse_sweep(text, source=str(sweep_path))
-    # Secrets written into an arm's command stay in the file (see _as_written).
+    # Secrets written into an arm's command stay in the file (see deployment.as_written).
     recorded, sha256 = recorded_form(text, file_sha256, str(sweep_path))
     manifest: raw.RunManifest = {
         "run_id": layout.run_id,
@@ -136,34 +130,6 @@ def _recorded_sha256(sweep_path: Path) -> str | None:
         return None
 
 
-class SecretsUnavailable(RuntimeError):
-    """An arm whose command's secrets the run did not record cannot be started: the sweep
-    file they stay in is gone, or now holds another sweep."""
-
-
-def _as_written(layout: RunLayout, arm: Arm, sweep_path: Path | None) -> Arm:
-    """The arm to start: the recorded one, or, when the run recorded its command with its
-    secrets redacted, the same arm read from the sweep file, provided the file's recorded
-    form is still exactly the run's (the same sweep, secrets aside). The task's own path
-    to the file comes first (a worker's DAG bundle), else the one plan recorded."""
-    if arm.server != "command" or REDACTED not in (arm.command or ""):
-        return arm
-    manifest = raw.read_json(layout.run_manifest)
-    path = Path(sweep_path or manifest.get("sweep_path") or "")
-    try:
-        text, file_sha256 = read_sweep_file(path)
-        now = recorded_form(text, file_sha256, str(path))[1]
-        if now == manifest.get("sweep_sha256"):
-            return parse_sweep(text, source=str(path)).arm(arm.name).arm
-        why = (f"it now holds another sweep (sha256 of its recorded form {now}, the run "
-               f"recorded {manifest.get('sweep_sha256')})")
-    except SweepError as exc:
-        why = str(exc)
-    raise SecretsUnavailable(
-        f"arm {arm.name!r}: its command's secrets are kept out of the run's record, so it "
-        f"is started from the sweep file {path}, but {why}; rerun the sweep")
-
-
 # --- launch and readiness -------------------------------------------------------------------
 
 
@@ -185,7 +151,7 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     and `worker_hostname` the worker as Airflow records it, side by side. A retried launch
     first stops the server an earlier, killed attempt started (two servers of one slot
     would share the node's GPU). A command whose secrets the run did not record is read
-    from the sweep file (`_as_written`); what is recorded of it is redacted again."""
+    from the sweep file (`as_written`); what is recorded of it is redacted again."""
     arm = sweep.arm(arm_name).arm
     record = RestartRecord(layout, arm_name, k)
     earlier = record.read()
@@ -200,7 +166,7 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     _api_key(record, arm)  # checked before a server is started for nothing
     try:
         seed = lifecycle.instance_seed(sweep.sweep.name, arm_name, k)
-        handle = lifecycle.launch(_as_written(layout, arm, sweep_path),
+        handle = lifecycle.launch(as_written(layout, arm, sweep_path),
                                   layout.server_log(arm_name, k), seed, k)
     except Exception as exc:
         record.update(status="failed", error=f"launch failed: {exc}")
@@ -247,6 +213,11 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     record = RestartRecord(layout, arm_name, k)
     server = lifecycle.ServerHandle.from_dict(handle)
     api_key = _api_key(record, plan.arm)
+    unlaunched = deployment.launch_problems(layout, sweep, arm_name, k)
+    if unlaunched:  # the head alone is not the deployment: nothing to wait for
+        error = "the deployment did not start on every node: " + "; ".join(unlaunched)
+        record.update(status="failed", error=error)
+        raise lifecycle.ServerNotReady(error)
     try:
         ready = lifecycle.wait_ready(server, plan.arm.health_path, plan.ready_timeout_s,
                                      api_key, plan.arm.api_key_env,
@@ -259,8 +230,14 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     family, family_source = server_family(
         plan.arm.server_family, server.base_url.rstrip("/") + plan.arm.metrics_path,
         lifecycle.auth_headers(api_key), plan.arm.metrics_timeout_s)
+    sources = telemetry.deployment_sources(
+        plan, deployment.base_urls(layout, sweep, arm_name, k, server.base_url),
+        lifecycle.auth_headers(api_key))
+    spanned = deployment.deployment_record(layout, sweep, arm_name, k, record.read(),
+                                           telemetry.gpus_of(sources))
     return record.update(
         status=raw.ready_status(plan.arm.server), ready_at=utc_now(),
+        deployment=redact(spanned, api_key),
         ready_after_s=ready.waited_s, ready_probe=ready.probe, effective_config=config,
         effective_config_sha256=lifecycle.config_sha256(config),
         server_version=lifecycle.server_version(config), server_family=family,
@@ -302,19 +279,24 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
         files = layout.window_files(arm_name, k, workload_name, concurrency)
         record.mark_started(files, window_id, attempt)
         spec = _window_spec(plan, sweep, workload_name, window_id, concurrency)
+        observers = _observers(record, sweep, plan, server, api_key)
         try:
-            result, observations, gone = _run_window(record, plan, server, target, spec,
+            result, observations, gone = _run_window(record, sweep, plan, server, target, spec,
+                                                     observers,
                                                      _progress_reports(files, attempt))
         except BaseException:
             raw.remove_quietly(files.progress)  # no window to show as done
             raise
+        sampler = observers["telemetry"]
+        samples = sampler.table() if sampler.nodes else None  # None: no telemetry source
         manifest = _write_window_recorded(record, workload_name, workload.prompts,
-                                          plan.min_requests, result, observations, gone,
-                                          api_key, attempt, sweep_sha256)
+                                          plan.min_requests, result, observations,
+                                          gone[1] if gone else None, api_key, attempt,
+                                          sweep_sha256, samples)
         # Only once the files are in place: a failure or a kill before leaves the mark.
         raw.remove_quietly(files.started)
         if gone:
-            raise record.crashed(window_id, gone)
+            raise record.crashed(window_id, gone[1], gone[0])
         summaries.append(_window_summary(manifest))
     return summaries
 
@@ -342,29 +324,29 @@ def _window_summary(manifest: Mapping[str, object]) -> dict[str, object]:
              "elapsed_s", "attempt")}
 
 
-def _observers(plan: ArmPlan, server: lifecycle.ServerHandle,
-               api_key: str | None) -> dict[str, Any]:
+def _observers(record: RestartRecord, sweep: Sweep, plan: ArmPlan,
+               server: lifecycle.ServerHandle, api_key: str | None) -> dict[str, Any]:
     base = server.base_url.rstrip("/")
-    clock_url = plan.clock_url.replace("{base_url}", base) if plan.clock_url else None
     headers = lifecycle.auth_headers(api_key)
-    # The key goes to the server itself only, never to a clock endpoint elsewhere.
-    clock_headers = headers if same_origin(clock_url, base) else None
+    # Every node of the deployment, each at its own telemetry URL; the key goes to the
+    # server itself only, never to a telemetry endpoint elsewhere.
+    sources = telemetry.deployment_sources(
+        plan, deployment.base_urls(record.layout, sweep, record.arm, record.k, base), headers)
     return {
         "metrics": MetricsScrape(base + plan.arm.metrics_path, headers,
                                  plan.arm.metrics_timeout_s),
         "log": LogSlice(server.log_path),
-        "clocks": ClockSampler(plan.clock_source, clock_url, socket.gethostname(),
-                               plan.clock_interval_s, clock_headers),
+        "telemetry": telemetry.TelemetrySampler(sources, plan.clock_interval_s),
     }
 
 
-def _run_window(record: RestartRecord, plan: ArmPlan, server: lifecycle.ServerHandle,
-                target: Target, spec: WindowSpec, reports: tuple[Any, ...] = ()
-                ) -> tuple[WindowResult, dict[str, Any], str | None]:
-    """One window with its observers, then the check whether the server survived it:
-    (result, observations, evidence of death or None). A window that raises instead of
-    returning rows fails the restart, recorded."""
-    observers = _observers(plan, server, target.api_key)
+def _run_window(record: RestartRecord, sweep: Sweep, plan: ArmPlan,
+                server: lifecycle.ServerHandle, target: Target, spec: WindowSpec,
+                observers: dict[str, Any], reports: tuple[Any, ...] = ()
+                ) -> tuple[WindowResult, dict[str, Any], tuple[str, str] | None]:
+    """One window with its observers, then the check whether every process of the
+    deployment survived it: (result, observations, (node, evidence of death) or None). A
+    window that raises instead of returning rows fails the restart, recorded."""
     try:
         # Positional, after on_start and on_stop: (on_progress, progress_interval_s) or ().
         result = measure_window(target, spec, *observe_all(list(observers.values())),
@@ -384,8 +366,10 @@ def _run_window(record: RestartRecord, plan: ArmPlan, server: lifecycle.ServerHa
         # it gives the restart back its status.
         record.unwritten(spec.window_id, error, gone=None)
         raise
-    gone = lifecycle.server_gone(server, plan.arm.health_path, target.api_key,
-                                 plan.arm.api_key_env)
+    head_gone = lifecycle.server_gone(server, plan.arm.health_path, target.api_key,
+                                      plan.arm.api_key_env)
+    gone = ((plan.arm.node, head_gone) if head_gone
+            else deployment.node_gone(record.layout, sweep, record.arm, record.k))
     observations: dict[str, Any] = {name: observer.result
                                     for name, observer in observers.items()}
     observations["thresholds"] = {
@@ -394,7 +378,8 @@ def _run_window(record: RestartRecord, plan: ArmPlan, server: lifecycle.ServerHa
         "require_clock_check": plan.require_clock_check,
     }
     observations["server_after_window"] = {"checked_at": utc_now(), "alive": gone is None,
-                                           "evidence": gone}
+                                           "node": gone[0] if gone else None,
+                                           "evidence": gone[1] if gone else None}
     return result, observations, gone
 
 
@@ -449,14 +434,16 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
                            min_requests: int, result: WindowResult,
                            observations: dict[str, Any], gone: str | None,
                            api_key: str | None, attempt: Attempt,
-                           sweep_sha256: str | None) -> raw.WindowManifest:
+                           sweep_sha256: str | None, samples: Any = None
+                           ) -> raw.WindowManifest:
     """write_window; when it fails, the restart manifest says so (and whether the server died)
     before the error is raised."""
     window_id = result.accounting["window_id"]
     try:
         manifest = write_window(record.layout, record.arm, record.k, workload, prompt_set,
                                 min_requests, result, observations, secret=api_key,
-                                attempt=attempt, sweep_sha256=sweep_sha256)
+                                attempt=attempt, sweep_sha256=sweep_sha256,
+                                telemetry=samples)
     except RawWriteError as exc:
         try:
             record.unwritten(window_id, str(exc), gone)
@@ -492,7 +479,7 @@ def stop_restart(layout: RunLayout, arm_name: str, k: int,
                                **_strays(outcome)}
     if outcome.ended_before_stop and manifest.get("status") == "ok":
         return record.update("crashed", error=f"server ended before stop: {outcome}",
-                             **stopped)
+                             crashed_node=manifest.get("requested_node"), **stopped)
     return record.update(**stopped)
 
 
@@ -557,7 +544,13 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
     started (its start time matches), never a stranger that reused the number. Each
     manifest gets stopped_at and how; returns one line per restart."""
     done = []
-    for path in raw.all_restart_manifests(data_dir):
+    # restart manifests name the launch's machine `node`; a node process's manifest names
+    # its machine `host` (its `node` is the sweep's) and lives one folder deeper
+    found = [(path, "node", raw.run_dir_of_restart(path))
+             for path in raw.all_restart_manifests(data_dir)]
+    found += [(path, "host", raw.run_dir_of_restart(path.parent / raw.RESTART_MANIFEST))
+              for path in raw.all_node_manifests(data_dir)]
+    for path, host_key, run_dir in found:
         try:
             manifest = raw.read_json(path)
         except (OSError, ValueError) as exc:
@@ -566,9 +559,9 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
         pid = manifest.get("pid")
         if manifest.get("stopped_at") or not isinstance(pid, int) or pid <= 0:
             continue
-        if not _run_matches(raw.run_dir_of_restart(path), sweep_name, started_after):
+        if not _run_matches(run_dir, sweep_name, started_after):
             continue
-        if manifest.get("node") not in (None, socket.gethostname()):
+        if manifest.get(host_key) not in (None, socket.gethostname()):
             continue  # another machine's server: its pid means nothing here
         if parent_pid is not None and lifecycle.parent_of(pid) != parent_pid:
             continue
@@ -578,10 +571,12 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
         manifest.update(stopped_at=utc_now(),
                         stop_status=f"stopped after an interrupted run: {outcome}",
                         **_strays(outcome))
-        marks = fold_leftover_marks(path.parent, manifest, "stop after an interrupted run")
+        marks = [] if host_key == "host" else fold_leftover_marks(
+            path.parent, manifest, "stop after an interrupted run")
         raw.write_json(path, manifest)
         raw.remove_quietly(*marks)
-        done.append(f"{manifest.get('restart_id') or path.parent}: {outcome}")
+        where = f" node {manifest['node']}" if host_key == "host" else ""
+        done.append(f"{manifest.get('restart_id') or path.parent}{where}: {outcome}")
     return done
 
 

@@ -88,10 +88,17 @@ class RestartRecord:
             raise ServerCrashed(f"{self.arm} r{self.k}: not measured: the restart already "
                                 f"crashed ({manifest.get('error')})")
 
-    def crashed(self, window_id: str, evidence: str) -> ServerCrashed:
-        """Record that the server died during `window_id`; the error to raise."""
-        error = f"the server died during window {window_id}: {evidence}"
-        self.update(status="crashed", error=error, crashed_in_window=window_id)
+    def crashed(self, window_id: str, evidence: str, node: str | None = None) -> ServerCrashed:
+        """Record that a process of the deployment died during `window_id`: the server (the
+        head) or, for an arm that spans nodes, another node's (its name, else the head's
+        own node); the error to raise."""
+        manifest = self.read()
+        head = manifest.get("requested_node")
+        what = ("the server" if node is None or node == head
+                else f"the process on node {node}")
+        error = f"{what} died during window {window_id}: {evidence}"
+        self.update(status="crashed", error=error, crashed_in_window=window_id,
+                    crashed_node=node or head)
         return ServerCrashed(f"{self.arm} r{self.k}: {error}")
 
     # --- windows started, not written ---------------------------------------------------

@@ -9,17 +9,15 @@ from __future__ import annotations
 import hashlib
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from croniter import croniter
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainValidator,
     ValidationError,
     ValidationInfo,
-    create_model,
     model_validator,
 )
 from pydantic_core import ErrorDetails
@@ -37,93 +35,56 @@ from benchledger.rules import (
     MIN_REQUESTS_SPECULATIVE,
     N_AT_LEAST_MIN,
 )
-from benchledger.simulator import options as simulator_options
 
-# Names end up in Airflow task ids and file paths, so keep them to a safe alphabet.
-Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
-# Free text that reaches a process's argv, an HTTP request or a manifest: printable, no
-# control characters (a NUL would only fail later, deep in a launch or a write).
-Text = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$")]
-URLPath = Annotated[str, Field(max_length=1024, pattern=r"^/[^\s\x00-\x1f\x7f]*$")]
-# An http(s) URL; `{port}` (command arms) or `{base_url}` (clock_url) may stand in.
-URL = Annotated[str, Field(max_length=2048,
-                           pattern=r"^(https?://|\{base_url\})[^\s\x00-\x1f\x7f]*$")]
-
-# Upper bounds, so a typo (requests = 10**9) is refused before anything runs, not found by
-# the machine running out of memory hours later. Each says what it protects.
-MAX_REQUESTS = 1_000_000  # a window's rows stay in memory until its Parquet file is written
-MAX_WARMUP = 10_000
-MAX_RESTARTS = 100  # each restart is a chain of Airflow tasks per arm
-MAX_CONCURRENCY = 10_000  # streams held open by one measuring process
-MAX_TOKENS = 1_000_000  # stored as 32-bit integers
-MAX_WAIT_S = 86_400.0  # every wait has a bound; a day is the longest any may be
-Seconds = Annotated[float, Field(gt=0, le=MAX_WAIT_S)]
-# How long one read of a server's /metrics may take, the whole answer (arms.metrics_timeout_s;
-# benchledger.observe): past it the scrape is `counter unreadable`, not a missing counter.
-DEFAULT_METRICS_TIMEOUT_S = 10.0
-# Airflow's schedule presets; anything else must be a cron expression.
-SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly",
-                    "@quarterly", "@yearly")
-MAX_SWEEP_BYTES = 1 << 20
-# A task that fails for a reason other than a result (a lost connection, a killed worker)
-# is retried at most this often; more would only hide a broken node.
-MAX_RETRIES = 10
-MAX_RETRY_DELAY_S = 3600.0
-# Worker processes of the measurement client: each holds one event loop on one core, and
-# no measuring machine has spare cores for more.
-MAX_CLIENT_WORKERS = 64
-
-
-BUILTIN_PROMPT_SETS = ("code", "prose")
-# Servers whose /metrics names benchledger knows (arms.server_family; benchledger.observe
-# recognises them, benchledger.warehouse.reconcile knows their counters).
-ServerFamily = Literal["vllm", "sglang", "llamacpp", "tgi"]
-SERVER_FAMILIES: tuple[str, ...] = get_args(ServerFamily)
-
-# [defaults].endpoint and Arm.token_count (see there); benchledger.client's Target takes
-# these values.
-EndpointName = Literal["chat", "completions"]
-TokenCountName = Literal["usage", "logprobs", "server_tokenizer"]
-
-# The types and ranges of the [defaults] keys an arm may also set for itself (PER_ARM_KEYS),
-# declared once, for [defaults] (with its default) and for an arm (or None: not set).
-Requests = Annotated[int, Field(ge=1, le=MAX_REQUESTS)]
-Warmup = Annotated[int, Field(ge=0, le=MAX_WARMUP)]
-Restarts = Annotated[int, Field(ge=1, le=MAX_RESTARTS)]
-MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
-Temperature = Annotated[float, Field(ge=0.0, le=100.0)]
-Concurrency = Annotated[list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]],
-                        Field(min_length=1, max_length=100)]
-Arrival = Literal["closed", "poisson"]
-RateRps = Annotated[float, Field(gt=0, le=1e6)]
-ClockSource = Literal["nvidia-smi", "http", "none"]
-ClockRatio = Annotated[float, Field(gt=0, le=1)]
-
-
-def _client_workers(value: object) -> int | str:
-    # One message naming both forms, not pydantic's one error per member of the union.
-    if value == "auto":
-        return "auto"
-    if isinstance(value, bool) or not isinstance(value, int) \
-            or not 1 <= value <= MAX_CLIENT_WORKERS:
-        raise ValueError(f'expected "auto" or a number of worker processes from 1 to '
-                         f"{MAX_CLIENT_WORKERS}")
-    return value
-
-
-ClientWorkers = Annotated[int | Literal["auto"], PlainValidator(_client_workers)]
+# The value types and the tables an arm may hold (re-exported: callers import them here).
+from benchledger.sweep_types import (  # noqa: F401
+    BUILTIN_PROMPT_SETS,
+    DEFAULT_DCGM_URL,
+    DEFAULT_METRICS_TIMEOUT_S,
+    MAX_CLIENT_WORKERS,
+    MAX_CONCURRENCY,
+    MAX_NODES,
+    MAX_REQUESTS,
+    MAX_RESTARTS,
+    MAX_RETRIES,
+    MAX_RETRY_DELAY_S,
+    MAX_SWEEP_BYTES,
+    MAX_TOKENS,
+    MAX_WAIT_S,
+    MAX_WARMUP,
+    SCHEDULE_PRESETS,
+    SERVER_FAMILIES,
+    URL,
+    Arrival,
+    ClientWorkers,
+    ClockRatio,
+    ClockSource,
+    Concurrency,
+    EndpointName,
+    Host,
+    MaxTokens,
+    Name,
+    NodeProcess,
+    RateRps,
+    Requests,
+    Restarts,
+    Seconds,
+    ServerFamily,
+    SimulatorOptions,
+    Strict,
+    Temperature,
+    Text,
+    TokenCountName,
+    URLPath,
+    Warmup,
+)
 
 
 class SweepError(ValueError):
     """A sweep file that cannot be run, with the file and key that are wrong."""
 
 
-class _Strict(BaseModel):
-    # allow_inf_nan=False: TOML has inf and nan, and no bound or rate may be either.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class SweepSection(_Strict):
+class SweepSection(Strict):
     name: Name
     schedule: str | None = None
     description: str = Field("", max_length=10_000)
@@ -147,7 +108,7 @@ class SweepSection(_Strict):
         return None if self.schedule in (None, "", "none") else self.schedule
 
 
-class Defaults(_Strict):
+class Defaults(Strict):
     requests: Requests = 15
     # The n the gate demands per workload per restart; may raise the protocol's floor
     # (15 speculative, 5 otherwise), never lower it.
@@ -190,37 +151,7 @@ class Defaults(_Strict):
     max_burst_fraction: Annotated[float, Field(ge=0, le=1)] = DEFAULT_MAX_BURST_FRACTION
 
 
-def _simulator_options_model() -> type[_Strict]:
-    """The [arms.simulator] table, from the simulator's own declaration of its settings
-    (benchledger.simulator.options): same keys, types, defaults and ranges."""
-    fields: dict[str, Any] = {}
-    for option in simulator_options.SWEEP_OPTIONS:
-        key = option.sweep_key
-        assert key is not None  # SWEEP_OPTIONS are the options that have one
-        if option.per_restart:  # e.g. low_clock_restarts: the restarts that get low_clock
-            fields[key] = (list[Annotated[int, Field(ge=0)]],
-                           Field(default_factory=list, description=option.setting.help))
-        else:
-            fields[key] = (option.type, Field(
-                option.default, description=option.setting.help, ge=option.setting.ge,
-                gt=option.setting.gt, le=option.setting.le))
-    return create_model("SimulatorOptions", __base__=_Strict, __module__=__name__,
-                        __doc__="Settings of the built-in simulator; each becomes "
-                                "`benchledger simulator` flags (see lifecycle).",
-                        **fields)
-
-
-if TYPE_CHECKING:
-    class SimulatorOptions(_Strict):
-        """What mypy knows of the [arms.simulator] model: it is made at import from the
-        simulator's declaration, so only the key the sweep itself reads is named here."""
-
-        speculative: bool
-else:
-    SimulatorOptions = _simulator_options_model()
-
-
-class _PerArmKeys(_Strict):
+class _PerArmKeys(Strict):
     """The [defaults] keys an arm may set for itself (PER_ARM_KEYS), each of the [defaults]
     key's type and range; None when the arm leaves it to [defaults] (Sweep.plan). The other
     keys hold for the whole sweep: one request timeout, endpoint, prompt cache, seed,
@@ -269,6 +200,12 @@ class Arm(_PerArmKeys):
     # that family's own counters (warehouse/reconcile.py).
     server_family: Literal["auto", ServerFamily] = "auto"
     node: Text = "local"
+    # The head's address (where the other nodes of a multi-node deployment reach it, and
+    # {address} in clock_url); default: the node's name, 127.0.0.1 for node = "local".
+    address: Host | None = None
+    # A deployment that spans nodes: one more process per node (the head is this arm's own
+    # server on `node`). server = "external": the nodes it spans, nothing is started.
+    processes: list[NodeProcess] = Field(default_factory=list, max_length=MAX_NODES)
     # The NAME of an environment variable holding the server's API key (sent as
     # `Authorization: Bearer <value>`). Read when the run starts; the value itself is
     # never written to raw files, the warehouse or exports (only the name is).
@@ -298,7 +235,21 @@ class Arm(_PerArmKeys):
             raise ValueError("[arms.simulator] options need server = 'simulator'")
         if self.server != "command" and self.command is not None:
             raise ValueError("'command' needs server = 'command'")
+        problem = _processes_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
+
+    @property
+    def head_address(self) -> str:
+        """Where the head (this arm's own server) is reached from the other nodes."""
+        if self.address:
+            return self.address
+        return "127.0.0.1" if self.node == "local" else self.node
+
+    @property
+    def spans_nodes(self) -> bool:
+        return bool(self.processes)
 
     @property
     def is_speculative(self) -> bool:
@@ -307,7 +258,7 @@ class Arm(_PerArmKeys):
         return bool(self.simulator and self.simulator.speculative)
 
 
-class Workload(_Strict):
+class Workload(Strict):
     name: Name
     prompt_set: Literal["code", "prose"] | None = None  # defaults to the workload name
     prompt_cache: Literal["warm", "cold"] | None = None  # defaults to [defaults]
@@ -334,11 +285,11 @@ class Workload(_Strict):
 # Metrics a comparison may name (see warehouse/metrics.py for what each one is).
 ComparableMetric = Literal["decode_rate", "e2e_rate", "prefill_rate", "ttft", "tpot",
                            "e2e_latency", "throughput", "success_fraction",
-                           "completion_fraction"]
+                           "completion_fraction", "energy_per_token", "tokens_per_joule"]
 COMPARABLE_METRICS: tuple[str, ...] = get_args(ComparableMetric)
 
 
-class Comparison(_Strict):
+class Comparison(Strict):
     """An A/B: is b better than a on `metric`, beyond what a same-vs-same control shows?"""
 
     a: Name
@@ -399,7 +350,7 @@ class ArmPlan(BaseModel):
         return max(self.protocol_floor, self.min_requests_key or 0)
 
 
-class Sweep(_Strict):
+class Sweep(Strict):
     sweep: SweepSection
     defaults: Defaults = Field(default_factory=Defaults)
     arms: list[Arm] = Field(min_length=1)
@@ -484,6 +435,34 @@ class Sweep(_Strict):
         raise KeyError(f"sweep {self.sweep.name!r} has no workload {name!r}")
 
 
+def _processes_problem(arm: Arm) -> str | None:
+    """What is wrong with an arm's [[arms.processes]], or None."""
+    nodes = [arm.node, *(p.node for p in arm.processes)]
+    dupes = sorted({n for n in nodes if nodes.count(n) > 1})
+    if dupes:
+        return (f"processes: node(s) {dupes} appear twice (the head runs on the arm's node "
+                f"{arm.node!r}; one process per node)")
+    for i, p in enumerate(arm.processes):
+        where = f"processes[{i}] (node {p.node!r})"
+        if arm.server == "command" and not p.command:
+            return f"{where}: server = 'command' needs a 'command' for every process"
+        if arm.server != "command" and p.command is not None:
+            return (f"{where}: 'command' needs server = 'command' (a simulator arm starts "
+                    "pretend nodes itself; an external arm only names its nodes)")
+        if p.health_path is not None and (arm.server != "command"
+                                          or "{port}" not in (p.command or "")):
+            return (f"{where}: 'health_path' needs server = 'command' and a command that "
+                    "serves HTTP on {port}")
+        if p.low_clock and arm.server != "simulator":
+            return f"{where}: 'low_clock' is a setting of the simulator's pretend nodes"
+    if arm.simulator is not None:
+        gpus, stuck = (getattr(arm.simulator, key) for key in ("num_gpus", "low_clock_gpu"))
+        if stuck >= gpus:
+            return (f"[arms.simulator] low_clock_gpu = {stuck} names no GPU of num_gpus = "
+                    f"{gpus} (GPUs are numbered from 0)")
+    return None
+
+
 def _n_problem(plan: ArmPlan) -> str | None:
     kind = "speculative" if plan.arm.is_speculative else "non-speculative"
     if plan.min_requests_key is not None and plan.min_requests_key < plan.protocol_floor:
@@ -498,6 +477,14 @@ def _n_problem(plan: ArmPlan) -> str | None:
 def _clock_problem(plan: ArmPlan) -> str | None:
     if plan.clock_source == "http" and not plan.clock_url:
         return "clock_source = 'http' needs a clock_url (e.g. \"{base_url}/clocks\")"
+    if plan.clock_source in ("http", "dcgm") and "{base_url}" in (plan.clock_url or ""):
+        silent = [p.node for p in plan.arm.processes
+                  if plan.arm.server == "external"
+                  or (plan.arm.server == "command" and "{port}" not in (p.command or ""))]
+        if silent:
+            return (f"clock_url {plan.clock_url!r} uses {{base_url}}, but the process on "
+                    f"node(s) {silent} serves no URL benchledger knows; name each node's "
+                    "telemetry by {address} (e.g. \"http://{address}:9400/metrics\")")
     return None
 
 
@@ -508,8 +495,15 @@ def _never_publishes(plan: ArmPlan) -> str | None:
     if plan.clock_source == "none" and plan.require_clock_check:
         return (f"clock_source = 'none' with require_clock_check = true can never publish "
                 f"(every restart fails {CLOCK_UNDER_LOAD.name}, T10): set clock_source "
-                "('nvidia-smi', or 'http' with a clock_url), or set require_clock_check = "
-                "false and accept the label 'unchecked'")
+                "('nvidia-smi', 'dcgm', or 'http' with a clock_url), or set "
+                "require_clock_check = false and accept the label 'unchecked'")
+    if plan.clock_source == "nvidia-smi" and plan.arm.spans_nodes and plan.require_clock_check:
+        return (f"clock_source = 'nvidia-smi' reads the GPUs of the measuring node only, so the "
+                f"other nodes of this deployment ({', '.join(p.node for p in plan.arm.processes)}"
+                f") would go unread and every restart would fail {CLOCK_UNDER_LOAD.name} (T10):"
+                f" set clock_source = 'dcgm' (NVIDIA's dcgm-exporter on every node; clock_url "
+                f"defaults to \"{DEFAULT_DCGM_URL}\") or 'http' with a clock_url every node "
+                "serves, or set require_clock_check = false and accept the label 'unchecked'")
     return None
 
 
@@ -522,7 +516,8 @@ def _arrival_problem(plan: ArmPlan) -> str | None:
 def server_settings(arm: Arm) -> tuple[object, ...]:
     """What makes two arms' servers the same configuration, as far as the sweep says
     (the effective config each server reports is compared again at run time)."""
-    return (arm.server, arm.model, arm.command, arm.base_url, arm.simulator, arm.speculative)
+    return (arm.server, arm.model, arm.command, arm.base_url, arm.simulator, arm.speculative,
+            tuple((p.command, p.low_clock) for p in arm.processes))
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

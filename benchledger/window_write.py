@@ -1,9 +1,10 @@
 """One window's raw files, written whole or not at all, and recognised as whole later.
 
-A window's three files (its requests as Parquet, what the server and node said during it,
-its accounting manifest) are written as .tmp files and renamed into place, manifest last,
-only when all three are complete: a full disk or an unwritable folder leaves the window
-either whole or absent, never half written, and the failure is named (path, errno). A
+A window's files (its requests as Parquet, what the server said during it, the GPU
+telemetry of every node as Parquet, its accounting manifest) are written as .tmp files and
+renamed into place, manifest last, only when all are complete: a full disk or an
+unwritable folder leaves the window either whole or absent, never half written, and the
+failure is named (path, errno). A
 retried measure step keeps every window an earlier attempt wrote whole (each file the
 manifest names has the sha256 it records) and measures only the others.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchledger import raw
@@ -30,16 +32,20 @@ def ns_to_iso(wall_ns: int) -> str:
 def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
                  min_requests: int, result: WindowResult,
                  observations: dict[str, Any] | None = None, secret: str | None = None,
-                 attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None
-                 ) -> WindowManifest:
+                 attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None,
+                 telemetry: pa.Table | None = None) -> WindowManifest:
     """Write one window's raw files: the requests (Parquet), what the server and node
     said during it (JSON) and its accounting (the manifest, JSON, written last). The
     manifest names the attempt that measured the window, its worker and the sha256 of the
-    sweep text it was measured under. `secret` (the server's API key) is redacted from
-    everything written; any OSError removes the .tmp files and raises RawWriteError."""
+    sweep text it was measured under. `telemetry`: the GPU samples of every node during
+    it (benchledger.telemetry), stored as Parquet beside the requests (None: no source).
+    `secret` (the server's API key) is redacted from everything written; any OSError
+    removes the .tmp files and raises RawWriteError."""
     accounting = result.accounting
     files = layout.window_files(arm, k, workload, accounting["concurrency"])
-    order = (files.observed, files.requests, files.manifest)  # the manifest last
+    # the manifest last
+    order = (files.observed, files.requests, *(() if telemetry is None else (files.telemetry,)),
+             files.manifest)
     writing = files.requests.parent
     try:
         writing.mkdir(parents=True, exist_ok=True)
@@ -49,6 +55,22 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
             {"window_id": accounting["window_id"], **(observations or {})}, secret)))
         writing = raw.staged(files.requests)
         pq.write_table(requests_table(redact(result.rows, secret)), writing)
+        named: dict[str, Any] = {}
+        if telemetry is not None:
+            writing = raw.staged(files.telemetry)
+            ids = {"restart_id": layout.restart_id(arm, k),
+                   "window_id": accounting["window_id"]}
+            table = telemetry
+            for column, value in ids.items():
+                table = table.append_column(column, pa.array([value] * len(table),
+                                                             pa.string()))
+            # the window's id in the footer too: two windows' files never share a sha256,
+            # not even two without a sample (their readings all failed)
+            pq.write_table(table.replace_schema_metadata(
+                {**(table.schema.metadata or {}), b"benchledger.window_id":
+                 accounting["window_id"].encode()}), writing)
+            named = {"telemetry_file": files.telemetry.name,
+                     "telemetry_file_sha256": file_sha256(writing)}
         manifest: dict[str, Any] = {
             **accounting,
             "restart_id": layout.restart_id(arm, k),
@@ -66,6 +88,7 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
             "requests_file_sha256": file_sha256(raw.staged(files.requests)),
             "observed_file": files.observed.name,
             "observed_file_sha256": file_sha256(raw.staged(files.observed)),
+            **named,
         }
         writing = raw.staged(files.manifest)
         writing.write_text(raw.json_text(manifest))
@@ -88,7 +111,8 @@ def written_window(layout: RunLayout, arm: str, k: int, workload: str,
     except (OSError, ValueError):
         return None  # absent (or not a manifest): the window is measured
     named = [(manifest.get("requests_file"), manifest.get("requests_file_sha256")),
-             (manifest.get("observed_file"), manifest.get("observed_file_sha256"))]
+             (manifest.get("observed_file"), manifest.get("observed_file_sha256")),
+             (manifest.get("telemetry_file"), manifest.get("telemetry_file_sha256"))]
     if manifest.get("window_id") != layout.window_id(arm, k, workload, concurrency) \
             or not named[0][0]:
         return None

@@ -85,11 +85,12 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                     stop = t.stop_server(arm.name, k, handle)
                     chain(ready, *measures, stop)
                     stop.as_teardown(setups=handle)
+                    last = _other_nodes(path, arm, k, handle, ready, stop, retried)
                 # Restarts run one after another: two servers measured at once would
                 # compete for the node and distort each other.
                 previous >> handle
-                previous = stop
-                stops.append(stop)
+                previous = last
+                stops.append(last)
         loaded = t.load.override(**retried)(planned)
         stops >> loaded
         derived = t.derive.override(outlets=[t.entries_asset(sweep.sweep.name)],
@@ -97,6 +98,32 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
         chain(loaded, t.validate.override(**NEVER_RETRIED)(), derived,
               t.finalize.override(**NEVER_RETRIED)(path))
     return dag
+
+
+def _other_nodes(path: str, arm: Any, k: int, handle: Any, ready: Any, stop: Any,
+                 retried: dict) -> Any:
+    """The tasks of a deployment's other nodes, each on its node's queue: its launch after
+    the head's (it may need the head's address and port) and before the wait for the
+    head's readiness; its stop (the teardown of its launch) after the head's stop (a
+    distributed engine may end with its workers: stopped first, they would make the head
+    look crashed); then settle_restart, which folds every node's record into the
+    restart's. Returns the restart's last task (the head's stop for a one-node arm)."""
+    if not arm.processes:
+        return stop
+    node_stops = []
+    for process in arm.processes:
+        queue: Any = {"queue": process.node, **retried}
+        launched: Any = t.launch_node.override(task_id=f"launch_node_{process.node}", **queue)(
+            path, arm.name, k, process.node, handle)
+        stopped = t.stop_node.override(task_id=f"stop_node_{process.node}", **queue)(
+            arm.name, k, process.node, launched)
+        launched >> ready
+        stop >> stopped
+        stopped.as_teardown(setups=launched)
+        node_stops.append(stopped)
+    settled = t.settle_restart(path, arm.name, k)
+    node_stops >> settled
+    return settled
 
 
 def build_publish_dag(sweep_path: str | Path, warehouse: str | None = None,

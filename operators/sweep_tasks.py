@@ -174,6 +174,45 @@ def stop_server(arm: str, restart_index: int, handle: dict | None) -> dict:
     return {k: manifest.get(k) for k in ("status", "stop_status")}
 
 
+# An arm whose deployment spans nodes: one launch and one stop per further node, each on
+# that node's queue (the DAG factory names them launch_node_<node> and stop_node_<node>).
+@task
+def launch_node(sweep_path: str, arm: str, restart_index: int, node: str,
+                head: dict | None) -> dict | None:
+    """Start this node's process of the deployment (returns at once): its handle, or None
+    when nothing was started. Never raises: a failed launch is in the node's manifest and
+    wait_ready reports it, so every teardown still runs."""
+    from benchledger.deployment import launch_node as launch
+
+    layout = _layout()
+    sweep, _ = _recorded(layout, sweep_path)
+    try:
+        return launch(layout, sweep, arm, restart_index, node, head, _attempt(),
+                      Path(sweep_path))
+    except Exception:  # recorded in the node's manifest where it could be written
+        return None
+
+
+@task
+def stop_node(arm: str, restart_index: int, node: str, handle: dict | None) -> dict:
+    """Always runs after this node's launch: stops its process, notes one found dead."""
+    from benchledger.deployment import stop_node as stop
+
+    manifest = stop(_layout(), arm, restart_index, node, handle)
+    return {k: manifest.get(k) for k in ("status", "stop_status")}
+
+
+@task(trigger_rule="all_done")
+def settle_restart(sweep_path: str, arm: str, restart_index: int) -> dict:
+    """The restart's last step: every node's record folded into the restart's manifest (a
+    process that died on any node makes the restart crashed, naming the node)."""
+    from benchledger.deployment import settle_restart as settle
+
+    layout = _layout()
+    manifest = settle(layout, _recorded(layout, sweep_path)[0], arm, restart_index)
+    return {k: manifest.get(k) for k in ("status", "crashed_node", "error")}
+
+
 @lineage.lineage_task(pool=WAREHOUSE_POOL, trigger_rule="all_done")
 def load(run_dir: str | None = None) -> dict:
     """Load the run's raw files into DuckDB (idempotent by file sha256).

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 # The few entries a reader looks at first; every other entry is in the warehouse and the
 # exports. (metric, numerator) pairs; statistic is always the mean here.
 HEADLINE = (("decode_rate", "output_tokens"), ("e2e_rate", "output_tokens"),
-            ("ttft", None), ("throughput", "output_tokens"))
+            ("ttft", None), ("throughput", "output_tokens"),
+            ("energy_per_token", "gpu_energy_j"))
 
 
 def _number(value) -> str:
@@ -69,7 +70,10 @@ def format_entries(entries: pd.DataFrame) -> str:
                                  (f"client lag p99 {_number(_get(e, 'client_lag_p99_ms'))} ms",
                                   _known(_get(e, "client_lag_p99_ms"))),
                                  (f"{_count(_get(e, 'n_burst'))} in a burst",
-                                  _known(_get(e, "n_burst")) and _get(e, "n_burst") > 0))
+                                  _known(_get(e, "n_burst")) and _get(e, "n_burst") > 0),
+                                 # where an energy entry's joules came from (T18)
+                                 (f"joules: {_get(e, 'energy_source')}",
+                                  _known(_get(e, "energy_source"))))
                  if on]
         rows.append({
             "arm": e.arm, "workload": e.workload, "metric": e.metric, "phase": e.phase,

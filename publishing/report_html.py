@@ -242,6 +242,21 @@ def _findings(lines: list[str]) -> list[str]:
     return [f"<h2>{html.escape(FINDINGS_TITLE)}</h2>", f"<ul class='findings'>{items}</ul>"]
 
 
+def _energy_section(energy: pd.DataFrame) -> list[str]:
+    """The energy entries (T18): every GPU of every node of the deployment, joules from
+    their energy counters (or integrated power samples, as energy_source says)."""
+    if energy.empty:
+        return []
+    return ["<h2>Energy (every GPU of the deployment)</h2>",
+            "<p class='note'>Joules over each measured window from the energy counters of "
+            "every GPU of every node the arm spans (after minus before the window), per "
+            "output token its completed requests delivered; idle GPUs and failed requests "
+            "count in the joules.</p>",
+            _table(energy, ["arm", "workload", "metric", "concurrency", "value", "unit",
+                            "restart_mean", "restart_ci95_low", "restart_ci95_high",
+                            "n_restarts", "energy_source"])]
+
+
 def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                   data_docs: Path | None = None) -> str:
     published = published_entries(con, run_id)
@@ -260,6 +275,9 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         ("reaches 0: too few restarts; " + (f"about {int(m)} would keep it above 0"
                                             if m == m else "none up to 1000 would"))
         if zero else "" for zero, m in zip(reaches_zero, needed, strict=True)]
+    energy = entries[(entries["statistic"] == "mean")
+                     & entries["metric"].isin(["energy_per_token", "tokens_per_joule",
+                                               "gpu_power"])]
     decode_requests = requests[requests["metric"] == "decode_rate"]
     ttft_requests = requests[requests["metric"] == "ttft"]
     docs = (f"<p>Expectation results of this run as GX Data Docs: "
@@ -281,6 +299,7 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
                           "restart_ci95_high", "restart_df", "restart_ci_note",
                           "restart_effect", "population",
                           "client_lag_p99_ms", "n_burst"]),
+        *_energy_section(energy),
         "<h2>Requests per restart</h2>",
         _figure(plot_restart_dots(decode_requests, entries),
                 f"Each dot is one measured request (at most {DOTS_PER_RESTART} per restart: "

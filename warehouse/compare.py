@@ -34,7 +34,10 @@ from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
-WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction"}
+WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction", "energy_per_token",
+                "tokens_per_joule"}
+# Units of which less is better (latencies, energy per token); of every other unit, more.
+LOWER_IS_BETTER = {"s", "J/token"}
 
 
 @dataclass(frozen=True)
@@ -322,7 +325,7 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
             return out
     assert a.entry is not None  # not blocked: it has its entry
     unit = a.entry["unit"]
-    record.update(unit=unit, higher_is_better=unit != "s",
+    record.update(unit=unit, higher_is_better=unit not in LOWER_IS_BETTER,
                   a_mean=sum(a.means) / len(a.means), b_mean=sum(b.means) / len(b.means))
     out.a_config = _arm_config(restarts, comparison.a)
     out.b_config = _arm_config(restarts, comparison.b)

@@ -37,6 +37,7 @@ from benchledger import rules as R
 from benchledger.rules import (
     BLOCK_STREAM_ENTRIES,
     BLOCK_TIMING_ENTRIES,
+    ENERGY_METRICS,
     EXCLUDE_RESTART,
     names_with_effect,
 )
@@ -101,6 +102,8 @@ class RunFacts:
         # What each window's evidence shows of speculation (entries.speculation_source).
         windows = frame("run_windows").merge(frame("speculation_for_run"), on="window_id",
                                              how="left")
+        # The energy its deployment's GPUs drew (view window_energy), for energy entries.
+        windows = windows.merge(frame("energy_for_run"), on="window_id", how="left")
         return cls(sweep, restarts, windows, frame("latest_validations"),
                    frame("counter_deltas_for_run"), frame("log_lines_for_run"),
                    frame("counter_checks_for_run"))
@@ -297,6 +300,20 @@ def _chunk_warning(candidates: list[Candidate]) -> None:
             e["warning"] = f"{CHUNK_WARNING}: x{e['value']:.2f}"
 
 
+def _energy_source(candidates: list[Candidate], windows: pd.DataFrame) -> None:
+    """An energy entry says where its joules came from: the energy counters, power samples
+    integrated (GPUs without a counter), or both across its windows (view window_energy).
+    Windows without energy are not in its value; its n_restarts counts those that had."""
+    kinds = set(windows["energy_source"].dropna()) if "energy_source" in windows else set()
+    if not kinds:
+        return
+    parts = sorted({part for kind in kinds for part in str(kind).split(" + ")})
+    label = " + ".join(parts)
+    for c in candidates:
+        if c.entry["metric"] in ENERGY_METRICS:
+            c.entry["energy_source"] = label
+
+
 def _log_entries(cell: Cell) -> list[Candidate]:
     """The server's own log lines, peak and mean, under their own names (T2)."""
     out = []
@@ -334,6 +351,7 @@ def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
         counts = {"completed": cell.n_done, "submitted": int(cell.passing["submitted"].sum())}
         made = cell_candidates(cell.index, pooled, restarts, valued, WINDOW_METRICS, counts)
         _chunk_warning(made)
+        _energy_source(made, cell.passing)
         made += _log_entries(cell)
         candidates += settle(made, run_id, cell.labels(), cell.passing, cell.blocked_by(),
                              cell.rules["validation_id"], cell.timing_blocked_by())

@@ -56,7 +56,7 @@ class _Manifest:
 class _NamedFile:
     """A file a window manifest names, hashed and checked against the manifest."""
 
-    kind: str  # requests | observations
+    kind: str  # requests | observations | telemetry
     path: Path
     sha256: str
     rows: int = 0  # a requests file's footer count
@@ -122,7 +122,8 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
         rows["raw_files"] += [_file_row(m.path, m.sha256, f"{m.kind}-superseded", 0)]
         rows["raw_files"] += [_file_row(f.path, f.sha256, f"{f.kind}-superseded", 0)
                               for f in named.get(m.path, []) if f.sha256 not in loaded]
-    fresh: dict[str, list[tuple[_Manifest, _NamedFile]]] = {"requests": [], "observations": []}
+    fresh: dict[str, list[tuple[_Manifest, _NamedFile]]] = {"requests": [], "observations": [],
+                                                            "telemetry": []}
     for m in new:
         for f in named.get(m.path, []):
             if f.sha256 not in loaded:
@@ -130,6 +131,9 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
     counts = {"requests": _insert_requests(con, [f for _, f in fresh["requests"]])}
     rows["raw_files"] += [_file_row(f.path, f.sha256, "requests", f.rows)
                           for _, f in fresh["requests"]]
+    counts["telemetry"] = _insert_telemetry(con, [f for _, f in fresh["telemetry"]])
+    rows["raw_files"] += [_file_row(f.path, f.sha256, "telemetry", f.rows)
+                          for _, f in fresh["telemetry"]]
     # each new window's observations, read once: its manifest row and its rows need them
     observed = {m.path: _read_json(f.path) for m in new for f in named.get(m.path, [])
                 if f.kind == "observations"}
@@ -190,6 +194,9 @@ def _named_files(windows: list[_Manifest]) -> dict[Path, list[_NamedFile]]:
         if data.get("observed_file"):
             wanted.append((window, "observations", folder / data["observed_file"],
                            data["observed_file_sha256"]))
+        if data.get("telemetry_file"):
+            wanted.append((window, "telemetry", folder / data["telemetry_file"],
+                           data["telemetry_file_sha256"]))
     for window, _, path, _ in wanted:
         if not path.is_file():
             raise WarehouseError(f"{path}: missing raw file (named by {window.path})")
@@ -201,7 +208,7 @@ def _named_files(windows: list[_Manifest]) -> dict[Path, list[_NamedFile]]:
         if sha != expected:
             raise WarehouseError(f"{path}: sha256 {sha} does not match its window manifest "
                                  f"({expected}); refusing to load")
-        if kind == "requests":
+        if kind in ("requests", "telemetry"):
             footer = pq.read_metadata(path)
             named[window.path].append(_NamedFile(
                 kind, path, sha, footer.num_rows, tuple(footer.schema.to_arrow_schema().names),
@@ -220,13 +227,15 @@ def _manifest_row(m: _Manifest, columns: tuple[str, ...], observed: dict) -> dic
         row["raw_file_sha256"] = m.sha256
     if m.kind == "window":  # the thresholds and failures its observations recorded
         thresholds = observed.get("thresholds", {})
-        errors = [f"{part}: {e}" for part in ("metrics", "log", "clocks")
+        errors = [f"{part}: {e}" for part in ("metrics", "log", "clocks", "telemetry")
                   for e in (observed.get(part) or {}).get("errors", [])]
+        # "clocks": the one-node clock samples of windows measured before gpu_telemetry
+        clocks = observed.get("telemetry") or observed.get("clocks") or {}
         row |= {
             "reconcile_tolerance": thresholds.get("reconcile_tolerance"),
             "min_clock_ratio": thresholds.get("min_clock_ratio"),
             "require_clock_check": thresholds.get("require_clock_check"),
-            "clock_source": (observed.get("clocks") or {}).get("source"),
+            "clock_source": clocks.get("source"),
             "observation_errors": "; ".join(errors)[:4000] or None,
         }
     return row
@@ -300,14 +309,47 @@ def _insert_requests(con, files: list[_NamedFile]) -> int:
     return rows
 
 
-def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile]) -> int:
+def _insert_telemetry(con, files: list[_NamedFile]) -> int:
+    """Insert the GPU samples of every telemetry file (benchledger.telemetry's columns plus
+    restart_id and window_id), each row tagged with its file's sha256: one INSERT that
+    DuckDB reads from the files, like the requests. Refused unless every column is one of
+    gpu_telemetry's and the rows are the footers' count."""
+    if not files:
+        return 0
+    known = {c for c, in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = 'gpu_telemetry' "
+        "AND database_name = current_database() AND schema_name = 'main'").fetchall()}
+    layouts: dict[tuple[str, ...], list[_NamedFile]] = defaultdict(list)
+    for f in files:
+        unknown = [c for c in f.columns if c not in known or c == "raw_file_sha256"]
+        if unknown:
+            raise WarehouseError(f"{f.path}: columns {unknown} are not columns of "
+                                 "gpu_telemetry; refusing to load")
+        layouts[f.columns].append(f)
+    rows = 0
+    for columns, group in layouts.items():
+        literal = [f for f in group if not _GLOB_CHARS.search(str(f.path))]
+        if literal:
+            rows += _insert_parquet_files(con, columns, literal, "gpu_telemetry")
+        for f in group:
+            if f not in literal:
+                rows += _insert_with_pyarrow(con, columns, f, "gpu_telemetry")
+    expected = sum(f.rows for f in files)
+    if rows != expected:
+        raise WarehouseError(f"telemetry files changed while they were being loaded ({rows} "
+                             f"rows read, {expected} in their footers); refusing to load")
+    return rows
+
+
+def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile],
+                          table: str = "request_records") -> int:
     # Column names were checked against request_records' own; every value is bound.
     names = ", ".join(f'"{c}"' for c in columns)
     read = ", ".join(f'r."{c}"' for c in columns)
     con.register("incoming_files", pa.table({
         "filename": [str(f.path) for f in files], "sha256": [f.sha256 for f in files]}))
     try:
-        return only_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
+        return only_row(con, f"INSERT INTO {table} ({names}, raw_file_sha256) "
                               f"SELECT {read}, f.sha256 "
                               "FROM read_parquet($paths, filename = true) AS r "
                               "JOIN incoming_files AS f ON r.filename = f.filename",
@@ -316,11 +358,12 @@ def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile]
         con.unregister("incoming_files")
 
 
-def _insert_with_pyarrow(con, columns: tuple[str, ...], f: _NamedFile) -> int:
+def _insert_with_pyarrow(con, columns: tuple[str, ...], f: _NamedFile,
+                         table: str = "request_records") -> int:
     names = ", ".join(f'"{c}"' for c in columns)
     con.register("incoming_requests", pq.read_table(f.path))
     try:
-        return only_row(con, f"INSERT INTO request_records ({names}, raw_file_sha256) "
+        return only_row(con, f"INSERT INTO {table} ({names}, raw_file_sha256) "
                               f"SELECT {names}, $sha FROM incoming_requests",
                          {"sha": f.sha256})[0]
     finally:

@@ -124,6 +124,32 @@ def _success_rate_finished(w: pd.Series) -> float | None:
     return w["completed"] / finished if finished else None
 
 
+def _energy(w: pd.Series) -> float | None:
+    """The window's energy in J (view window_energy), None where it has none."""
+    energy = w.get("energy_j")
+    return None if energy is None or pd.isna(energy) else float(energy)
+
+
+def _energy_per_token(w: pd.Series) -> float | None:
+    """Joules the deployment's GPUs drew over the window per output token delivered in it:
+    idle GPUs, failed and unfinished requests included in the joules, only the tokens of
+    completed measured requests below them (what a user was served)."""
+    energy, tokens = _energy(w), w["output_tokens"]
+    return None if energy is None or pd.isna(tokens) or not tokens else energy / tokens
+
+
+def _tokens_per_joule(w: pd.Series) -> float | None:
+    energy, tokens = _energy(w), w["output_tokens"]
+    return None if not energy or pd.isna(tokens) else tokens / energy
+
+
+def _gpu_power(w: pd.Series) -> float | None:
+    """Mean power of all the deployment's GPUs together over the window."""
+    energy, span = _energy(w), w.get("energy_span_s")
+    return None if energy is None or span is None or pd.isna(span) or not span \
+        else energy / float(span)
+
+
 @dataclass(frozen=True)
 class WindowMetric:
     """A per-window number (the unit is the window); entry value = mean over windows."""
@@ -143,6 +169,9 @@ class WindowMetric:
 
 
 WINDOW_ELAPSED = "window elapsed_s: first measured submission to last completion or drain deadline"
+GPU_ENERGY = ("gpu_energy_j: every GPU of the deployment, each energy counter's after minus "
+              "before reading around the window (or its power samples integrated)")
+DELIVERED = "output_tokens of the window's completed measured requests"
 WINDOW_METRICS = (
     WindowMetric("throughput", "tok/s", "end_to_end", "output_tokens", WINDOW_ELAPSED,
                  _output_throughput),
@@ -164,6 +193,16 @@ WINDOW_METRICS = (
                  "vllm:spec_decode_num_drafts_total delta (steps that drafted; plus one "
                  "token per drafting step; steps without a draft are not counted)",
                  _acceptance_length, optional=True),
+    # Energy (issue #24; rules.ENERGY_METRICS names them for the rule energy_source_labelled):
+    # only where every GPU of every node was read at both ends of the window (no entry at
+    # all without telemetry; never a zero or a partial sum).
+    WindowMetric("energy_per_token", "J/token", "end_to_end", "gpu_energy_j", DELIVERED,
+                 _energy_per_token, optional=True),
+    WindowMetric("tokens_per_joule", "tokens/J", "end_to_end", "output_tokens", GPU_ENERGY,
+                 _tokens_per_joule, optional=True),
+    WindowMetric("gpu_power", "W", "end_to_end", "gpu_energy_j",
+                 "seconds from the first reading before the window to the last after it",
+                 _gpu_power, optional=True),
 )
 # The window metrics whose value rests on the stamps of stream events (WindowMetric.stamped).
 STAMPED_WINDOW_METRICS = frozenset(m.metric for m in WINDOW_METRICS if m.stamped)

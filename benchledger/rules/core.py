@@ -70,6 +70,12 @@ CLIENT_LAG_SHARE = 0.1
 # view withholds for a request that arrived in a burst (rate_withheld; a test holds the
 # view to this list).
 DECODE_SPAN_METRICS = ("decode_rate", "tpot", "itl_per_token")
+# T18: the entries of the deployment's GPU energy, and where their joules may come from
+# (the view window_energy): the GPUs' energy counters, their power samples integrated over
+# the window (GPUs without a counter), or both across an entry's windows.
+ENERGY_METRICS = ("energy_per_token", "tokens_per_joule", "gpu_power")
+ENERGY_SOURCES = ("energy counter", "integrated power samples",
+                  "energy counter + integrated power samples")
 # T1: a prompt longer than any model's context window is a broken usage report, not a
 # prompt (2**24 = 16,777,216 tokens). Below it every plausible count is exact in float64.
 MAX_PROMPT_TOKENS = 2**24

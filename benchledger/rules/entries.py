@@ -19,6 +19,8 @@ from benchledger.rules.core import (
     COUNTED_TOKEN_SOURCES,
     DECODE_SPAN_METRICS,
     DEFAULT_MAX_BURST_FRACTION,
+    ENERGY_METRICS,
+    ENERGY_SOURCES,
     EVIDENCE_KINDS,
     SERVER_LOG_APART,
     STATED,
@@ -51,7 +53,7 @@ SUITE = SuiteFrame(
     required=("entry_id", "metric", "unit", "numerator", "population", "drain_status",
               "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
     # NULL: derived before sources were named (or bursts counted), not checked
-    optional=("token_source", "scope"),
+    optional=("token_source", "scope", "energy_source"),
     numeric=("n_burst", "n_completed", "max_burst_fraction"))
 
 
@@ -318,3 +320,16 @@ BURST_SHARE_BOUNDED = Rule(
              ignore_row_if="either_value_is_missing",
              columns={"burst_share": _burst_share, "burst_bound": _burst_bound},
              observe=_observe_bursts))
+
+
+def _energy_entry(frame: Frame) -> pd.Series:
+    return frame["metric"].isin(ENERGY_METRICS)
+
+
+ENERGY_SOURCE_LABELLED = Rule(
+    name="energy_source_labelled", traps=("T18",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="an energy entry names where its joules came from: the GPUs' energy counters "
+            "(after minus before the window) or their power samples integrated over it "
+            "(GPUs without a counter), for every GPU of every node of the deployment",
+    check=_label_check("energy_source_check", "energy_source", _energy_entry,
+                       list(ENERGY_SOURCES)))

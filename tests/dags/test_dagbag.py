@@ -68,6 +68,39 @@ def test_every_restart_is_set_up_and_torn_down(dagbag):
                     assert f"{group}.measure_{workload.name}" in dag.task_dict
 
 
+def test_every_node_of_a_deployment_is_started_and_stopped_on_its_own_queue(dagbag):
+    """A multi-node arm (the bundled four_nodes sweep): one launch and one stop per further
+    node, on that node's queue; the launch after the head's and before the wait for its
+    readiness, the stop (the teardown of its launch) after the head's, then the restart's
+    settle_restart, whatever happened before it."""
+    sweep = load_sweep(DAGS / "sweeps" / "four_nodes.toml")
+    dag = dagbag.dags[sweep.dag_id]
+    spanning = [arm for arm in sweep.arms if arm.processes]
+    assert spanning
+    for arm in spanning:
+        for k in range(sweep.plan(arm).restarts):
+            group = f"{arm.name}__r{k}"
+            head_launch = dag.get_task(f"{group}.launch_server")
+            head_stop = dag.get_task(f"{group}.stop_server")
+            settle = dag.get_task(f"{group}.settle_restart")
+            assert head_launch.queue == arm.node
+            assert settle.trigger_rule == "all_done"
+            for process in arm.processes:
+                launch = dag.get_task(f"{group}.launch_node_{process.node}")
+                stop = dag.get_task(f"{group}.stop_node_{process.node}")
+                assert (launch.queue, stop.queue) == (process.node, process.node)
+                assert launch.is_setup and stop.is_teardown
+                assert launch.task_id in stop.upstream_task_ids
+                assert head_launch.task_id in launch.upstream_task_ids
+                assert f"{group}.wait_ready" in launch.downstream_task_ids
+                assert head_stop.task_id in stop.upstream_task_ids
+                assert stop.task_id in settle.upstream_task_ids
+        # the next restart starts once this one is settled
+        if sweep.plan(arm).restarts > 1:
+            assert f"{arm.name}__r0.settle_restart" in dag.get_task(
+                f"{arm.name}__r1.launch_server").upstream_task_ids
+
+
 def test_warehouse_writers_share_the_one_slot_pool(dagbag):
     sweep_dags = [d for d in dagbag.dags.values() if not d.dag_id.endswith("_publish")]
     assert {d.dag_id for d in sweep_dags} == {load_sweep(p).dag_id for p in sweep_files()}

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pytest
 
 from benchledger import cluster as local_cluster
 from benchledger.cluster import ApiClient, api_credentials
+from tests.conftest import pids_tagged
 
 pytestmark = pytest.mark.integration
 
@@ -287,6 +291,83 @@ def test_a_worker_killed_mid_window_is_retried_without_a_duplicate(deployment, a
     assert per_window == [(1, 40, 40), (2, 40, 40)]
     assert [(w["window_id"].rsplit("/", 1)[1], w["attempt"]) for w in interrupted] == [
         ("code-c2", 1)]
+
+
+def test_a_two_node_arm_runs_on_both_workers_and_a_dead_node_crashes_its_restart(
+        deployment, api, tmp_path):
+    """Issue #24: one model across two nodes (the head on node-a, a pretend node on node-b,
+    each on its own loopback address). Each process is started and stopped by its own
+    node's Edge worker; the process on node-b, killed mid-window, makes the restart crashed
+    naming node-b; after the teardown no process of the deployment is left on either."""
+    model = f"sim-two-node-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "two-node.toml"
+    sweep.write_text(textwrap.dedent(f"""
+        [sweep]
+        name = "cl-two-node"
+        retries = 0
+        [defaults]
+        requests = 40
+        warmup = 1
+        restarts = 1
+        max_tokens = 24
+        clock_source = "dcgm"
+        clock_url = "{{base_url}}/dcgm"
+        [[workloads]]
+        name = "code"
+        [[arms]]
+        name = "tp"
+        server = "simulator"
+        model = "{model}"
+        node = "node-a"
+        address = "127.0.25.1"
+        [arms.simulator]
+        step_ms = 15.0
+        num_gpus = 2
+        [[arms.processes]]
+        node = "node-b"
+        address = "127.0.25.2"
+        """))
+    warehouse = tmp_path / "wh.duckdb"
+    run = subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
+                            "--warehouse", str(warehouse), "--cluster", str(deployment)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    raw_root = tmp_path / "wh-data" / "raw"
+    mark = None
+    deadline = time.monotonic() + 240
+    while mark is None and time.monotonic() < deadline and run.poll() is None:
+        mark = next(raw_root.glob("*/tp/r0/code-c1.started"), None) \
+            if raw_root.exists() else None
+        time.sleep(0.2)
+    assert mark is not None, "the window never started"
+    node_b = json.loads((mark.parent / "nodes" / "node-b.json").read_text())
+    assert node_b["status"] == "launched" and psutil.pid_exists(node_b["pid"])
+    time.sleep(1.0)  # inside the window: 40 requests of 24 steps of 15 ms take 14 s
+    os.kill(node_b["pid"], signal.SIGKILL)
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode != 0, output[-3000:]  # finalize names the crashed restart
+    assert "restart crashed" in output and "node-b" in output, output[-3000:]
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        run_id, status, crashed_node, error, spanned = con.execute(
+            "SELECT run_id, status, crashed_node, error, deployment FROM restarts").fetchone()
+        rows = con.execute("SELECT count(*) FROM request_records WHERE NOT is_warmup"
+                           ).fetchone()[0]
+    assert (status, crashed_node) == ("crashed", "node-b")
+    assert error.startswith("the process on node node-b died during window ") and \
+        "code-c1" in error, error
+    assert rows == 40  # the window's requests are rows all the same
+    nodes = {n["node"]: n for n in json.loads(spanned)}
+    assert nodes["node-b"]["ended_before_stop"] is True
+    assert nodes["node-a"]["stop_status"].startswith("stopped by SIGTERM")
+    tis = api.request("GET", f"/api/v2/dags/benchledger_cl-two-node/dagRuns/{run_id}/"
+                             "taskInstances", params={"limit": 1000})["task_instances"]
+    where = {ti["task_id"]: (ti["queue"], ti["hostname"], ti["state"]) for ti in tis}
+    for task, node in (("launch_server", "node-a"), ("launch_node_node-b", "node-b"),
+                       ("stop_server", "node-a"), ("stop_node_node-b", "node-b"),
+                       ("settle_restart", "node-a")):
+        assert where[f"tp__r0.{task}"][:2] == (node, node), task
+        assert where[f"tp__r0.{task}"][2] == "success", task
+    assert where["tp__r0.measure_code"][2] == "failed"
+    assert pids_tagged(model) == []  # nothing of the deployment left on either node
 
 
 def test_a_scheduled_sweep_gets_its_own_runs(deployment, api, tmp_path):

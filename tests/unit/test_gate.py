@@ -32,7 +32,7 @@ ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "latency_population_labelled", "rate_numerator_labelled",
                "prefill_rate_cold_prompts", "entry_token_source_single", "evidence_labelled",
                "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart",
-               "burst_share_bounded"]
+               "burst_share_bounded", "energy_source_labelled"]
 COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
 
 
@@ -276,9 +276,13 @@ def test_entry_rules_pass_on_honest_labels():
         entry(entry_id="e5", metric="server_log_generation_throughput", numerator=None,
               statistic="server_log_peak", population="server_log_lines",
               drain_status="incomplete"),
+        entry(entry_id="e6", metric="energy_per_token", unit="J/token",
+              numerator="gpu_energy_j", energy_source="energy counter"),
+        entry(entry_id="e7", metric="tokens_per_joule", unit="tokens/J",
+              energy_source="energy counter + integrated power samples"),
     ])
     results = run_entry_gate(entries)
-    assert len(results) == 5 * len(ENTRY_RULES)
+    assert len(results) == 7 * len(ENTRY_RULES)
     assert all(r.success for r in results), [r for r in results if not r.success]
 
 
@@ -299,6 +303,12 @@ def test_entry_rules_pass_on_honest_labels():
     (dict(denominator=None), "rate_denominator_stated", "NULL"),
     (dict(n_submitted=128, n_completed=120, n_failed=2), "request_counts_balance",
      "128 != 120 + 2 + 0"),
+    # energy whose joules came from nowhere the protocol names (T18)
+    (dict(metric="energy_per_token", unit="J/token", numerator="gpu_energy_j",
+          energy_source=None), "energy_source_labelled", "NULL"),
+    (dict(metric="gpu_power", unit="W", numerator="gpu_energy_j",
+          energy_source="nvidia-smi power.draw x elapsed"), "energy_source_labelled",
+     "'nvidia-smi power.draw x elapsed'"),
 ])
 def test_entry_rule_failures_name_what_was_found(overrides, rule, found):
     results = run_entry_gate(pd.DataFrame([entry(**overrides)]))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchledger.observe import parse_nvidia_smi
+from benchledger.telemetry import NodeSource, TelemetrySampler, parse_nvidia_smi
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 from tests.reference import reconcile_requests
 
@@ -50,11 +50,24 @@ def test_vllm_log_lines_keep_each_counter_under_its_own_name():
 
 
 def test_nvidia_smi_csv():
-    text = "0, 494, 2520, P0, 0x0000000000000000, 97\n1, 2385, 2520, P0, 0x0000000000000000, 98\n"
+    text = ("0, 494, 2520, P0, 0x0000000000000000, 97, 212.40, 70123\n"
+            "1, 2385, 2520, P0, 0x0000000000000004, 98, [N/A], [N/A]\n")
     gpus = parse_nvidia_smi(text)
-    assert [(g["index"], g["sm_clock_mhz"], g["max_sm_clock_mhz"]) for g in gpus] == [
-        (0, 494.0, 2520.0), (1, 2385.0, 2520.0)]
-    rows = clock_rows({"node": "n1", "samples": [{"sampled_at": "t", **g} for g in gpus]})
+    assert [(g["gpu"], g["sm_clock_mhz"], g["max_sm_clock_mhz"], g["power_w"],
+             g["memory_used_mib"]) for g in gpus] == [
+        (0, 494.0, 2520.0, 212.4, 70123.0), (1, 2385.0, 2520.0, None, None)]
+    # the throttle mask is DCGM's clock-event bitmask (NVML's bits), named the same way
+    assert [(g["clock_event_reasons"], g["clock_event_names"]) for g in gpus] == [
+        (0, ""), (4, "power_cap")]
+    assert all(g["energy_j"] is None for g in gpus)  # never a 0 where nothing was read
+    # an answer to the older query (six columns) is read too
+    assert parse_nvidia_smi("0, 2400, 2520, P0, 0x0, 99\n")[0]["power_w"] is None
+
+
+def test_node_clocks_rows_of_windows_measured_before_gpu_telemetry():
+    samples = [{"sampled_at": "t", "index": 0, "sm_clock_mhz": 494.0, "utilization_gpu": 97},
+               {"sampled_at": "t", "index": 1, "sm_clock_mhz": 2385.0, "utilization_gpu": 98}]
+    rows = clock_rows({"node": "n1", "samples": samples})
     assert [(r["node"], r["gpu"], r["sm_clock_mhz"], r["under_load"]) for r in rows] == [
         ("n1", 0, 494.0, True), ("n1", 1, 2385.0, True)]
     idle = clock_rows({"node": "n1", "samples": [{"index": 0, "utilization_gpu": 0}]})
@@ -105,30 +118,35 @@ def test_a_server_without_the_counter_is_not_reconciled_but_says_why():
     assert "no /metrics scrape" in failed_scrape[0]["detail"]
 
 
-def test_clock_sampler_reads_nvidia_smi_and_records_a_missing_one(tmp_path, monkeypatch):
-    from benchledger.observe import ClockSampler
-
+def test_telemetry_reads_nvidia_smi_before_during_after_and_records_a_missing_one(
+        tmp_path, monkeypatch):
     fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\necho '0, 2400, 2520, P0, 0x0000000000000000, 99'\n")
+    fake.write_text("#!/bin/sh\necho '0, 2400, 2520, P0, 0x0000000000000000, 99, 400.5, 1'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    sampler = ClockSampler("nvidia-smi", None, "node-a", interval_s=0.05)
+    sampler = TelemetrySampler([NodeSource("node-a", "nvidia-smi")], interval_s=0.05)
     sampler.start()
     import time
 
     time.sleep(0.2)
     sampler.stop()
-    samples = sampler.result["samples"]
-    assert len(samples) >= 2  # some 4 samples in 0.2 s, at least 2 on a busy machine
-    assert {(s["index"], s["sm_clock_mhz"], s["utilization_gpu"]) for s in samples} == {
-        (0, 2400.0, 99.0)}
+    samples = sampler.table().to_pylist()
+    phases = [s["phase"] for s in samples]
+    # one reading as the window starts, one as it ends, some between (4 in 0.2 s, fewer
+    # on a busy machine)
+    assert phases[0] == "before" and phases[-1] == "after" and "during" in phases
+    assert {(s["node"], s["gpu"], s["sm_clock_mhz"], s["utilization_gpu"], s["power_w"])
+            for s in samples} == {("node-a", 0, 2400.0, 99.0, 400.5)}
     assert sampler.result["errors"] == []
+    assert sampler.result["nodes"][0]["samples"] == len(samples)
 
     fake.unlink()  # a node without nvidia-smi: recorded, never raised
-    missing = ClockSampler("nvidia-smi", None, "node-a", interval_s=0.05)
+    missing = TelemetrySampler([NodeSource("node-a", "nvidia-smi")], interval_s=0.05)
     missing.start()
     missing.stop()
-    assert missing.result["samples"] == [] and "FileNotFoundError" in missing.result["errors"][0]
+    assert missing.table().num_rows == 0
+    assert "FileNotFoundError" in missing.result["errors"][0]
+    assert missing.result["errors"][0].startswith("node-a: before: ")
 
 
 # --- observers under a hostile or broken server: bounded, recorded, never raised ---------
@@ -227,35 +245,36 @@ def test_a_metrics_url_nobody_listens_on_is_recorded():
 ])
 def test_a_broken_clock_endpoint_is_recorded_never_sampled(observed_server, monkeypatch,
                                                            script, recorded):
-    from benchledger import observe
+    from benchledger import telemetry
 
-    monkeypatch.setattr(observe, "CLOCK_HTTP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(telemetry, "HTTP_TIMEOUT_S", 0.5)
     server, base = observed_server
     server.script = script
-    sampler = observe.ClockSampler("http", base + "/clocks", "node-a", interval_s=0.1)
+    sampler = TelemetrySampler([NodeSource("node-a", "http", base + "/clocks")],
+                               interval_s=0.1)
     started = time.monotonic()
     sampler.start()
     time.sleep(0.2)
     sampler.stop()
     assert time.monotonic() - started < 4
-    assert sampler.result["samples"] == []
+    assert sampler.table().num_rows == 0
     assert sampler.result["errors"] and recorded in sampler.result["errors"][0]
 
 
 def test_a_hanging_nvidia_smi_is_cut_off_and_recorded(tmp_path, monkeypatch):
-    from benchledger import observe
+    from benchledger import telemetry
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 60\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(observe, "NVIDIA_SMI_TIMEOUT_S", 0.3)
-    sampler = observe.ClockSampler("nvidia-smi", None, "node-a", interval_s=0.05)
+    monkeypatch.setattr(telemetry, "NVIDIA_SMI_TIMEOUT_S", 0.3)
+    sampler = TelemetrySampler([NodeSource("node-a", "nvidia-smi")], interval_s=0.05)
     started = time.monotonic()
     sampler.start()
     sampler.stop()
     assert time.monotonic() - started < 3
-    assert sampler.result["samples"] == []
+    assert sampler.table().num_rows == 0
     assert any("TimeoutExpired" in e for e in sampler.result["errors"])
 
 

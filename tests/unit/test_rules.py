@@ -58,7 +58,7 @@ def test_a_verdict_word_is_stated_once(word):
 @pytest.mark.parametrize("rule", R.CATALOGUE, ids=lambda rule: rule.name)
 def test_a_rule_is_fully_declared(rule):
     assert re.fullmatch(r"[a-z][a-z0-9_]+", rule.name)
-    assert all(re.fullmatch(r"T([1-9]|1[0-7])", trap) for trap in rule.traps)
+    assert all(re.fullmatch(r"T([1-9]|1[0-8])", trap) for trap in rule.traps)
     assert rule.effect in {R.BLOCK_ENTRIES, R.EXCLUDE_RESTART, R.REFUSE_COMPARISON,
                            R.LIMIT_VERDICT, R.BLOCK_TIMING_ENTRIES, R.BLOCK_STREAM_ENTRIES}
     assert rule.summary
@@ -115,7 +115,7 @@ def test_the_ruleset_version_is_pinned():
     (a name, summary, threshold, expectation or argument) is a new ruleset: update this
     value only on purpose, with the change that makes it. Reorganising the code of the
     checks changes no declaration and must leave it as it is."""
-    assert R.RULESET_VERSION == "rules-c665605179a3"
+    assert R.RULESET_VERSION == "rules-d18bfec23cfc"
 
 
 def test_importing_the_catalogue_is_cheap():

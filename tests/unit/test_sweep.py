@@ -25,9 +25,14 @@ name = "code"
 def test_demo_sweep_plan():
     sweep = load_sweep(REPO / "dags" / "sweeps" / "demo.toml")
     assert [a.name for a in sweep.arms] == ["spec-on", "spec-off", "spec-on-again"]
-    (comparison,) = sweep.comparisons
-    assert (comparison.a, comparison.b, comparison.control) == (
-        "spec-off", "spec-on", ["spec-on", "spec-on-again"])
+    speed, energy = sweep.comparisons
+    for comparison in (speed, energy):
+        assert (comparison.a, comparison.b, comparison.control) == (
+            "spec-off", "spec-on", ["spec-on", "spec-on-again"])
+    assert (speed.metric, energy.metric) == ("decode_rate", "energy_per_token")
+    # the pretend dcgm-exporter page of each arm's node: clocks and the energy counter
+    assert (sweep.arm("spec-on").clock_source, sweep.arm("spec-on").clock_url) == (
+        "dcgm", "{base_url}/dcgm")
     assert [w.name for w in sweep.workloads] == ["code", "prose"]
     on, off = sweep.arm("spec-on"), sweep.arm("spec-off")
     assert on.arm.is_speculative and not off.arm.is_speculative

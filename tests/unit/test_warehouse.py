@@ -94,7 +94,8 @@ def test_migrations_are_recorded_and_not_reapplied(con):
 def test_loading_is_idempotent(con, tmp_path):
     layout = write_run(tmp_path)
     first = load_run_dir(con, layout.run_dir)
-    assert first == {"runs": 1, "restarts": 2, "windows": 2, "requests": 12, "observations": 0}
+    assert first == {"runs": 1, "restarts": 2, "windows": 2, "requests": 12, "observations": 0,
+                     "telemetry": 0}
     assert set(load_run_dir(con, layout.run_dir).values()) == {0}
     assert con.execute("SELECT count(*) FROM request_records").fetchall() == [(12,)]
     # run + 2 restart manifests + 2 window manifests + 2 request files + 2 observations
