@@ -38,7 +38,7 @@ UNCOMPARED = {"entry_id", "entry_key", "run_id", "derived_at", "comparison_id",
 # scheduling. Interval bounds over two restarts (t with one degree of freedom) and whether
 # two restarts' intervals overlap move far more: of those, only their presence is
 # compared, and that each interval holds its mean.
-TIMED_UNITS = {"s", "tok/s"}
+TIMED_UNITS = {"s", "tok/s", "J/token", "tokens/J", "W"}  # energy: idle joules are wall time
 TIMED = {"value", "restart_mean", "achieved_rate_rps"}
 TIMED_PRESENCE = {"ci95_low", "ci95_high", "restart_ci95_low", "restart_ci95_high",
                   "restart_effect"}
@@ -58,7 +58,7 @@ ABSOLUTE_S = 0.05
 _RUN_ID = re.compile(r"(manual|scheduled|backfill|asset_triggered)__[0-9T:._+\-]+")
 _HEX = re.compile(r"\b[0-9a-f]{16,64}\b")
 _FLOAT = re.compile(r"-?\d+\.\d+(?:e[+-]?\d+)?")
-_SAMPLES = re.compile(r"\(\d+ samples\)")
+_SAMPLES = re.compile(r"\(\d+ samples( under load)?\)")
 _LOG_LINES = re.compile(r"\(\d+ log lines\)")
 # The lag rule's texts (T17): milliseconds and shares of the machine's moment, which a
 # three-digit format may print without a decimal point.
@@ -79,7 +79,7 @@ def normalise(text: str, data_dir: Path | None = None) -> str:
     text = _BUNCHED.sub("<n>% of events bunched", text)
     text = _FLOAT.sub("<num>", text)  # first: a long fraction's digits look like hex
     text = _HEX.sub("<hex>", text)
-    text = _SAMPLES.sub("(<n> samples)", text)
+    text = _SAMPLES.sub(r"(<n> samples\1)", text)
     text = _LOG_LINES.sub("(<n> log lines)", text)
     # the run folder's name (the run id made portable) inside a path
     return re.sub(r"<data>/raw/[^/]+/", "<data>/raw/<run>/", text)
