@@ -390,6 +390,11 @@ def observed_files(run_dir: Path) -> list[Path]:
     return sorted(Path(run_dir).glob(f"*/r*/*{OBSERVED_SUFFIX}"))
 
 
+def telemetry_files(run_dir: Path) -> list[Path]:
+    """The GPU telemetry files (Parquet) of one run folder's windows."""
+    return sorted(Path(run_dir).glob(f"*/r*/*{TELEMETRY_SUFFIX}"))
+
+
 def progress_files(run_dir: Path) -> list[Path]:
     """The progress reports of one run folder's windows and readiness waits."""
     return sorted(Path(run_dir).glob(f"*/r*/*{PROGRESS_SUFFIX}"))

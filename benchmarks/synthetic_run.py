@@ -16,10 +16,12 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from benchledger.client import WindowResult
 from benchledger.raw import RunLayout, write_json
 from benchledger.restart import write_run_manifest
+from benchledger.telemetry import SAMPLE_SCHEMA
 from benchledger.window_write import write_window
 
 S = 1_000_000_000
@@ -100,11 +102,43 @@ def window_rows(window_id: str, n: int, events: int, speculative: bool,
     return rows, accounting
 
 
+def telemetry_table(accounting: dict, nodes: int, gpus: int, readings: int,
+                    rng: np.random.Generator) -> pa.Table:
+    """Every GPU of `nodes` nodes read `readings` times over the window (the first one
+    before it, the last after it), as benchledger.telemetry writes them: clocks under load,
+    400-500 W, energy counters that grow by each reading's power over its interval. Built
+    column by column (numpy), never row by row."""
+    n = nodes * gpus * readings
+    start, end = accounting["window_start_wall_ns"], accounting["window_end_wall_ns"]
+    at = np.linspace(start, end, readings).astype("datetime64[ns]").astype("datetime64[us]")
+    phase = np.full(readings, "during", dtype=object)
+    phase[0], phase[-1] = "before", "after"
+    power = rng.uniform(400.0, 500.0, (nodes * gpus, readings))
+    dt = (end - start) / 1e9 / max(1, readings - 1)
+    energy = 1e6 + np.cumsum(power * dt, axis=1)
+    gpu_of = np.tile(np.repeat(np.arange(gpus), readings), nodes)
+    return pa.table({
+        "node": np.repeat([f"gpu-node-{i + 1}" for i in range(nodes)], gpus * readings),
+        "source": np.full(n, "dcgm", dtype=object), "phase": np.tile(phase, nodes * gpus),
+        "sampled_at": pa.array(np.tile(at, nodes * gpus), pa.timestamp("us", tz="UTC")),
+        "gpu": gpu_of.astype(np.int32), "uuid": pa.nulls(n, pa.string()),
+        "model": pa.nulls(n, pa.string()), "hostname": pa.nulls(n, pa.string()),
+        "sm_clock_mhz": np.full(n, 2400.0), "max_sm_clock_mhz": np.full(n, 2520.0),
+        "mem_clock_mhz": np.full(n, 2619.0), "power_w": power.ravel(),
+        "energy_j": energy.ravel(), "utilization_gpu": np.full(n, 100.0),
+        "memory_used_mib": np.full(n, 70000.0), "clock_event_reasons": np.zeros(n, np.int64),
+        "clock_event_names": np.full(n, "", dtype=object), "pstate": pa.nulls(n, pa.string()),
+    }, schema=SAMPLE_SCHEMA)
+
+
 def write_scale_run(out: Path, requests: int, *, restarts: int = 5,
                     arms: tuple[str, ...] = ("base", "spec"),
                     workloads: tuple[str, ...] = ("code", "prose"), events: int = 30,
-                    seed: int = 0, run_id: str = RUN_ID, name: str = "scale") -> RunLayout:
-    """Write one run of about `requests` measured requests under out/; returns its layout."""
+                    seed: int = 0, run_id: str = RUN_ID, name: str = "scale",
+                    telemetry: tuple[int, int, int] | None = None) -> RunLayout:
+    """Write one run of about `requests` measured requests under out/; returns its layout.
+    `telemetry`: (nodes, GPUs per node, readings per window) of a deployment across nodes,
+    each window's GPU samples written as a telemetry file (None: none)."""
     windows = len(arms) * restarts * len(workloads)
     per_window = max(1, requests // windows)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,13 +153,27 @@ def write_scale_run(out: Path, requests: int, *, restarts: int = 5,
                 "restart_id": layout.restart_id(arm, k), "run_id": run_id, "arm": arm,
                 "restart_index": k, "server_kind": "command", "single_instance": False,
                 "status": "ok", "effective_config_sha256": f"config-of-{arm}",
-                "server_version": "synthetic 1"})
+                "server_version": "synthetic 1",
+                "deployment": [{"node": f"gpu-node-{n + 1}", "rank": n}
+                               for n in range(telemetry[0] if telemetry else 1)]})
             for workload in workloads:
                 wid = layout.window_id(arm, k, workload, 1)
                 rows, accounting = window_rows(wid, per_window, events, bool(i % 2), rng)
+                samples = telemetry_table(accounting, *telemetry, rng) if telemetry else None
                 write_window(layout, arm, k, workload, workload, min(per_window, 15),
-                             WindowResult(rows=rows, accounting=accounting))
+                             WindowResult(rows=rows, accounting=accounting),
+                             telemetry=samples)
     return layout
+
+
+def _telemetry_shape(text: str) -> tuple[int, int, int]:
+    try:
+        nodes, gpus, readings = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NODES,GPUS,READINGS, got {text!r}") from None
+    if min(nodes, gpus) < 1 or readings < 2:
+        raise argparse.ArgumentTypeError("at least 1 node, 1 GPU and 2 readings")
+    return nodes, gpus, readings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=5)
     parser.add_argument("--events", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--telemetry", type=_telemetry_shape, metavar="NODES,GPUS,READINGS",
+                        help="GPU telemetry per window: nodes, GPUs per node, readings")
     args = parser.parse_args(argv)
     layout = write_scale_run(args.out, args.requests, restarts=args.restarts,
-                             events=args.events, seed=args.seed)
+                             events=args.events, seed=args.seed, telemetry=args.telemetry)
     print(layout.run_dir)
     return 0
 

@@ -54,8 +54,8 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks.` importable
 README = REPO / "README.md"
 AUDIT_SECTION = "## Auditing with SQL"
 STAGES = ("load", "validate", "derive", "compare", "export")
-TABLES = ("runs", "restarts", "windows", "request_records", "validations", "entries",
-          "entry_lineage", "entry_blocks", "comparisons", "raw_files")
+TABLES = ("runs", "restarts", "windows", "request_records", "gpu_telemetry", "validations",
+          "entries", "entry_lineage", "entry_blocks", "comparisons", "raw_files")
 PLACEHOLDER = "'...'"  # the entry id the README leaves for the reader to fill in
 FIRST_DAY = datetime(2026, 1, 1, tzinfo=UTC)
 MIB = 1024 * 1024
@@ -318,18 +318,23 @@ def written_counts(run_dirs: list[Path]) -> dict:
     """What the writers put on disk, counted from the files (not from the warehouse)."""
     import pyarrow.parquet as pq
 
-    counts = {"runs": 0, "restarts": 0, "windows": 0, "request_records": 0, "raw_files": 0}
+    counts = {"runs": 0, "restarts": 0, "windows": 0, "request_records": 0,
+              "gpu_telemetry": 0, "raw_files": 0}
     for run_dir in run_dirs:
         restarts = raw.restart_manifests(run_dir)
         manifests = raw.window_manifests(run_dir)
         parquet = raw.requests_files(run_dir)
         observed = raw.observed_files(run_dir)
+        telemetry = raw.telemetry_files(run_dir)
         counts["runs"] += 1
         counts["restarts"] += len(restarts)
         counts["windows"] += len(manifests)
         counts["request_records"] += sum(pq.read_metadata(p).num_rows for p in parquet)
-        # the run manifest, and every restart, window, requests and observations file
-        counts["raw_files"] += 1 + len(restarts) + len(manifests) + len(parquet) + len(observed)
+        counts["gpu_telemetry"] += sum(pq.read_metadata(p).num_rows for p in telemetry)
+        # the run manifest, and every restart, window, requests, observations and
+        # telemetry file
+        counts["raw_files"] += (1 + len(restarts) + len(manifests) + len(parquet)
+                                + len(observed) + len(telemetry))
     return counts
 
 
@@ -352,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="times load and the plain CREATE TABLE AS are measured "
                              "(alternately; the ratio takes the fastest of each)")
+    parser.add_argument("--telemetry", type=_telemetry_shape, metavar="NODES,GPUS,READINGS",
+                        help="GPU telemetry in every window: a deployment of NODES nodes of "
+                             "GPUS GPUs each, read READINGS times per window (issue #24)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -430,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             **code_version(),
             "requests": written["request_records"] // args.runs, "requests_asked": args.requests,
-            "runs": args.runs, "events": args.events,
+            "runs": args.runs, "events": args.events, "telemetry": args.telemetry,
             "windows_per_run": written["windows"] // args.runs,
             "warehouse": str(warehouse), "kept": not temporary or args.keep,
             "machine": machine(),
@@ -455,6 +463,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _telemetry_shape(text: str) -> tuple[int, int, int]:
+    from benchmarks.synthetic_run import _telemetry_shape as shape
+
+    return shape(text)
+
+
 def _run_files(base: Path, index: int, args, write_scale_run):
     """The layout of run `index`, writing its raw files unless an earlier call on this
     folder left a complete run of the same shape; (layout, 1 if reused else 0)."""
@@ -462,7 +476,7 @@ def _run_files(base: Path, index: int, args, write_scale_run):
 
     layout = RunLayout(base / "data", run_id_of(index))
     shape = {"requests": args.requests, "events": args.events, "restarts": args.restarts,
-             "seed": args.seed + index}
+             "seed": args.seed + index, "telemetry": args.telemetry}
     stamp = base / "shapes" / f"{layout.run_dir.name}.json"
     if (stamp.exists() and layout.run_manifest.exists()
             and json.loads(stamp.read_text()) == shape):
@@ -470,7 +484,8 @@ def _run_files(base: Path, index: int, args, write_scale_run):
     stamp.unlink(missing_ok=True)
     shutil.rmtree(layout.run_dir, ignore_errors=True)
     layout = write_scale_run(base, args.requests, restarts=args.restarts, events=args.events,
-                             seed=args.seed + index, run_id=layout.run_id)
+                             seed=args.seed + index, run_id=layout.run_id,
+                             telemetry=args.telemetry)
     stamp.parent.mkdir(exist_ok=True)
     stamp.write_text(json.dumps(shape))  # written last: a half-written run is redone
     return layout, 0

@@ -314,3 +314,30 @@ def test_a_log_that_cannot_be_read_is_recorded(tmp_path):
     log.stop()
     assert log.result["lines"] == []
     assert log.result["errors"] and "IsADirectoryError" in log.result["errors"][0]
+
+
+@pytest.mark.parametrize(("page", "energy", "power"), [
+    ("sample_l4_kops_cncf-ai-conformance.prom", True, True),
+    # a vGPU guest: neither power nor an energy counter, both None (never 0)
+    ("sample_grid-a100-40c_vgpu_vks-v1.35_cncf-ai-conformance.prom", False, False),
+])
+def test_telemetry_reads_a_real_dcgm_exporter_page_keeping_it_whole(observed_server, page,
+                                                                    energy, power):
+    server, base = observed_server
+    text = (FIXTURES / "dcgm" / page).read_text()
+    server.script = (200, text)
+    sampler = TelemetrySampler([NodeSource("gpu-node-2", "dcgm", base + "/metrics")],
+                               interval_s=0.05)
+    sampler.start()
+    time.sleep(0.15)
+    sampler.stop()
+    rows = sampler.table().to_pylist()
+    assert rows and {r["node"] for r in rows} == {"gpu-node-2"}
+    assert {r["phase"] for r in rows} >= {"before", "after"}
+    assert all((r["energy_j"] is not None) == energy for r in rows)
+    assert all((r["power_w"] is not None) == power for r in rows)
+    assert all(r["sm_clock_mhz"] is not None and r["uuid"].startswith("GPU-") for r in rows)
+    assert all(r["max_sm_clock_mhz"] is None for r in rows)  # not a default exporter field
+    # the pages that bracket the window are kept as the exporter printed them
+    (node,) = sampler.result["nodes"]
+    assert node["before_page"] == node["after_page"] == text
