@@ -208,6 +208,8 @@ def node_records(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> dict
 def launch_problems(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> list[str]:
     """Why the other nodes' processes are not all running: one line per node whose launch
     failed or never ran (what wait_ready reports instead of waiting for the head)."""
+    if sweep.arm(arm_name).arm.server == "external":
+        return []  # its nodes are only named: nothing of theirs is started
     problems = []
     for node, manifest in node_records(layout, sweep, arm_name, k).items():
         status = manifest.get("status")
@@ -297,7 +299,9 @@ def deployment_record(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
             "node": member.node, "address": member.address, "role": member.role,
             "rank": member.rank,
             "host": manifest.get("node") if member.is_head else manifest.get("host"),
-            "pid": manifest.get("pid"), "status": manifest.get("status"),
+            # a node's process's own; the head's is the restart's status
+            "pid": manifest.get("pid"),
+            "status": None if member.is_head else manifest.get("status"),
             "gpus": listed.get(member.node, {}).get("gpus"),
         }
         if listed.get(member.node, {}).get("telemetry_error"):

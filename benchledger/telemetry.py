@@ -15,8 +15,8 @@ how each node is read:
   spans nodes cannot name it and still require the check: benchledger.sweep refuses it).
 
 `TelemetrySampler` reads every node when the measured window starts (phase `before`),
-every `interval_s` while it runs (`during`) and when it ends (`after`), each node from its
-own thread, so a slow exporter delays nobody else's readings. The energy over a window is
+from then on every `interval_s` while it runs (`during`: the first at once, as the first
+requests go out) and when it ends (`after`), each node from its own thread, so a slow exporter delays nobody else's readings. The energy over a window is
 the `after` counter minus the `before` counter of each GPU (warehouse view window_energy).
 Samples are rows (node, GPU, when, each field; a field a source lacks is None, never 0),
 which the window writer stores as Parquet and the loader puts into `gpu_telemetry`; the
@@ -232,8 +232,12 @@ class TelemetrySampler:
             list(pool.map(lambda node: node.read(phase), self.nodes))
 
     def _loop(self, node: _NodeLog) -> None:
-        while not self._stop.wait(self.interval_s):
+        # The first reading at once: the window's first requests are on their way as it
+        # is taken, so even a window shorter than one interval is read under load.
+        while True:
             node.read("during")
+            if self._stop.wait(self.interval_s):
+                return
 
     def start(self) -> None:
         self._all("before")

@@ -107,8 +107,9 @@ def _other_nodes(path: str, arm: Any, k: int, handle: Any, ready: Any, stop: Any
     head's readiness; its stop (the teardown of its launch) after the head's stop (a
     distributed engine may end with its workers: stopped first, they would make the head
     look crashed); then settle_restart, which folds every node's record into the
-    restart's. Returns the restart's last task (the head's stop for a one-node arm)."""
-    if not arm.processes:
+    restart's. Returns the restart's last task (the head's stop for a one-node arm, or for
+    an external deployment, whose nodes are only read)."""
+    if not arm.processes or arm.server == "external":
         return stop
     node_stops = []
     for process in arm.processes:

@@ -22,6 +22,11 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
     validations = query_frame(con, "explain_validations", entry_id=entry_id)
     lines = ["Entry:"]
     lines += [f"  {k}: {v}" for k, v in entry.iloc[0].items()]
+    # where an energy entry's joules came from (T18); other entries have none to say
+    source = con.execute("SELECT energy_source FROM entries WHERE entry_id = ?",
+                         [entry_id]).fetchone()
+    if source and source[0] is not None:
+        lines.append(f"  energy_source: {source[0]}")
     lines.append(f"\nRequests ({len(requests)}):")
     lines += [f"  {r.request_id}  {r.status}  output_tokens={r.output_tokens} "
               f"({r.token_source})  raw {r.raw_file_sha256[:16]}"

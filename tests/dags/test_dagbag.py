@@ -101,6 +101,17 @@ def test_every_node_of_a_deployment_is_started_and_stopped_on_its_own_queue(dagb
                 f"{arm.name}__r1.launch_server").upstream_task_ids
 
 
+def test_an_external_deployment_across_nodes_gets_no_tasks_on_its_other_nodes(tmp_path):
+    from benchledger.operators.dag_factory import build_sweep_dag
+    from tests.unit.test_deployment_steps import EXTERNAL
+
+    sweep_file = tmp_path / "ext.toml"
+    sweep_file.write_text(EXTERNAL)
+    tasks = {t.task_id for t in build_sweep_dag(sweep_file).tasks}
+    assert {"big__r0.launch_server", "big__r0.wait_ready", "big__r0.stop_server"} <= tasks
+    assert not [t for t in tasks if "node_" in t or "settle" in t]
+
+
 def test_warehouse_writers_share_the_one_slot_pool(dagbag):
     sweep_dags = [d for d in dagbag.dags.values() if not d.dag_id.endswith("_publish")]
     assert {d.dag_id for d in sweep_dags} == {load_sweep(p).dag_id for p in sweep_files()}

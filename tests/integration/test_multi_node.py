@@ -233,3 +233,27 @@ def test_energy_per_token_is_compared_against_its_a_a_control(run):
         "AND c.metric = 'energy_per_token' AND v.expectation = 'ab_beyond_control'",
         [run["run_id"]]).fetchall()
     assert beyond == [(True,)]
+
+
+def test_report_and_terminal_show_the_energy_entries_with_their_source(run):
+    from benchledger.publishing.report import run_tables
+    from benchledger.publishing.report_html import render_report
+
+    con = run["con"]
+    page = render_report(con, run["run_id"])
+    section = page.split("<h2>Energy (every GPU of the deployment)</h2>", 1)[1]
+    section = section.split("<h2>", 1)[0]
+    rows = re.findall(r"<tr class=''>(.*?)</tr>", section)
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in rows]
+    published = con.execute(
+        "SELECT arm, metric, value FROM published_entries WHERE run_id = ? AND metric IN "
+        "('energy_per_token', 'tokens_per_joule', 'gpu_power') AND statistic = 'mean'",
+        [run["run_id"]]).fetchall()
+    assert len(published) == 9  # three metrics of each of the three healthy arms
+    shown = {(c[0], c[2], c[4]) for c in cells}
+    assert shown == {(a, m, f"{v:.4g}") for a, m, v in published}
+    assert {c[-1] for c in cells} == {"energy counter"}
+    # the terminal's headline shows joules per token beside the rates, with their source
+    terminal = run_tables(con, run["run_id"])
+    assert re.search(r"spec +code +energy_per_token .* J/token .*joules: energy counter",
+                     terminal), terminal

@@ -104,7 +104,9 @@ def test_low_clock_restart_is_left_out_while_the_other_publishes(run):
     clock = dict(q(con, "SELECT subject, observed FROM validations WHERE run_id = ? AND "
                         "expectation = 'clock_under_load' AND NOT success", [run_id]))
     low = [s for s in clock if s.endswith("/spec/r1")]
-    assert low and "494 of 2520 MHz" in clock[low[0]] and ">= 0.9 of max" in clock[low[0]]
+    assert low and ">= 0.9 of max" in clock[low[0]]
+    # the node (the arm's, "local": it runs on the measuring machine) and the GPU
+    assert "found local/gpu0 median 494 MHz of 2520 = 0.196 (" in clock[low[0]]
     (value, restarts, publishable, excluded, check), = q(
         con, "SELECT value, n_restarts, publishable, excluded, clock_check FROM entries "
              "WHERE run_id = ? AND arm = 'spec' AND metric = 'decode_rate' "

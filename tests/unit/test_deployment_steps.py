@@ -115,3 +115,32 @@ def test_a_node_process_left_by_an_interrupted_run_is_stopped_on_its_host_only(t
     assert not alive(handle["pid"])
     assert "interrupted run" in read_json(layout.node_manifest("tp", 0, "n2"))["stop_status"]
     assert "stopped_at" not in read_json(elsewhere)  # a pid on another host means nothing here
+
+
+EXTERNAL = textwrap.dedent("""
+    [sweep]
+    name = "ext"
+    [defaults]
+    clock_source = "dcgm"
+    [[workloads]]
+    name = "code"
+    [[arms]]
+    name = "big"
+    server = "external"
+    model = "m"
+    base_url = "http://10.0.0.1:8000"
+    node = "n1"
+    [[arms.processes]]
+    node = "n2"
+    """)
+
+
+def test_an_external_deployment_starts_nothing_on_its_nodes(tmp_path):
+    """Its nodes are named so that their GPUs are read; nothing of theirs is started,
+    watched or waited for (tests/dags/test_dagbag.py: nor are there tasks for them)."""
+    external = parse_sweep(EXTERNAL)
+    layout = RunLayout(tmp_path, "run-ext")
+    assert deployment.launch_problems(layout, external, "big", 0) == []
+    assert deployment.node_gone(layout, external, "big", 0) is None
+    assert deployment.base_urls(layout, external, "big", 0, "http://10.0.0.1:8000") == {
+        "n1": "http://10.0.0.1:8000", "n2": None}

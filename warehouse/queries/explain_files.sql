@@ -1,4 +1,5 @@
--- The raw files behind one entry: its windows' requests Parquet files and manifests.
+-- The raw files behind one entry: its windows' requests Parquet files and manifests, and
+-- their GPU telemetry files (the clock check every entry passed; an energy entry's joules).
 -- (Lineage rows from before per-window lineage name requests; their windows count too.)
 WITH entry_windows AS (
     SELECT l.window_id
@@ -17,6 +18,11 @@ WITH entry_windows AS (
     SELECT w.raw_file_sha256
     FROM windows AS w
     JOIN entry_windows USING (window_id)
+    UNION
+    SELECT w.telemetry_file_sha256
+    FROM windows AS w
+    JOIN entry_windows USING (window_id)
+    WHERE w.telemetry_file_sha256 IS NOT NULL
 )
 SELECT f.sha256, f.kind, f.rows, f.path
 FROM raw_files AS f
