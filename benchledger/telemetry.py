@@ -16,8 +16,9 @@ how each node is read:
 
 `TelemetrySampler` reads every node when the measured window starts (phase `before`),
 from then on every `interval_s` while it runs (`during`: the first at once, as the first
-requests go out) and when it ends (`after`), each node from its own thread, so a slow exporter delays nobody else's readings. The energy over a window is
-the `after` counter minus the `before` counter of each GPU (warehouse view window_energy).
+requests go out) and when it ends (`after`), each node from its own thread, so a slow
+exporter delays nobody else's readings. The energy over a window is the `after` counter
+minus the `before` counter of each GPU (warehouse view window_energy).
 Samples are rows (node, GPU, when, each field; a field a source lacks is None, never 0),
 which the window writer stores as Parquet and the loader puts into `gpu_telemetry`; the
 `before` and `after` dcgm pages are kept as text in the window's observations, what the
