@@ -28,7 +28,7 @@ TOP_FIELDS = {
     "runs", "events", "windows_per_run", "warehouse", "kept", "machine", "generate_seconds",
     "raw_runs_reused", "raw_mib_last_run", "stages", "plain_ctas", "load_seconds_all",
     "plain_seconds_all", "load_vs_plain", "peak_rss_mib_max", "rows", "written",
-    "warehouse_mib", "prior_runs", "audit_entry_id", "audit_queries"}
+    "warehouse_mib", "prior_runs", "audit_entry_id", "audit_queries", "telemetry"}
 MACHINE_FIELDS = {"nproc", "affinity", "mem_total_gib", "cpu", "python", "duckdb", "pandas",
                   "pyarrow", "great_expectations", "load_average"}
 
@@ -36,7 +36,7 @@ MACHINE_FIELDS = {"nproc", "affinity", "mem_total_gib", "cpu", "python", "duckdb
 def test_warehouse_scale_reports_every_stage_and_table(tmp_path):
     out = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "warehouse_scale.py"), "--requests", "400",
-         "--runs", "2", "--repeat", "2", "--dir", str(tmp_path)],
+         "--runs", "2", "--repeat", "2", "--dir", str(tmp_path), "--telemetry", "2,2,5"],
         capture_output=True, text=True, cwd=REPO, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
@@ -44,6 +44,7 @@ def test_warehouse_scale_reports_every_stage_and_table(tmp_path):
     report = json.loads(lines[0])
 
     assert set(report) == TOP_FIELDS
+    assert report["telemetry"] == [2, 2, 5]  # 2 nodes of 2 GPUs, read 5 times a window
     assert set(report["machine"]) == MACHINE_FIELDS
     assert (report["requests"], report["runs"], report["windows_per_run"]) == (400, 2, 20)
     assert report["warehouse"] == str(tmp_path / "warehouse.duckdb") and report["kept"]
@@ -61,12 +62,17 @@ def test_warehouse_scale_reports_every_stage_and_table(tmp_path):
     rows, written = report["rows"], report["written"]
     assert set(rows) == set(TABLES)
     assert written == {"runs": 2, "restarts": 20, "windows": 40, "request_records": 800,
-                       "raw_files": 2 * (1 + 10 + 3 * 20)}
+                       "gpu_telemetry": 40 * 2 * 2 * 5, "raw_files": 2 * (1 + 10 + 4 * 20)}
     assert {k: rows[k] for k in written} == written
     assert all(rows[t] > 0 for t in ("validations", "entries", "entry_lineage",
                                      "comparisons"))
     with duckdb.connect(report["warehouse"], read_only=True) as con:
         assert con.execute("SELECT count(*) FROM entries").fetchall()[0][0] == rows["entries"]
+        # every window's telemetry gives it energy, and its cells energy entries
+        energy = con.execute("SELECT count(*), count(energy_j) FROM window_energy").fetchone()
+        assert energy == (40, 40)
+        assert con.execute("SELECT count(*) FROM entries WHERE metric = 'energy_per_token' "
+                           "AND energy_source = 'energy counter'").fetchone()[0] == 8
 
     # the yardstick and the ratio, each measured --repeat times
     assert len(report["load_seconds_all"]) == len(report["plain_seconds_all"]) == 2
