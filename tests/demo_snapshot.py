@@ -60,6 +60,8 @@ _HEX = re.compile(r"\b[0-9a-f]{16,64}\b")
 _FLOAT = re.compile(r"-?\d+\.\d+(?:e[+-]?\d+)?")
 _SAMPLES = re.compile(r"\(\d+ samples( under load)?\)")
 _LOG_LINES = re.compile(r"\(\d+ log lines\)")
+# How many GPU readings a window's telemetry file holds follows its wall time.
+_TELEMETRY_ROWS = re.compile(r"(\btelemetry +rows=)\d+")
 # The lag rule's texts (T17): milliseconds and shares of the machine's moment, which a
 # three-digit format may print without a decimal point.
 _LAG_MS = re.compile(r"(client lag p99(?: <=)?|client lag p50 <=|and p99 <=|p50|median TTFT,|"
@@ -81,6 +83,7 @@ def normalise(text: str, data_dir: Path | None = None) -> str:
     text = _HEX.sub("<hex>", text)
     text = _SAMPLES.sub(r"(<n> samples\1)", text)
     text = _LOG_LINES.sub("(<n> log lines)", text)
+    text = _TELEMETRY_ROWS.sub(r"\1<n>", text)
     # the run folder's name (the run id made portable) inside a path
     return re.sub(r"<data>/raw/[^/]+/", "<data>/raw/<run>/", text)
 

@@ -47,7 +47,7 @@ def arm(name: str, head: str, stuck_node: str | None = None, speculative: bool =
         model = "{MODEL}"
         node = "{head}"
         address = "127.0.24.{subnet * 10 + NODES.index(head)}"
-        requests = {15 if speculative else 8}
+        requests = {30 if speculative else 16}
         [arms.simulator]
         step_ms = 4.0
         num_gpus = 2
@@ -76,7 +76,9 @@ SWEEP = textwrap.dedent("""
     max_tokens = 32
     clock_source = "dcgm"
     clock_url = "{base_url}/dcgm"
-    # windows of 1-2.5 s: every node is read under load several times in each
+    # windows of about 2 s (10 with the stuck GPU): every node is read under load several
+    # times in each, even on a busy machine (a 1 s window once got one reading under load
+    # on the head and none on one node: unchecked, its restart left out)
     clock_interval_s = 0.1
     [[workloads]]
     name = "code"
@@ -129,7 +131,7 @@ def test_a_stuck_gpu_anywhere_leaves_every_restart_of_its_arm_out_naming_node_an
             assert re.match(r"gpu-node-3/gpu1 median 494 MHz of 2520 = 0\.196 \(\d+ samples "
                             r"under load\)", found), found
     for healthy in ("healthy", "healthy-again", "spec"):
-        assert [success for success, _ in by_arm[healthy]] == [True, True]
+        assert [success for success, _ in by_arm[healthy]] == [True, True], by_arm[healthy]
     published = {a for a, in con.execute(
         "SELECT DISTINCT arm FROM published_entries WHERE run_id = ?",
         [run["run_id"]]).fetchall()}
