@@ -14,6 +14,11 @@ same seeds) and compares: every entry's labels, counts, publishability and block
 verdict, and the whole `benchledger explain` text of every entry must be the same; values
 that come from the machine's timing must be within their usual spread
 (tests/demo_snapshot.py says which and how).
+
+The same run (one demo run, a module fixture: the demo takes minutes) also shows the rule
+catalogue at work on the demo sweep: every rule of benchledger/rules/ produced results, no
+result names a rule outside it, results are structured (expected/found/ruleset_version),
+blocked entries come from entry_blocks and verdicts from the comparison rules.
 """
 
 from __future__ import annotations
@@ -21,23 +26,117 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import duckdb
 import pytest
 
+from benchledger.publishing.report import format_blocked
+from benchledger.rules import BY_NAME, CATALOGUE, RULESET_VERSION
 from tests.conftest import REPO
 from tests.demo_snapshot import differences, read_fixture, snapshot
 
 pytestmark = pytest.mark.integration
 
 
-def test_the_demo_publishes_what_it_published_before(tmp_path):
-    warehouse, data = tmp_path / "warehouse.duckdb", tmp_path / "data"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The bundled demo sweep run as `make demo` runs it: `benchledger run`, same seeds."""
+    workdir = tmp_path_factory.mktemp("demo")
+    warehouse, data = workdir / "warehouse.duckdb", workdir / "data"
     run = subprocess.run(
         [sys.executable, "-m", "benchledger.cli", "run", str(REPO / "dags/sweeps/demo.toml"),
          "--warehouse", str(warehouse), "--data-dir", str(data)],
         cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    found = snapshot(warehouse, data.resolve())
+    return {"returncode": run.returncode, "output": run.stdout[-3000:] + run.stderr[-3000:],
+            "warehouse": warehouse, "data": data}
+
+
+@pytest.fixture(scope="module")
+def demo_run(demo):
+    """The demo's run id and a read-only connection to its warehouse."""
+    assert demo["returncode"] == 0, demo["output"]
+    con = duckdb.connect(str(demo["warehouse"]), read_only=True)
+    run_id, = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1"
+                          ).fetchone()
+    yield run_id, con
+    con.close()
+
+
+def test_the_demo_publishes_what_it_published_before(demo):
+    assert demo["returncode"] == 0, demo["output"]
+    found = snapshot(demo["warehouse"], demo["data"].resolve())
     expected = read_fixture()
     assert len(found["entries"]) == len(expected["entries"]) == 198
     assert sum(e["publishable"] for e in found["entries"].values()) == 192
     assert differences(expected, found) == []
+
+
+def test_every_catalogue_rule_produced_results_and_nothing_else(demo_run):
+    run_id, con = demo_run
+    counts = dict(con.execute("SELECT expectation, count(*) FROM validations "
+                              "WHERE run_id = ? GROUP BY 1", [run_id]).fetchall())
+    assert set(counts) == set(BY_NAME), {
+        "missing": sorted(set(BY_NAME) - set(counts)),
+        "outside the catalogue": sorted(set(counts) - set(BY_NAME))}
+    suites = dict(con.execute("SELECT DISTINCT expectation, suite FROM validations "
+                              "WHERE run_id = ?", [run_id]).fetchall())
+    assert suites == {rule.name: rule.suite for rule in CATALOGUE}
+
+
+def test_results_are_structured_and_versioned(demo_run):
+    run_id, con = demo_run
+    rows = con.execute("SELECT expected, found, observed, ruleset_version FROM validations "
+                       "WHERE run_id = ?", [run_id]).fetchall()
+    assert rows
+    for expected, found, observed, version in rows:
+        assert expected and found is not None and version == RULESET_VERSION
+        assert observed == f"expected {expected}, found {found}"
+
+
+def test_blocked_entries_come_from_entry_blocks(demo_run):
+    run_id, con = demo_run
+    blocked = con.execute("SELECT entry_id, blocked_by FROM current_entries "
+                          "WHERE run_id = ? AND NOT publishable", [run_id]).fetchall()
+    # Warm-prompt prefill rates measure the prefix cache: the demo's prompts are warm.
+    assert blocked
+    for entry_id, blocked_by in blocked:
+        parts = con.execute(
+            "SELECT b.rule || ' [' || b.subject || ']: ' || v.observed FROM entry_blocks b "
+            "JOIN validations v USING (validation_id) WHERE b.entry_id = ? "
+            "ORDER BY b.rule, b.subject", [entry_id]).fetchall()
+        assert sorted(blocked_by.split("; ")) == sorted(p for p, in parts)
+    published = con.execute("SELECT count(*) FROM entry_blocks JOIN published_entries "
+                            "USING (entry_id)").fetchall()
+    assert published == [(0,)]
+    from benchledger.publishing.read import blocks
+
+    summary = format_blocked(blocks(con, run_id))
+    assert summary.lstrip().startswith("prefill_rate_cold_prompts: 6 entries")
+
+
+def test_comparison_rules_decide_the_verdicts(demo_run):
+    run_id, con = demo_run
+    rows = con.execute(
+        "SELECT c.comparison_id, c.workload, c.verdict, c.ci95_low, c.ci95_high, "
+        "       bool_and(v.success) AS rules_passed, count(v.expectation) AS rules "
+        "FROM comparisons c JOIN validations v ON v.subject = c.comparison_id "
+        "WHERE c.run_id = ? AND c.role = 'ab' AND v.suite = 'comparisons' GROUP BY ALL",
+        [run_id]).fetchall()
+    assert {workload for _, workload, *_ in rows} == {"code", "prose"}
+    for _, workload, verdict, low, high, rules_passed, rules in rows:
+        assert rules == 3
+        # A claim only where every comparison rule passed and the interval excludes 0.
+        claim = rules_passed and (low > 0 or high < 0)
+        assert (verdict in ("improvement", "regression")) == claim, (workload, verdict)
+    # Speculation's ~2.8 tokens per step on code is far beyond instance noise.
+    verdicts = {workload: verdict for _, workload, verdict, *_ in rows}
+    assert verdicts["code"] == "improvement", rows
+
+
+def test_published_entries_say_their_counters_were_checked(demo_run):
+    """The simulator serves vLLM's counters: every published entry rests on windows they
+    reconciled (only as a lower bound where requests failed or stayed unresolved)."""
+    run_id, con = demo_run
+    labels = dict(con.execute("SELECT counter_check, count(*) FROM published_entries "
+                              "WHERE run_id = ? GROUP BY ALL", [run_id]).fetchall())
+    assert labels.get("reconciled", 0) > 0, labels
+    assert set(labels) <= {"reconciled", "lower bound"}, labels
