@@ -23,7 +23,8 @@ the runs already stored. Then every query of README.md's "Auditing with SQL" sec
 on a read-only connection (the placeholder entry id '...' bound to a real entry).
 
 Next to load, a plain `CREATE TABLE t AS SELECT * FROM read_parquet([...])` of the same
-Parquet files into a fresh DuckDB file, timed the same way (connect to close), is the
+Parquet files into a fresh DuckDB file (with --telemetry, a second one of the telemetry
+files), timed the same way (connect to close), is the
 yardstick: load_vs_plain = load seconds / plain seconds.
 
 Prints one JSON line (see benchmarks/README.md for what each field is).
@@ -156,14 +157,21 @@ def _stage_export(spec: dict) -> dict:
 
 
 def _stage_plain(spec: dict) -> dict:
-    """The yardstick: DuckDB reading the same Parquet files into a fresh file."""
+    """The yardstick: DuckDB reading the same Parquet files into a fresh file.
+
+    The requests' files go into one table and, where the run has GPU telemetry, its files
+    into a second: the load inserts both, so the yardstick does too (issue #24).
+    """
     import duckdb
 
     path = Path(spec["plain_warehouse"])
     path.unlink(missing_ok=True)
+    rows = 0
     with duckdb.connect(str(path)) as con:
-        con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?)", [spec["files"]])
-        rows = con.execute("SELECT count(*) FROM t").fetchall()[0][0]
+        for table, files in (("t", spec["files"]), ("telemetry", spec["telemetry_files"])):
+            if files:
+                con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet(?)", [files])
+                rows += con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
     return {"rows": rows}
 
 
@@ -413,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         #    each is the one least disturbed; the extra loads go into a scratch copy of
         #    the warehouse as it was before the last run)
         files = [str(p) for p in raw.requests_files(last.run_dir)]
-        plain_spec = spec("plain", files=files, plain_warehouse=str(base / "plain.duckdb"))
+        telemetry_files = [str(p) for p in raw.telemetry_files(last.run_dir)]
+        plain_spec = spec("plain", files=files, telemetry_files=telemetry_files,
+                          plain_warehouse=str(base / "plain.duckdb"))
         plains, loads = [], []
         scratch = base / "scratch.duckdb"
         for _ in range(args.repeat - 1):
