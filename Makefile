@@ -47,8 +47,8 @@ browser:
 
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
-# Airflow, overlap. About 12 minutes on 2 cores (one file after another took 18 before the
-# 2-minute demo regression test).
+# Airflow, overlap. About 25 minutes on 2 cores: test_cluster.py's real Airflow clusters
+# (about 9 minutes) hold one worker while the other takes most of the rest.
 test: lint browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
