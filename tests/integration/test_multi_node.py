@@ -2,7 +2,8 @@
 real DuckDB): one model across four nodes, each node its own process on its own loopback
 address, every GPU of every node read during every window.
 
-- One GPU stuck at 494 of 2,400 MHz on gpu-node-3 leaves every restart of its arm out
+- One GPU stuck at 494 MHz on gpu-node-3 (of its 2,520 MHz maximum, the simulator's H100-like
+  GPU; the field notes' was about 2,400) leaves every restart of its arm out
   (`clock_under_load`, naming the node and the GPU), whether gpu-node-3 is a node that does
   not measure (the field notes' blind spot) or the head that does; the healthy arm
   publishes.
