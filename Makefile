@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-real lint browser clean
+.PHONY: demo test test-real lint browser postgres clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,11 +45,21 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
 	  || { [ -z "$$CI" ] && echo "chromium could not be installed: the report test will be skipped"; }; }
 
+# The PostgreSQL cluster test (tests/integration/test_cluster_postgres.py) starts its own
+# server from Debian's PostgreSQL binaries (initdb, pg_ctl), run as the `postgres` user. As
+# with the browser: installed where missing, skipped with a message where that is not
+# possible, except in CI, where a missing PostgreSQL fails the run.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing Debian's postgresql for the PostgreSQL cluster test (needs root and apt)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+	  || { [ -z "$$CI" ] && echo "postgresql could not be installed: its test will be skipped"; }; }
+
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
 # Airflow, overlap. About 25 minutes on 2 cores: test_cluster.py's real Airflow clusters
 # (about 9 minutes) hold one worker while the other takes most of the rest.
-test: lint browser
+test: lint browser postgres
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The optional real-server tier: llama-cpp-python's OpenAI-compatible server (compiled from

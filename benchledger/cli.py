@@ -124,13 +124,23 @@ def _settings(pairs: list[str]) -> dict[str, dict[str, str]]:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from benchledger import cluster
+    from benchledger import cluster, cluster_config
 
     home = Path(args.home).resolve()
     try:
         if args.action == "up":
-            cluster.up(home, cluster.parse_nodes(args.nodes), port=args.port,
-                       settings=_settings(args.config))
+            cluster.up(home, cluster_config.parse_nodes(args.nodes), port=args.port,
+                       settings=_settings(args.config), db=args.db,
+                       workers_per_node=args.workers_per_node, host=args.host)
+            return 0
+        if args.action == "join":
+            from benchledger.cluster_join import join
+
+            if not args.join_file or not args.node:
+                raise CliError("cluster join needs --join-file (the join.json `cluster up` "
+                               "wrote on the head) and --node (this host's node name)")
+            join(home, Path(args.join_file), args.node, address=args.address,
+                 dags_folder=args.dags_folder)
             return 0
         if args.action == "status":
             rows = cluster.status(home)
@@ -139,10 +149,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                       f"benchledger cluster up --home {home})")
                 return 1
             for row in rows:
-                extra = "  ".join(f"{k}={row[k]}" for k in ("health", "queues") if row.get(k))
+                extra = "  ".join(f"{k}={row[k]}" for k in ("health", "queues", "starts")
+                                  if row.get(k))
                 print(f"{row['name']:<24} pid {row.get('pid', '-'):<8} {row['state']:<12} "
                       f"{extra}")
-            return 0 if all(r["state"] == "running" for r in rows if "pid" in r) else 1
+                if "pid" not in row:  # down: how it ended and what it said last
+                    print(f"    last exit: {row.get('last_exit') or 'unknown'}")
+                    print(f"    last error: {row.get('last_error') or '(its log is empty)'}"
+                          f"  [{row['log']}]")
+            return 0 if all("pid" in r for r in rows if r["name"] != "edge workers") else 1
         for line in cluster.down(home):
             print(line)
         return 0
@@ -223,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster = sub.add_parser("cluster", help="a local Airflow deployment: API server, "
                                              "scheduler, DAG processor, edge workers")
-    cluster.add_argument("action", choices=["up", "status", "down"])
+    cluster.add_argument("action", choices=["up", "join", "status", "down"])
     cluster.add_argument("--home", required=True, help="the deployment's folder")
     cluster.add_argument("--nodes", default="node-a",
                          help="up: edge workers, one per node, comma-separated; each "
@@ -233,6 +248,25 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--config", action="append", default=[], metavar="SECTION.KEY=VALUE",
                          help="up: an Airflow setting written into the folder's airflow.cfg "
                               "(repeatable)")
+    cluster.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
+                         help="up: the address the API server listens on (one that workers "
+                              "on other hosts reach; default: loopback)")
+    cluster.add_argument("--join-file", metavar="FILE",
+                         help="join: the join.json `cluster up` wrote in its folder")
+    cluster.add_argument("--node", help="join: this host's node name (its worker's name "
+                                        "and queue)")
+    cluster.add_argument("--address", metavar="ADDRESS",
+                         help="join: this node's address, where the servers its tasks "
+                              "launch listen and are measured")
+    cluster.add_argument("--dags-folder", metavar="DIR",
+                         help="join: where this host reads the DAG bundle (default: the "
+                              "head's path, on a shared filesystem)")
+    cluster.add_argument("--db", metavar="URL",
+                         help="up: the metadata database, postgresql://USER:PASSWORD@HOST:PORT"
+                              "/DB (needs benchledger[postgres]); default: SQLite in the folder")
+    cluster.add_argument("--workers-per-node", type=int, default=1, metavar="N",
+                         help="up: Edge workers serving each node's queue (more than one "
+                              "needs --db postgresql://...; a restart stays on one of them)")
     cluster.set_defaults(func=cmd_cluster)
 
     publish = sub.add_parser("publish", help="export validated entries only")

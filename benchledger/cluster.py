@@ -1,27 +1,31 @@
 """`benchledger cluster up|status|down`: a real Airflow 3 deployment in one folder.
 
-For development and CI, on one machine: the API server, the scheduler, the DAG processor
-and one Airflow Edge worker per node (worker name = node name, serving the queue of the
-same name; the first node's worker serves the default queue too). It is the same executor
-and REST API a production deployment uses (see README, "Running on a cluster"); only the
-metadata DB (SQLite in the folder) and the single host differ.
+For development and CI, on one machine: the API server, the scheduler, the DAG processor,
+the triggerer and one Airflow Edge worker per node (worker name = node name, serving the
+queue of the same name; the first node's worker serves the default queue too). It is the
+same executor and REST API a production deployment uses (see README, "Running on a
+cluster"); only the metadata DB (SQLite in the folder) and the single host differ.
+
+Every process runs under one supervisord per folder (benchledger.cluster_supervisor): one
+that exits is started again, with a backoff while it keeps failing, and `cluster status`
+says each one's state, how often it was started and, for one that is down, the last error
+line of its log. The settings that keep workers alive through an API server that stalls
+for a minute are in _DEFAULTS (docs/cluster.md, "Surviving a stalled API server").
 
 Everything lives under the folder: `airflow.cfg` (the deployment's settings; edit it and
-run `cluster down` / `cluster up` to apply), `cluster.json` (the processes started, by
-pid and start time, so `down` stops exactly those), `logs/`, `dags/`, the metadata DB and
-the API user's password file. This module never imports Airflow: it runs Airflow's own
-command line in child processes and talks to the REST API over HTTP.
+run `cluster down` / `cluster up` to apply), `supervisord.conf`, `cluster.json` (the API
+URL, the nodes and supervisord's pid and start time, so `down` stops exactly that), `logs/`,
+`dags/`, the metadata DB and the API user's password file. This module never imports
+Airflow: it runs Airflow's own command line in child processes and talks to the REST API
+over HTTP.
 """
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import json
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,60 +37,30 @@ from typing import Any
 import httpx
 import psutil
 
+from benchledger import cluster_supervisor as supervisor
+from benchledger.airflow_api import ApiClient, ClusterError
+from benchledger.cluster_config import (  # the folder's files
+    HOME_ENV,
+    LOOPBACK,
+    POLL_S,
+    STATE_FILE,
+    STOP_GRACE_S,
+    UP_TIMEOUT_S,
+    _ensure_password,
+    airflow_env,
+    all_workers,
+    api_credentials,
+    database_settings,
+    worker_queues,
+    write_config,
+    write_join_file,
+)
 from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
-
-STATE_FILE = "cluster.json"
-CONFIG_FILE = "airflow.cfg"
-PASSWORDS_FILE = "api-passwords.json"
-API_USER = "benchledger"
-DEFAULT_QUEUE = "default"  # [operators] default_queue: load, validate, derive, publish
-# Not airflow.db: Airflow's edge admin commands refuse SQLite's default file name.
-METADATA_DB = "airflow-metadata.db"
-UP_TIMEOUT_S = 180.0  # API server, scheduler, DAG processor and workers healthy by then
-STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL what is left
-POLL_S = 0.5
-# Set in the environment of every process of the deployment, and so inherited by what they
-# start: `down` finds by it the servers under test that tasks launched and that outlived
-# their task process (reparented to init, they are in no recorded process tree).
-HOME_ENV = "BENCHLEDGER_CLUSTER_HOME"
-
-# What the local deployment needs, whatever else the folder's airflow.cfg says. The rest of
-# the file is the user's (kept across `up`).
-_ENFORCED = {
-    "core": {
-        "executor": "airflow.providers.edge3.executors.EdgeExecutor",
-        "load_examples": "False",
-        "auth_manager":
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "simple_auth_manager_users": f"{API_USER}:admin",
-    },
-    "edge": {"api_enabled": "True"},
-}
-# Defaults for a quick local deployment; the folder's airflow.cfg may change them.
-_DEFAULTS = {
-    "core": {"dags_are_paused_at_creation": "True", "parallelism": "16"},
-    "edge": {"job_poll_interval": "1", "heartbeat_interval": "5",
-             # `cluster down` must not wait for ever on a worker draining a long window.
-             "drain_timeout_sec": "10", "drain_kill_grace_sec": "5"},
-    # New DAG files are noticed within seconds, not the default five minutes.
-    "dag_processor": {"refresh_interval": "5", "min_file_process_interval": "10",
-                      "parsing_processes": "1"},
-    "scheduler": {"scheduler_heartbeat_sec": "2",
-                  # A task whose worker vanished is failed (and retried) after this long.
-                  "task_instance_heartbeat_timeout": "60",
-                  "standalone_dag_processor": "True"},
-    "api": {"workers": "1", "expose_config": "False"},
-    "logging": {"colored_console_log": "False"},
-}
-
-
-class ClusterError(RuntimeError):
-    """The local cluster could not be started, reached or stopped; says why and where."""
 
 
 @dataclass
 class ClusterProcess:
-    name: str  # api-server | scheduler | dag-processor | edge-worker:<node>
+    name: str  # supervisord
     pid: int
     create_time: float  # psutil's; a reused pid never matches it
     command: list[str]
@@ -106,20 +80,26 @@ class ClusterProcess:
 
 @dataclass
 class Cluster:
-    """One local deployment: where it lives, its API and the processes it started."""
+    """One local deployment: where it lives, its API, its nodes and its supervisord."""
 
     home: Path
     api_url: str
     nodes: list[str]
-    processes: list[ClusterProcess]
+    supervisor: ClusterProcess | None
+    workers_per_node: int = 1
 
     @property
     def dags_folder(self) -> Path:
         return self.home / "dags"
 
+    @property
+    def api_host(self) -> str:
+        return self.api_url.removeprefix("http://").rsplit(":", 1)[0]
+
     def save(self) -> None:
         data = {"api_url": self.api_url, "nodes": self.nodes,
-                "processes": [asdict(p) for p in self.processes]}
+                "workers_per_node": self.workers_per_node,
+                "supervisor": asdict(self.supervisor) if self.supervisor else None}
         tmp = self.home / f".{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(data, indent=2))
         tmp.replace(self.home / STATE_FILE)
@@ -132,128 +112,60 @@ class Cluster:
             raise ClusterError(f"{home} is not a benchledger cluster folder (no {STATE_FILE}; "
                                f"start one with: benchledger cluster up --home {home})")
         data = json.loads(path.read_text())
+        record = data.get("supervisor")
         return cls(home=home, api_url=data["api_url"], nodes=list(data["nodes"]),
-                   processes=[ClusterProcess(**p) for p in data["processes"]])
+                   supervisor=ClusterProcess(**record) if record else None,
+                   workers_per_node=int(data.get("workers_per_node", 1)))
 
+    def supervisord(self) -> psutil.Process | None:
+        return self.supervisor.process() if self.supervisor else None
 
-def parse_nodes(text: str) -> list[str]:
-    """`--nodes a,b`: node names are Airflow queue and edge worker names."""
-    nodes = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in nodes if not n.replace("-", "").replace("_", "").isalnum()]
-    if not nodes or bad:
-        raise ClusterError(f"--nodes {text!r}: give node names (letters, digits, '-', '_') "
-                           "separated by commas, e.g. --nodes node-a,node-b")
-    if DEFAULT_QUEUE in nodes or len(set(nodes)) != len(nodes):
-        raise ClusterError(f"--nodes {text!r}: node names must be distinct and not "
-                           f"{DEFAULT_QUEUE!r} (the first node's worker serves that queue)")
-    return nodes
-
-
-def worker_queues(node: str, nodes: list[str]) -> str:
-    """The queues a node's worker serves: its own, and on the first node the default queue.
-    One worker per queue, because on SQLite the Edge API's job claim (SELECT ... FOR UPDATE
-    SKIP LOCKED) locks nothing: two workers polling one queue were both handed the same
-    task instance, and the second copy failed the run ("TI was not in the running state")."""
-    return f"{node},{DEFAULT_QUEUE}" if node == nodes[0] else node
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_config(home: Path, port: int | None = None,
-                 settings: dict[str, dict[str, str]] | None = None) -> tuple[Path, str]:
-    """Write (or update) the folder's airflow.cfg; returns (its path, the API URL).
-
-    Secrets are generated once and kept: every process must share `[api_auth] jwt_secret`.
-    """
-    path = home / CONFIG_FILE
-    cfg = configparser.ConfigParser(interpolation=None)
-    cfg.optionxform = str  # type: ignore[assignment, method-assign]  # keep Airflow's key case
-    if path.exists():
-        cfg.read(path)
-    for section, values in _DEFAULTS.items():
-        for key, value in values.items():
-            cfg.setdefault(section, {})
-            cfg[section].setdefault(key, value)
-    for section, values in {**_ENFORCED, **(settings or {})}.items():
-        cfg.setdefault(section, {})
-        cfg[section].update(values)
-    if port is None:
-        port = int(cfg["api"].get("port") or _free_port())
-    api_url = f"http://127.0.0.1:{port}"
-    cfg["api"].update({"host": "127.0.0.1", "port": str(port), "base_url": api_url})
-    cfg["core"].update({
-        "dags_folder": str(home / "dags"),
-        "execution_api_server_url": f"{api_url}/execution/",
-        "simple_auth_manager_passwords_file": str(home / PASSWORDS_FILE),
-    })
-    cfg["edge"]["api_url"] = f"{api_url}/edge_worker/v1/rpcapi"
-    cfg.setdefault("database", {})
-    cfg["database"].setdefault("sql_alchemy_conn", f"sqlite:///{home / METADATA_DB}")
-    cfg.setdefault("logging", {})
-    cfg["logging"]["base_log_folder"] = str(home / "logs")
-    cfg.setdefault("api_auth", {})
-    cfg["api_auth"].setdefault("jwt_secret", secrets.token_urlsafe(32))
-    cfg["api"].setdefault("secret_key", secrets.token_urlsafe(32))
-    with path.open("w") as out:
-        cfg.write(out)
-    return path, api_url
-
-
-def _ensure_password(home: Path) -> None:
-    """The API user's password, written before the API server starts (it would otherwise
-    generate one); `run --cluster` reads it from here."""
-    path = home / PASSWORDS_FILE
-    if not path.exists():
-        path.write_text(json.dumps({API_USER: secrets.token_urlsafe(16)}))
-        path.chmod(0o600)
-
-
-def api_credentials(home: Path) -> tuple[str, str]:
-    """(user, password) for the cluster's REST API: from the environment
-    (BENCHLEDGER_AIRFLOW_USER / BENCHLEDGER_AIRFLOW_PASSWORD, for a production deployment),
-    else the local cluster's password file."""
-    user = os.environ.get("BENCHLEDGER_AIRFLOW_USER")
-    password = os.environ.get("BENCHLEDGER_AIRFLOW_PASSWORD")
-    if user and password:
-        return user, password
-    path = Path(home) / PASSWORDS_FILE
-    try:
-        return API_USER, json.loads(path.read_text())[API_USER]
-    except (OSError, ValueError, KeyError) as exc:
-        raise ClusterError(f"no API credentials: set BENCHLEDGER_AIRFLOW_USER and "
-                           f"BENCHLEDGER_AIRFLOW_PASSWORD, or use a folder made by "
-                           f"`benchledger cluster up` ({path}: {exc})") from exc
-
-
-def airflow_env(home: Path) -> dict[str, str]:
-    """The environment of every process of the deployment: its own AIRFLOW_HOME and
-    config; Airflow settings inherited from the caller's environment are dropped, so the
-    folder's airflow.cfg is the whole truth about the deployment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
-    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW_CONFIG": str(home / CONFIG_FILE),
-                HOME_ENV: str(home), "PYTHONUNBUFFERED": "1"})
-    return env
+    def pid_of(self, program: str) -> int | None:
+        """The pid of a running program (e.g. "edge-worker-node-a"), or None."""
+        infos = supervisor.process_infos(self.home) or {}
+        info = infos.get(program)
+        return info["pid"] if info and info["statename"] == "RUNNING" else None
 
 
 def _airflow() -> list[str]:
     return [sys.executable, "-m", "airflow"]
 
 
-def _start(home: Path, name: str, args: list[str]) -> ClusterProcess:
-    log = home / "logs" / f"{name.replace(':', '-')}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    command = _airflow() + args
+def _programs(home: Path, api_url: str, nodes: list[str],
+              workers_per_node: int = 1) -> list[supervisor.Program]:
+    """Every process of the deployment, in start order. The workers are started by `up`
+    once the API answers (they register with it when they start)."""
+    host, port = api_url.removeprefix("http://").rsplit(":", 1)
+
+    def head(name: str, *args: str) -> supervisor.Program:
+        return supervisor.Program(name, [*_airflow(), *args], True, supervisor.HEAD_STARTSECS)
+
+    programs = [head("api-server", "api-server", "--port", port, "--host", host),
+                head("scheduler", "scheduler", "--skip-serve-logs"),
+                head("dag-processor", "dag-processor"),
+                # deferrable operators and sensors wait in the triggerer; without one the
+                # UI shows it missing (red), and a deferred task would wait for ever
+                head("triggerer", "triggerer", "--skip-serve-logs")]
+    for node, worker in all_workers(nodes, workers_per_node):
+        programs.append(supervisor.Program(
+            supervisor.worker_program(worker),
+            [*_airflow(), "edge", "worker", "--edge-hostname", worker,
+             "--queues", worker_queues(node, nodes),
+             "--pid", str(home / "run" / f"edge-worker-{worker}.pid"), "--concurrency", "4"],
+            False, supervisor.WORKER_STARTSECS))
+    return programs
+
+
+def _start_supervisord(home: Path, env: dict[str, str] | None = None) -> ClusterProcess:
+    log = home / "logs" / "supervisord.out"
+    command = supervisor.supervisord_command(home)
     with open(log, "ab") as out:
-        # Its own session: `down` can signal the process and its group, and a Ctrl-C in
-        # the terminal that ran `up` does not reach the deployment.
-        proc = subprocess.Popen(command, env=airflow_env(home), stdout=out,
+        # Its own session: `down` can stop it and all it started, and a Ctrl-C in the
+        # terminal that ran `up` does not reach the deployment.
+        proc = subprocess.Popen(command, env={**airflow_env(home), **(env or {})}, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=home, start_new_session=True)
-    return ClusterProcess(name=name, pid=proc.pid,
+    return ClusterProcess(name="supervisord", pid=proc.pid,
                           create_time=psutil.Process(proc.pid).create_time(),
                           command=command, log=str(log))
 
@@ -270,16 +182,21 @@ def _migrate(home: Path) -> None:
 
 
 def _wait(what: str, check: Callable[[], str | None], timeout_s: float,
-          watched: list[ClusterProcess]) -> None:
+          cluster: Cluster) -> None:
     """Wait until check() returns None (it returns what is still missing); fail at once
-    when one of the watched processes died, naming its log."""
+    when supervisord died or gave up on a process, naming its log."""
     deadline = time.monotonic() + timeout_s
     missing: str | None = what
     while time.monotonic() < deadline:
-        for proc in watched:
-            if proc.process() is None:
-                raise ClusterError(f"{proc.name} exited while waiting for {what}; "
-                                   f"see {proc.log}")
+        if cluster.supervisord() is None:
+            raise ClusterError(f"supervisord exited while waiting for {what}; see "
+                               f"{cluster.home / 'logs' / supervisor.LOG_FILE}")
+        for name, info in (supervisor.process_infos(cluster.home) or {}).items():
+            if info["statename"] == "FATAL":
+                log = supervisor.log_path(cluster.home, name)
+                raise ClusterError(f"{name} kept exiting while waiting for {what} "
+                                   f"(supervisord gave up); its last error: "
+                                   f"{supervisor.last_error_line(log)}; see {log}")
         missing = check()
         if missing is None:
             return
@@ -306,48 +223,64 @@ def _heads_missing(api_url: str) -> str | None:
 
 def up(home: Path, nodes: list[str], port: int | None = None,
        settings: dict[str, dict[str, str]] | None = None, timeout_s: float = UP_TIMEOUT_S,
-       say: Callable[[str], None] = print) -> Cluster:
-    """Start the deployment (or what of it is not running) and return once it is healthy."""
+       say: Callable[[str], None] = print, db: str | None = None,
+       workers_per_node: int = 1, host: str = LOOPBACK) -> Cluster:
+    """Start the deployment (or what of it is not running) and return once it is healthy.
+    db: the metadata database's URL (default: SQLite in the folder); workers_per_node:
+    Edge workers serving each node's queue (more than one needs PostgreSQL); host: the
+    address the API server listens on (workers on other hosts join it: cluster_join)."""
     home = Path(home).resolve()
+    settings = {**(settings or {}), **database_settings(db, workers_per_node)}
     home.mkdir(parents=True, exist_ok=True)
-    (home / "dags").mkdir(exist_ok=True)
+    for sub in ("dags", "logs", "run"):
+        (home / sub).mkdir(exist_ok=True)
     previous = Cluster.load(home) if (home / STATE_FILE).exists() else None
-    running = {p.name: p for p in (previous.processes if previous else []) if p.process()}
+    running = previous.supervisord() if previous else None
+    if running is not None and previous is not None and (
+            previous.nodes, previous.workers_per_node, previous.api_host) != (
+            nodes, workers_per_node, host):
+        raise ClusterError(f"the deployment in {home} runs the nodes "
+                           f"{','.join(previous.nodes)} with {previous.workers_per_node} "
+                           f"worker(s) each, its API on {previous.api_host}; to change "
+                           f"that, run "
+                           f"`benchledger cluster down --home {home}` first")
     if previous and not port:
         port = int(previous.api_url.rsplit(":", 1)[1])
-    _, api_url = write_config(home, port, settings)
+    _, api_url = write_config(home, port, settings, host)
     _ensure_password(home)
-    cluster = Cluster(home=home, api_url=api_url, nodes=nodes, processes=list(running.values()))
-    if "api-server" not in running:
+    write_join_file(home, api_url)
+    programs = _programs(home, api_url, nodes, workers_per_node)
+    cluster = Cluster(home=home, api_url=api_url, nodes=nodes,
+                      supervisor=previous.supervisor if running and previous else None,
+                      workers_per_node=workers_per_node)
+    if running is None:
         _migrate(home)
-
-    def start(name: str, args: list[str]) -> None:
-        if name in running:
-            return
-        cluster.processes.append(_start(home, name, args))
+        supervisor.write_conf(home, programs)
+        cluster.supervisor = _start_supervisord(home)
         cluster.save()  # recorded at once: `down` can stop it even if `up` fails later
-
-    start("api-server", ["api-server", "--port", api_url.rsplit(":", 1)[1],
-                         "--host", "127.0.0.1"])
-    start("scheduler", ["scheduler", "--skip-serve-logs"])
-    start("dag-processor", ["dag-processor"])
+        _wait("supervisord", lambda: None if supervisor.process_infos(home) is not None
+              else "supervisord does not answer on its socket yet", timeout_s, cluster)
+    for program in programs:  # what exited or was stopped, supervisord starts again
+        if not program.is_worker:
+            supervisor.start(home, program.name)
     _wait("the API server, scheduler and DAG processor", lambda: _heads_missing(api_url),
-          timeout_s, cluster.processes)
+          timeout_s, cluster)
     client = ApiClient(api_url, *api_credentials(home))
     client.ensure_pool(WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS, POOL_DESCRIPTION)
     # Workers only once the API answers: they register with it when they start.
-    (home / "run").mkdir(exist_ok=True)
+    workers = [name for _, name in all_workers(nodes, workers_per_node)]
+    infos = supervisor.process_infos(home) or {}
+    stopped = [name for name in workers if (infos.get(supervisor.worker_program(name)) or {})
+               .get("statename") not in ("RUNNING", "STARTING", "BACKOFF")]
     _wait("the records of workers that died to be released",
-          lambda: _stale_workers(client, [n for n in nodes
-                                          if f"edge-worker:{n}" not in running]),
-          timeout_s, cluster.processes)
-    for node in nodes:
-        start(f"edge-worker:{node}", [
-            "edge", "worker", "--edge-hostname", node, "--queues", worker_queues(node, nodes),
-            "--pid", str(home / "run" / f"edge-worker-{node}.pid"), "--concurrency", "4"])
-    _wait("the edge workers to register", lambda: _workers_missing(client, nodes),
-          timeout_s, cluster.processes)
-    say(f"cluster up: {api_url} (nodes: {', '.join(nodes)}; home: {home})")
+          lambda: _stale_workers(client, stopped), timeout_s, cluster)
+    for name in stopped:
+        supervisor.start(home, supervisor.worker_program(name))
+    _wait("the edge workers to register", lambda: _workers_missing(client, workers),
+          timeout_s, cluster)
+    say(f"cluster up: {api_url} (nodes: {', '.join(nodes)}"
+        + (f", {workers_per_node} workers each" if workers_per_node > 1 else "")
+        + f"; home: {home})")
     return cluster
 
 
@@ -379,16 +312,32 @@ def _workers_missing(client: ApiClient, nodes: list[str]) -> str | None:
 
 
 def status(home: Path) -> list[dict[str, Any]]:
-    """One row per recorded process (running or not) and per edge worker the API knows."""
+    """One row per process of the deployment: its state (supervisord's, lower case),
+    pid, how often it was started, and for one that is not running its last exit and
+    the last error line of its log; the heads' health and the workers' registrations
+    from the API."""
     cluster = Cluster.load(home)
-    rows: list[dict[str, Any]] = [{"name": p.name, "pid": p.pid,
-             "state": "running" if p.process() else "not running", "log": p.log}
-            for p in cluster.processes]
+    infos = supervisor.process_infos(cluster.home) if cluster.supervisord() else None
+    if infos is None:
+        return [{"name": "supervisord", "state": "not running",
+                 "log": str(cluster.home / "logs" / supervisor.LOG_FILE)}]
+    past = supervisor.history(cluster.home)
+    rows: list[dict[str, Any]] = []
+    for name, info in infos.items():
+        row: dict[str, Any] = {"name": name, "state": info["statename"].lower(),
+                               "starts": past.get(name, {}).get("starts", 0),
+                               "log": str(supervisor.log_path(cluster.home, name))}
+        if info["statename"] in supervisor.UP_STATES:
+            row["pid"] = info["pid"]
+        else:
+            row["last_exit"] = past.get(name, {}).get("last_exit") or info["description"]
+            row["last_error"] = supervisor.last_error_line(Path(row["log"]))
+        rows.append(row)
     health = _health(cluster.api_url)
     for row in rows:
         part = {"api-server": "metadatabase", "scheduler": "scheduler",
-                "dag-processor": "dag_processor"}.get(row["name"])
-        if health is None and row["state"] == "running" and part:
+                "dag-processor": "dag_processor", "triggerer": "triggerer"}.get(row["name"])
+        if health is None and "pid" in row and part:
             row["health"] = "API not answering"
         elif part and health is not None:
             row["health"] = (health.get(part) or {}).get("status", "unknown")
@@ -400,39 +349,56 @@ def status(home: Path) -> list[dict[str, Any]]:
             rows.append({"name": "edge workers", "state": f"unknown ({exc})"})
         by_name = {w["worker_name"]: w for w in workers}
         for row in rows:
-            node = row["name"].removeprefix("edge-worker:")
-            if row["name"].startswith("edge-worker:"):
-                worker = by_name.get(node, {})
+            if row["name"].startswith("edge-worker-"):
+                worker = by_name.get(row["name"].removeprefix("edge-worker-"), {})
                 row["health"] = worker.get("state", "not registered")
                 row["queues"] = ",".join(worker.get("queues") or [])
     return rows
 
 
 def down(home: Path, grace_s: float = STOP_GRACE_S) -> list[str]:
-    """Stop exactly the processes `up` started (and everything they started: task
-    processes and the servers under test): the workers together, then the rest together
-    (a worker reports its last state to the API server). One line per process."""
+    """Stop the deployment: the workers together first (a worker reports its last state
+    to the API server), then the rest, then supervisord, then whatever the deployment's
+    tasks started that outlived them (servers under test). One line per process."""
     cluster = Cluster.load(home)
     lines = []
-    workers = [p for p in cluster.processes if p.name.startswith("edge-worker")]
-    heads = [p for p in cluster.processes if not p.name.startswith("edge-worker")]
-    for group in (workers, heads):
-        running = {record.name: record.process() for record in group}
-        for record in group:
-            if running[record.name] is None:
-                lines.append(f"{record.name} (pid {record.pid}): was not running")
-        stopped = _stop_trees([proc for proc in running.values() if proc], grace_s)
-        lines += [f"{record.name} (pid {record.pid}): {stopped[record.pid]}"
-                  for record in group if running[record.name]]
+    daemon = cluster.supervisord()
+    infos = supervisor.process_infos(cluster.home) if daemon else None
+    if daemon is None or infos is None:
+        lines.append("supervisord: was not running")
+    else:
+        pids = {name: info["pid"] for name, info in infos.items()
+                if info["statename"] in ("RUNNING", "STARTING", "BACKOFF")}
+        workers = [n for n in infos if n.startswith("edge-worker-")]
+        for group in (workers, [n for n in infos if n not in workers]):
+            supervisor.stop(cluster.home, [n for n in group if n in pids])
+            _wait_stopped(cluster.home, group, supervisor.STOP_WAIT_S + 10)
+        for name in infos:
+            lines.append(f"{name} (pid {pids[name]}): stopped" if name in pids
+                         else f"{name}: was not running")
+        supervisor.shutdown(cluster.home)
+        stopped = _stop_trees([daemon], grace_s)  # returns at once if it has shut down
+        lines.append(f"supervisord (pid {daemon.pid}): {stopped[daemon.pid]}")
     leftovers = deployment_processes(cluster.home)
     if leftovers:
         _stop_trees(leftovers, grace_s)
         lines.append(f"stopped {len(leftovers)} more process(es) the deployment's tasks had "
                      "started (servers under test): "
                      + ", ".join(f"{p.pid} {_name(p)}" for p in leftovers))
-    cluster.processes = []
+    cluster.supervisor = None
     cluster.save()
     return lines
+
+
+def _wait_stopped(home: Path, names: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        infos = supervisor.process_infos(home) or {}
+        if all((infos.get(n) or {}).get("statename") not in ("RUNNING", "STARTING",
+                                                               "BACKOFF", "STOPPING")
+               for n in names):
+            return
+        time.sleep(POLL_S)
 
 
 def deployment_processes(home: Path) -> list[psutil.Process]:
@@ -484,78 +450,3 @@ def _stop_trees(roots: list[psutil.Process], grace_s: float) -> dict[int, str]:
     return {pid: f"stopped ({len(tree)} processes"
                  + (f", {sum(m.pid in killed for m in tree)} killed)" if killed else ")")
             for pid, tree in trees.items()}
-
-
-class ApiClient:
-    """Airflow's stable REST API (/api/v2), authenticated with a JWT from /auth/token.
-
-    Every call has a timeout; a transport error or a server error (5xx) is retried for
-    `retry_s` (an API server restarting, a busy metadata DB), a definite HTTP refusal (4xx)
-    is raised at once with the server's reason.
-    """
-
-    def __init__(self, api_url: str, user: str, password: str, retry_s: float = 60.0,
-                 transport: httpx.BaseTransport | None = None):
-        self.api_url = api_url.rstrip("/")
-        self._credentials = {"username": user, "password": password}
-        self._token: str | None = None
-        self.retry_s = retry_s
-        self._http = httpx.Client(timeout=30, transport=transport)
-
-    def _authenticate(self) -> str:
-        response = self._http.post(f"{self.api_url}/auth/token", json=self._credentials)
-        if response.status_code not in (200, 201):
-            raise ClusterError(f"the Airflow API at {self.api_url} refused the login of "
-                               f"{self._credentials['username']!r}: HTTP "
-                               f"{response.status_code} {response.text[:200]}")
-        return response.json()["access_token"]
-
-    def request(self, method: str, path: str, ok_missing: bool = False,
-                **kwargs: Any) -> Any:
-        deadline = time.monotonic() + self.retry_s
-        fresh = False  # whether the token sent was obtained by this very call
-        while True:
-            try:
-                if self._token is None:
-                    self._token, fresh = self._authenticate(), True
-                response = self._http.request(
-                    method, f"{self.api_url}{path}",
-                    headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
-            except httpx.TransportError as exc:
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"the Airflow API at {self.api_url} did not answer "
-                                       f"for {self.retry_s:.0f}s: {exc}") from exc
-                time.sleep(1)
-                continue
-            if response.status_code == 401:
-                self._token = None
-                if fresh or time.monotonic() > deadline:
-                    # A token it has just issued refused: logging in again cannot help.
-                    raise ClusterError(
-                        f"{method} {path}: the Airflow API at {self.api_url} refused the "
-                        f"token it had just issued to {self._credentials['username']!r}: "
-                        f"HTTP 401 {response.text[:300]}")
-                continue  # the kept token expired: log in again, once
-            if response.status_code == 404 and ok_missing:
-                return None
-            if response.status_code >= 500 and time.monotonic() < deadline:
-                # The server's trouble, not a refusal: on SQLite a busy metadata DB answers
-                # 500 "Database error" while another process writes. Ask again, bounded.
-                time.sleep(1)
-                continue
-            if response.status_code >= 400:
-                raise ClusterError(f"{method} {path}: HTTP {response.status_code} "
-                                   f"{response.text[:300]}")
-            return response.json() if response.content else {}
-
-    def edge_workers(self) -> list[dict]:
-        return self.request("GET", "/edge_worker/ui/worker")["workers"]
-
-    def ensure_pool(self, name: str, slots: int, description: str) -> None:
-        pool = self.request("GET", f"/api/v2/pools/{name}", ok_missing=True)
-        body = {"name": name, "slots": slots, "description": description,
-                "include_deferred": False}
-        if pool is None:
-            self.request("POST", "/api/v2/pools", json=body)
-        elif pool.get("slots") != slots:
-            self.request("PATCH", f"/api/v2/pools/{name}", json=body)

@@ -56,6 +56,9 @@ ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLED
 # nodes, the tokens benchledger.topology lists).
 PORT_TOKEN = "{port}"
 LOOPBACK = "127.0.0.1"
+# Set by `benchledger cluster join --address` in a worker's environment: the node's own
+# address, where the servers its tasks launch listen and are measured (issue #25).
+NODE_ADDRESS_ENV = "BENCHLEDGER_NODE_ADDRESS"
 # Readiness: one probe's bound, the pause between probes, and the path tried when the
 # health path answers 404 (servers without /health, e.g. llama-cpp-python's, serve it).
 PROBE_TIMEOUT_S = 5.0
@@ -154,9 +157,12 @@ def simulator_argv(arm: Arm, restart_index: int, port: str, seed: str,
 
 
 def _bind_host(arm: Arm) -> str:
-    """Where the head listens: loopback for a server measured on its own node, its address
-    when the other nodes of its deployment must reach it."""
-    return arm.head_address if arm.spans_nodes else LOOPBACK
+    """Where the head listens: its address when the other nodes of its deployment must
+    reach it; else the node's own address where its worker was given one (a worker that
+    joined from another host), loopback otherwise."""
+    if arm.spans_nodes:
+        return arm.head_address
+    return os.environ.get(NODE_ADDRESS_ENV) or LOOPBACK
 
 
 def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:

@@ -93,6 +93,10 @@ class SweepSection(Strict):
     # a failed rule is a result, not an error.
     retries: int = Field(1, ge=0, le=MAX_RETRIES)
     retry_delay_s: float = Field(10.0, ge=0, le=MAX_RETRY_DELAY_S)
+    # Restarts of arms on different nodes run at the same time (on a deployment with a
+    # worker per node); on one node, one restart at a time. false: every restart of the
+    # sweep after the other, for nodes that share a network link or a power budget.
+    nodes_in_parallel: bool = True
 
     @model_validator(mode="after")
     def _schedule_is_airflows(self) -> SweepSection:

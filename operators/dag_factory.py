@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, TaskGroup, chain
 
 from benchledger.operators import sweep_tasks as t
+from benchledger.operators.worker_pin import restart_queue
 from benchledger.sweep import load_sweep
 
 
@@ -42,7 +43,12 @@ def sweep_retries(sweep) -> dict:
 
 
 def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
-                    data_dir: str | None = None) -> DAG:
+                    data_dir: str | None = None, one_host: bool = False,
+                    pin_restarts: bool = False) -> DAG:
+    """The sweep's DAG. one_host: every node is one machine (an embedded run), so every
+    restart waits for the one before, whatever nodes the arms name. pin_restarts: several
+    Edge workers serve a node's queue, so each restart's tasks after its launch go to a
+    queue of the restart's own, served by the launch's worker (operators/worker_pin.py)."""
     sweep_path = Path(sweep_path).resolve()
     sweep = load_sweep(sweep_path)
     path = str(sweep_path)
@@ -62,34 +68,48 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                 "for what every number means."),
     ) as dag:
         planned = t.plan.override(**retried)(path)
-        previous = planned
+        last_on: dict[str, Any] = {}  # node -> the end of the last restart that used it
         stops = []
         for arm in sweep.arms:
             plan = sweep.plan(arm)
+            # Two servers measured at once on one node would compete for it and distort
+            # each other: a restart waits for the last restart on each node it uses.
+            # Nodes apart run at once, unless the sweep says they must not.
+            uses = ([arm.node, *(p.node for p in arm.processes)]
+                    if sweep.sweep.nodes_in_parallel and not one_host else ["every node"])
             for k in range(plan.restarts):
                 # A restart's tasks run on the arm's node: its Airflow queue (a Celery or
-                # edge worker there). "local" leaves the executor's default queue.
+                # edge worker there). "local" leaves the executor's default queue. Where
+                # several workers serve a node, every task after the launch goes to the
+                # restart's own queue, pinned to the launch's worker (worker_pin.py).
+                group = f"{arm.name}__r{k}"
+                pins = _Pins(dag.dag_id, group, pin_restarts and arm.node != "local")
                 node = {} if arm.node == "local" else {"queue": arm.node}
+                head = pins.queue_args(arm.node)
                 group_args: Any = {**node, **retried}
-                with TaskGroup(group_id=f"{arm.name}__r{k}", default_args=group_args):
+                with TaskGroup(group_id=group, default_args=group_args):
                     # An XComArg passed to a task is resolved into the value at run time,
                     # which is what the task's annotations describe (Airflow's types
                     # describe the XComArg): Any here.
-                    handle: Any = t.launch_server(path, arm.name, k)
-                    ready = t.wait_ready(path, arm.name, k, handle)
+                    handle: Any = t.launch_server(path, arm.name, k,
+                                                  pins.pin_queue(arm.node))
+                    ready = t.wait_ready.override(**head)(path, arm.name, k, handle)
                     measures = [
-                        t.measure.override(task_id=f"measure_{w.name}")(
+                        t.measure.override(task_id=f"measure_{w.name}", **head)(
                             path, arm.name, k, handle, w.name)
                         for w in sweep.workloads
                     ]
-                    stop = t.stop_server(arm.name, k, handle)
+                    spans = bool(arm.processes) and arm.server != "external"
+                    stop = t.stop_server.override(**head)(
+                        arm.name, k, handle, None if spans else pins.pin_queue(arm.node))
                     chain(ready, *measures, stop)
                     stop.as_teardown(setups=handle)
-                    last = _other_nodes(path, arm, k, handle, ready, stop, retried)
-                # Restarts run one after another: two servers measured at once would
-                # compete for the node and distort each other.
-                previous >> handle
-                previous = last
+                    last = _other_nodes(path, arm, k, handle, ready, stop, retried, pins)
+                before = {id(task): task for node in uses
+                          if (task := last_on.get(node)) is not None}
+                for task in before.values() or [planned]:
+                    task >> handle
+                last_on.update(dict.fromkeys(uses, last))
                 stops.append(last)
         loaded = t.load.override(**retried)(planned)
         stops >> loaded
@@ -100,8 +120,23 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
     return dag
 
 
+class _Pins:
+    """The restart's own queue on each of its nodes, when restarts are pinned."""
+
+    def __init__(self, dag_id: str, group: str, pinned: bool):
+        self.dag_id, self.group, self.pinned = dag_id, group, pinned
+
+    def pin_queue(self, node: str) -> str | None:
+        return restart_queue(node, self.dag_id, self.group) if self.pinned else None
+
+    def queue_args(self, node: str) -> dict[str, Any]:
+        """A task's queue on the node after the launch: the restart's own, when pinned."""
+        queue = self.pin_queue(node)
+        return {"queue": queue} if queue else {}
+
+
 def _other_nodes(path: str, arm: Any, k: int, handle: Any, ready: Any, stop: Any,
-                 retried: dict) -> Any:
+                 retried: dict, pins: _Pins) -> Any:
     """The tasks of a deployment's other nodes, each on its node's queue: its launch after
     the head's (it may need the head's address and port) and before the wait for the
     head's readiness; its stop (the teardown of its launch) after the head's stop (a
@@ -114,15 +149,17 @@ def _other_nodes(path: str, arm: Any, k: int, handle: Any, ready: Any, stop: Any
     node_stops = []
     for process in arm.processes:
         queue: Any = {"queue": process.node, **retried}
+        after: Any = {**queue, **pins.queue_args(process.node)}
         launched: Any = t.launch_node.override(task_id=f"launch_node_{process.node}", **queue)(
-            path, arm.name, k, process.node, handle)
-        stopped = t.stop_node.override(task_id=f"stop_node_{process.node}", **queue)(
-            arm.name, k, process.node, launched)
+            path, arm.name, k, process.node, handle, pins.pin_queue(process.node))
+        stopped = t.stop_node.override(task_id=f"stop_node_{process.node}", **after)(
+            arm.name, k, process.node, launched, pins.pin_queue(process.node))
         launched >> ready
         stop >> stopped
         stopped.as_teardown(setups=launched)
         node_stops.append(stopped)
-    settled = t.settle_restart(path, arm.name, k)
+    settled = t.settle_restart.override(**pins.queue_args(arm.node))(
+        path, arm.name, k, pins.pin_queue(arm.node))
     node_stops >> settled
     return settled
 

@@ -8,6 +8,7 @@ pandas) happen inside task bodies, never at DAG parse time.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from benchledger.operators import FAILURES_ENV, lineage
 from benchledger.raw import Attempt, RunLayout
 from benchledger.warehouse import WAREHOUSE_POOL
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,16 @@ def _attempt() -> Attempt:
 # Marked as the setup of stop_server by the DAG factory (`stop.as_teardown(setups=...)`);
 # the @setup/@teardown decorators cannot be called twice in one DAG in Airflow 3.3.
 @task
-def launch_server(sweep_path: str, arm: str, restart_index: int) -> dict | None:
+def launch_server(sweep_path: str, arm: str, restart_index: int,
+                  pin_queue: str | None = None) -> dict | None:
     """Start the server (returns at once): its handle, or None when the launch failed.
-    Never raises: a failed launch is recorded in its restart manifest and reported by wait_ready,
-    so the teardown still runs and later restarts still go."""
+    Never raises once the restart's queue is pinned to this worker (pin_queue, where
+    several workers serve the node: operators/worker_pin.py): a failed launch is recorded
+    in its restart manifest and reported by wait_ready, so the teardown still runs and
+    later restarts still go."""
     from benchledger.restart import launch_restart
 
+    _pin(pin_queue)
     layout = _layout()
     sweep, sha256 = _recorded(layout, sweep_path)  # no record: nothing is launched
     try:
@@ -166,24 +173,46 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
 
 
 @task
-def stop_server(arm: str, restart_index: int, handle: dict | None) -> dict:
+def stop_server(arm: str, restart_index: int, handle: dict | None,
+                unpin_queue: str | None = None) -> dict:
     """Always runs after launch: SIGTERM, then SIGKILL, the server's process group."""
     from benchledger.restart import stop_restart
 
     manifest = stop_restart(_layout(), arm, restart_index, handle)
+    _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "stop_status")}
+
+
+def _pin(queue: str | None) -> None:
+    if queue:
+        from benchledger.operators import worker_pin
+
+        worker_pin.pin(queue, _attempt().worker_hostname or "")
+
+
+def _unpin(queue: str | None) -> None:
+    """The restart's last task on this worker: its queue served no longer. A failure is
+    only logged: the queue has no task left, and the worker drops it when it registers."""
+    if queue:
+        from benchledger.operators import worker_pin
+
+        try:
+            worker_pin.unpin(queue, _attempt().worker_hostname or "")
+        except Exception as exc:  # noqa: BLE001 - any failure of the API call
+            log.warning("could not remove the queue %s from this worker: %s", queue, exc)
 
 
 # An arm whose deployment spans nodes: one launch and one stop per further node, each on
 # that node's queue (the DAG factory names them launch_node_<node> and stop_node_<node>).
 @task
 def launch_node(sweep_path: str, arm: str, restart_index: int, node: str,
-                head: dict | None) -> dict | None:
+                head: dict | None, pin_queue: str | None = None) -> dict | None:
     """Start this node's process of the deployment (returns at once): its handle, or None
     when nothing was started. Never raises: a failed launch is in the node's manifest and
     wait_ready reports it, so every teardown still runs."""
     from benchledger.deployment import launch_node as launch
 
+    _pin(pin_queue)
     layout = _layout()
     sweep, _ = _recorded(layout, sweep_path)
     try:
@@ -194,22 +223,26 @@ def launch_node(sweep_path: str, arm: str, restart_index: int, node: str,
 
 
 @task
-def stop_node(arm: str, restart_index: int, node: str, handle: dict | None) -> dict:
+def stop_node(arm: str, restart_index: int, node: str, handle: dict | None,
+              unpin_queue: str | None = None) -> dict:
     """Always runs after this node's launch: stops its process, notes one found dead."""
     from benchledger.deployment import stop_node as stop
 
     manifest = stop(_layout(), arm, restart_index, node, handle)
+    _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "stop_status")}
 
 
 @task(trigger_rule="all_done")
-def settle_restart(sweep_path: str, arm: str, restart_index: int) -> dict:
+def settle_restart(sweep_path: str, arm: str, restart_index: int,
+                   unpin_queue: str | None = None) -> dict:
     """The restart's last step: every node's record folded into the restart's manifest (a
     process that died on any node makes the restart crashed, naming the node)."""
     from benchledger.deployment import settle_restart as settle
 
     layout = _layout()
     manifest = settle(layout, _recorded(layout, sweep_path)[0], arm, restart_index)
+    _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "crashed_node", "error")}
 
 

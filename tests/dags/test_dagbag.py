@@ -200,3 +200,95 @@ def test_the_default_is_one_retry_after_ten_seconds(dagbag):
     measure = dag.get_task("spec-on__r0.measure_code")
     assert (measure.retries, measure.retry_delay) == (1, timedelta(seconds=10))
     assert dag.get_task("validate").retries == 0
+
+
+PARALLEL_NODES = """
+[sweep]
+name = "par"
+{extra}
+[defaults]
+restarts = 2
+clock_source = "dcgm"
+[[workloads]]
+name = "code"
+[[arms]]
+name = "a1"
+server = "simulator"
+model = "m"
+node = "node-a"
+[[arms]]
+name = "b1"
+server = "simulator"
+model = "m"
+node = "node-b"
+[[arms]]
+name = "a2"
+server = "simulator"
+model = "m"
+node = "node-a"
+[[arms]]
+name = "ab"
+server = "simulator"
+model = "m"
+node = "node-a"
+[[arms.processes]]
+node = "node-b"
+"""
+
+
+def _after(dag, group: str) -> set[str]:
+    """The restart groups whose end the restart's launch waits for (or {'plan'})."""
+    upstream = dag.get_task(f"{group}.launch_server").upstream_task_ids
+    return {task.split(".")[0] for task in upstream}
+
+
+@pytest.mark.parametrize("extra, one_host, serial", [
+    ("", False, False), ("nodes_in_parallel = false", False, True), ("", True, True)])
+def test_restarts_on_other_nodes_run_at_once_and_on_one_node_in_turn(tmp_path, extra,
+                                                                    one_host, serial):
+    from benchledger.operators.dag_factory import build_sweep_dag
+
+    sweep_file = tmp_path / "par.toml"
+    sweep_file.write_text(PARALLEL_NODES.format(extra=extra))
+    dag = build_sweep_dag(sweep_file, one_host=one_host)
+    if serial:  # every restart after the one before, in the file's order
+        order = [f"{arm}__r{k}" for arm in ("a1", "b1", "a2", "ab") for k in (0, 1)]
+        assert _after(dag, order[0]) == {"plan"}
+        for before, after in zip(order, order[1:], strict=False):
+            assert _after(dag, after) == {before}, after
+        return
+    assert _after(dag, "a1__r0") == _after(dag, "b1__r0") == {"plan"}  # at once
+    assert _after(dag, "a1__r1") == {"a1__r0"} and _after(dag, "b1__r1") == {"b1__r0"}
+    assert _after(dag, "a2__r0") == {"a1__r1"}  # node-a: in turn
+    assert _after(dag, "ab__r0") == {"a2__r1", "b1__r1"}  # spans both: waits for both
+    assert dag.get_task("load").upstream_task_ids >= {
+        f"{arm}__r1.{'settle_restart' if arm == 'ab' else 'stop_server'}"
+        for arm in ("a1", "b1", "a2", "ab")}
+
+
+def test_pinned_restarts_put_every_task_after_the_launch_on_the_restarts_own_queue(tmp_path):
+    from benchledger.operators.dag_factory import build_sweep_dag
+
+    sweep_file = tmp_path / "par.toml"
+    sweep_file.write_text(PARALLEL_NODES.format(extra=""))
+    plain = build_sweep_dag(sweep_file)
+    assert {t.queue for t in plain.tasks if t.task_id.startswith("a1__r0.")} == {"node-a"}
+    dag = build_sweep_dag(sweep_file, pin_restarts=True)
+    own = "node-a@benchledger_par.a1__r0"
+    queues = {t.task_id: t.queue for t in dag.tasks if t.task_id.startswith("a1__r0.")}
+    assert queues == {"a1__r0.launch_server": "node-a", "a1__r0.wait_ready": own,
+                      "a1__r0.measure_code": own, "a1__r0.stop_server": own}
+    # the launch pins the restart's queue to its worker, the restart's last task unpins it
+    assert dag.get_task("a1__r0.launch_server").op_args[-1] == own
+    assert dag.get_task("a1__r0.stop_server").op_args[-1] == own
+    # an arm across nodes: each node's stop on that node's own queue, settle on the head's
+    b_own, a_own = "node-b@benchledger_par.ab__r1", "node-a@benchledger_par.ab__r1"
+    assert dag.get_task("ab__r1.launch_node_node-b").queue == "node-b"
+    assert dag.get_task("ab__r1.launch_node_node-b").op_args[-1] == b_own
+    assert dag.get_task("ab__r1.stop_node_node-b").queue == b_own
+    assert dag.get_task("ab__r1.stop_node_node-b").op_args[-1] == b_own
+    assert dag.get_task("ab__r1.stop_server").op_args[-1] is None  # settle unpins the head
+    assert dag.get_task("ab__r1.settle_restart").queue == a_own
+    assert dag.get_task("ab__r1.settle_restart").op_args[-1] == a_own
+    # plan, load and the rest stay on the default queue
+    assert dag.get_task("load").queue == plain.get_task("load").queue

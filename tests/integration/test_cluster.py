@@ -1,12 +1,15 @@
-"""A real Airflow deployment on loopback: API server, scheduler, DAG processor and two
-Edge workers (`benchledger cluster up`), sweeps run through `benchledger run --cluster`,
-and `cluster down` leaving nothing behind. Takes about 5 minutes (docs/cluster.md)."""
+"""A real Airflow deployment on loopback: API server, scheduler, DAG processor, triggerer
+and two Edge workers under supervisord (`benchledger cluster up`), sweeps run through
+`benchledger run --cluster`, a worker killed and an API server stalled for a minute
+survived, and `cluster down` leaving nothing behind. Takes about 12 minutes
+(docs/cluster.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +24,9 @@ import psutil
 import pytest
 
 from benchledger import cluster as local_cluster
-from benchledger.cluster import ApiClient, api_credentials
+from benchledger import cluster_supervisor as supervisor
+from benchledger.airflow_api import ApiClient
+from benchledger.cluster_config import api_credentials
 from tests.conftest import pids_tagged
 
 pytestmark = pytest.mark.integration
@@ -70,8 +75,10 @@ def deployment(tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster")
     lineage = home / "openlineage.json"
     started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
-                  # a vanished worker's task is failed, then retried, within seconds
-                  "--config", "scheduler.task_instance_heartbeat_timeout=15",
+                  # a vanished worker's task is failed, then retried, after 90 s: longer
+                  # than the API stall a run must survive (60 s), shorter than the
+                  # default (180 s) to keep the killed-worker test short
+                  "--config", "scheduler.task_instance_heartbeat_timeout=90",
                   "--config", "openlineage.transport=" + json.dumps(
                       {"type": "file", "log_file_path": str(lineage), "append": True}),
                   timeout=300)
@@ -100,14 +107,16 @@ def two_arm_run(deployment, tmp_path_factory):
 def test_status_lists_every_process_healthy(deployment):
     done = cli("cluster", "status", "--home", str(deployment))
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("api-server", "scheduler", "dag-processor"):
+    for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
         assert any(line.startswith(name) and "health=healthy" in line
                    for line in done.stdout.splitlines()), done.stdout
     for node in NODES:
-        line = next(ln for ln in done.stdout.splitlines() if ln.startswith(f"edge-worker:{node}"))
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith(f"edge-worker-{node}"))
         # one worker per queue: the first node's also serves the default queue
         queues = f"{node},default" if node == NODES[0] else node
-        assert "running" in line and f"queues={queues} " in line + " ", line
+        # supervisord calls a worker "starting" for its first 20 s (startsecs): up already
+        assert re.search(r" pid \d+ +(running|starting) ", line), line
+        assert f"queues={queues} " in line + " " and "starts=1" in line, line
 
 
 def test_two_arm_run_succeeds_and_publishes(two_arm_run):
@@ -244,9 +253,10 @@ def _kill_tree(pid: int) -> None:
 
 def test_a_worker_killed_mid_window_is_retried_without_a_duplicate(deployment, api, tmp_path):
     """node-a's worker is killed (with its task process) while the second window of a
-    restart is being measured; the scheduler fails the task when its heartbeat stops and
-    retries it on the worker brought back: the first window is kept, the second is
-    measured again, once, and the lost attempt is on record."""
+    restart is being measured. supervisord starts the worker again (no `cluster up`);
+    the scheduler fails the task when its heartbeat stops and retries it on the worker
+    brought back: the first window is kept, the second is measured again, once, and the
+    lost attempt is on record."""
     sweep = tmp_path / "kill.toml"
     sweep.write_text(sweep_text("cl-kill", [("on-a", "node-a")], requests=40, step_ms=15.0,
                                 extra="retries = 1\nretry_delay_s = 1")
@@ -264,15 +274,18 @@ def test_a_worker_killed_mid_window_is_retried_without_a_duplicate(deployment, a
         time.sleep(0.2)
     assert mark is not None, "the second window never started"
     time.sleep(1.0)  # well inside the window (40 requests at c=2 take several seconds)
-    worker = next(p for p in local_cluster.Cluster.load(deployment).processes
-                  if p.name == "edge-worker:node-a")
-    _kill_tree(worker.pid)
-    restarted = cli("cluster", "up", "--home", str(deployment), "--nodes", ",".join(NODES),
-                    timeout=300)
-    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    state = local_cluster.Cluster.load(deployment)
+    killed = state.pid_of("edge-worker-node-a")
+    assert killed is not None
+    _kill_tree(killed)
     output = run.communicate(timeout=600)[0]
     assert run.returncode == 0, output[-4000:]
     assert "on-a__r0.measure_code: running on node-a (try 2)" in output
+    # supervisord brought the worker back and logged it
+    assert state.pid_of("edge-worker-node-a") not in (None, killed)
+    supervisord_log = (deployment / "logs" / "supervisord.log").read_text()
+    assert "exited: edge-worker-node-a (terminated by SIGKILL; not expected)" in \
+        supervisord_log
     with duckdb.connect(str(warehouse), read_only=True) as con:
         windows = con.execute(
             "SELECT concurrency, attempt, worker_hostname, submitted, completed, failed, "
@@ -291,6 +304,49 @@ def test_a_worker_killed_mid_window_is_retried_without_a_duplicate(deployment, a
     assert per_window == [(1, 40, 40), (2, 40, 40)]
     assert [(w["window_id"].rsplit("/", 1)[1], w["attempt"]) for w in interrupted] == [
         ("code-c2", 1)]
+
+
+def test_an_api_server_stalled_for_a_minute_leaves_every_worker_alive(deployment, tmp_path):
+    """The API server stopped (SIGSTOP, every process of it) for 60 s while both nodes
+    measure, then continued: no worker exits (the tokens they signed before the stall
+    are still good after it), no task fails for the heartbeats it could not send, and the
+    run succeeds with every window measured once."""
+    state = local_cluster.Cluster.load(deployment)
+    workers = {node: state.pid_of(f"edge-worker-{node}") for node in NODES}
+    assert None not in workers.values()
+    starts = supervisor.history(deployment)
+    sweep = tmp_path / "stall.toml"
+    sweep.write_text(sweep_text("cl-stall", [("on-a", "node-a"), ("on-b", "node-b")],
+                                requests=40, step_ms=15.0, extra="retries = 0"))
+    warehouse = tmp_path / "wh.duckdb"
+    run = subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
+                            "--warehouse", str(warehouse), "--cluster", str(deployment)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    raw_root, mark = tmp_path / "wh-data" / "raw", None
+    deadline = time.monotonic() + 180
+    while mark is None and time.monotonic() < deadline and run.poll() is None:
+        mark = next(raw_root.glob("*/*/r0/code-c1.started"), None) \
+            if raw_root.exists() else None
+        time.sleep(0.2)
+    assert mark is not None, "no window started"
+    api_server = psutil.Process(state.pid_of("api-server"))
+    stalled = [api_server, *api_server.children(recursive=True)]
+    for proc in stalled:
+        proc.suspend()
+    try:
+        time.sleep(60)
+    finally:
+        for proc in stalled:
+            proc.resume()
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode == 0, output[-4000:]
+    assert {node: state.pid_of(f"edge-worker-{node}") for node in NODES} == workers
+    after = supervisor.history(deployment)
+    for name in ("api-server", *(f"edge-worker-{node}" for node in NODES)):
+        assert after[name]["starts"] == starts[name]["starts"], (name, after[name])
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        attempts = con.execute("SELECT count(*), max(attempt) FROM windows").fetchone()
+    assert attempts == (4, 1)  # 2 arms x 2 restarts, each window measured once
 
 
 def test_a_two_node_arm_runs_on_both_workers_and_a_dead_node_crashes_its_restart(

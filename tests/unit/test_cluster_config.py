@@ -4,18 +4,14 @@ airflow.cfg, the DAG bundle a sweep is installed into, queue checks, storage loc
 from __future__ import annotations
 
 import configparser
-import json
-import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from benchledger import cluster, cluster_run
+from benchledger import cluster, cluster_config, cluster_run
 from benchledger.cli import _settings, main
 from benchledger.records import storage_path
 from benchledger.sweep import load_sweep
@@ -24,10 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_nodes_are_queue_names():
-    assert cluster.parse_nodes("node-a, node-b") == ["node-a", "node-b"]
+    assert cluster_config.parse_nodes("node-a, node-b") == ["node-a", "node-b"]
     for bad in ("", "a,a", "default", "a b", "x/y"):
         with pytest.raises(cluster.ClusterError, match="--nodes"):
-            cluster.parse_nodes(bad)
+            cluster_config.parse_nodes(bad)
 
 
 def _cfg(path: Path) -> configparser.ConfigParser:
@@ -37,7 +33,7 @@ def _cfg(path: Path) -> configparser.ConfigParser:
 
 
 def test_config_is_complete_keeps_secrets_and_user_edits(tmp_path):
-    path, api_url = cluster.write_config(tmp_path, port=8123)
+    path, api_url = cluster_config.write_config(tmp_path, port=8123)
     cfg = _cfg(path)
     assert api_url == "http://127.0.0.1:8123"
     assert cfg["core"]["executor"].endswith("EdgeExecutor")
@@ -52,7 +48,7 @@ def test_config_is_complete_keeps_secrets_and_user_edits(tmp_path):
     cfg["core"]["executor"] = "LocalExecutor"
     with path.open("w") as out:
         cfg.write(out)
-    cluster.write_config(tmp_path, settings={"openlineage": {"namespace": "bench"}})
+    cluster_config.write_config(tmp_path, settings={"openlineage": {"namespace": "bench"}})
     again = _cfg(path)
     assert again["dag_processor"]["refresh_interval"] == "2"
     assert again["core"]["executor"].endswith("EdgeExecutor")
@@ -63,7 +59,7 @@ def test_config_is_complete_keeps_secrets_and_user_edits(tmp_path):
 
 def test_processes_see_only_the_folders_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
-    env = cluster.airflow_env(tmp_path)
+    env = cluster_config.airflow_env(tmp_path)
     assert "AIRFLOW__CORE__EXECUTOR" not in env
     assert env["AIRFLOW_CONFIG"] == str(tmp_path / "airflow.cfg")
 
@@ -72,14 +68,14 @@ def test_credentials_from_the_environment_or_the_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("BENCHLEDGER_AIRFLOW_USER", raising=False)
     monkeypatch.delenv("BENCHLEDGER_AIRFLOW_PASSWORD", raising=False)
     with pytest.raises(cluster.ClusterError, match="BENCHLEDGER_AIRFLOW_USER"):
-        cluster.api_credentials(tmp_path)
-    cluster._ensure_password(tmp_path)
-    user, password = cluster.api_credentials(tmp_path)
+        cluster_config.api_credentials(tmp_path)
+    cluster_config._ensure_password(tmp_path)
+    user, password = cluster_config.api_credentials(tmp_path)
     assert user == "benchledger" and len(password) > 10
     assert (tmp_path / "api-passwords.json").stat().st_mode & 0o077 == 0
     monkeypatch.setenv("BENCHLEDGER_AIRFLOW_USER", "ops")
     monkeypatch.setenv("BENCHLEDGER_AIRFLOW_PASSWORD", "s3cret")
-    assert cluster.api_credentials(tmp_path) == ("ops", "s3cret")
+    assert cluster_config.api_credentials(tmp_path) == ("ops", "s3cret")
 
 
 def test_config_flags_parse_and_bad_ones_say_the_form():
@@ -92,40 +88,6 @@ def test_config_flags_parse_and_bad_ones_say_the_form():
 def test_status_of_a_folder_that_is_no_cluster(tmp_path, capsys):
     assert main(["cluster", "status", "--home", str(tmp_path)]) == 2
     assert "not a benchledger cluster folder" in capsys.readouterr().err
-
-
-def test_down_stops_the_recorded_tree_and_never_a_stranger(tmp_path):
-    # a recorded process with a child in its own session (as Airflow's task processes are)
-    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-              "'import time; time.sleep(60)'], start_new_session=True); time.sleep(60)")
-    parent = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    # a server a task started, orphaned when its task process ended: in no recorded tree
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              env={**os.environ, cluster.HOME_ENV: str(tmp_path)},
-                              start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        child = psutil.Process(parent.pid).children()[0]
-        record = cluster.ClusterProcess("scheduler", parent.pid,
-                                        psutil.Process(parent.pid).create_time(), [], "")
-        # the stranger's pid recorded with another start time: not the process we started
-        reused = cluster.ClusterProcess("dag-processor", stranger.pid, 1.0, [], "")
-        cluster.Cluster(tmp_path, "http://127.0.0.1:1", ["a"], [record, reused]).save()
-        lines = cluster.down(tmp_path, grace_s=5)
-        assert "scheduler (pid" in lines[1] and "stopped (2 processes)" in lines[1]
-        assert "dag-processor" in lines[0] and "was not running" in lines[0]
-        assert parent.wait(timeout=5) is not None
-        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
-        assert "stopped 1 more process(es)" in lines[2] and str(orphan.pid) in lines[2]
-        assert orphan.wait(timeout=5) is not None
-        assert stranger.poll() is None  # untouched
-        assert json.loads((tmp_path / "cluster.json").read_text())["processes"] == []
-    finally:
-        for proc in (stranger, parent, orphan):
-            proc.kill()
 
 
 SWEEP = textwrap.dedent("""
@@ -300,6 +262,24 @@ def test_each_queue_is_served_by_one_worker():
     # On SQLite the Edge API's job claim locks nothing: two workers on one queue were both
     # handed the same task instance. The default queue goes to the first node only.
     nodes = ["node-a", "node-b", "node-c"]
-    assert [cluster.worker_queues(n, nodes) for n in nodes] == [
+    assert [cluster_config.worker_queues(n, nodes) for n in nodes] == [
         "node-a,default", "node-b", "node-c"]
 
+
+
+def test_several_workers_per_node_need_postgresql_and_say_why():
+    assert cluster_config.worker_names("node-a", 3) == ["node-a", "node-a-w2", "node-a-w3"]
+    assert cluster_config.all_workers(["a", "b"], 2) == [("a", "a"), ("a", "a-w2"), ("b", "b"),
+                                                   ("b", "b-w2")]
+    assert cluster_config.database_settings(None, 1) == {}
+    with pytest.raises(cluster.ClusterError, match="needs PostgreSQL .* locks nothing"):
+        cluster_config.database_settings(None, 2)
+    with pytest.raises(cluster.ClusterError, match="needs PostgreSQL"):
+        cluster_config.database_settings("sqlite:////tmp/x.db", 2)
+    url = "postgresql://airflow:secret@db.example.org:5432/airflow"
+    assert cluster_config.database_settings(url, 2) == {"database": {"sql_alchemy_conn": url}}
+    with pytest.raises(cluster.ClusterError, match="give a PostgreSQL URL") as refused:
+        cluster_config.database_settings("mysql://root:hunter2@db/airflow", 1)
+    assert "hunter2" not in str(refused.value)  # the password is never repeated
+    with pytest.raises(cluster.ClusterError, match="at least 1"):
+        cluster_config.database_settings(None, 0)

@@ -1,0 +1,233 @@
+"""The folder of a local deployment, as files: its airflow.cfg (the settings every process
+of the deployment shares, and the defaults that keep workers alive through a stalled API
+server), the join file for workers on other hosts, the API user's password, node and
+worker names, and the environment every process gets. No process is started here
+(benchledger.cluster starts them); Airflow is never imported."""
+
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import json
+import os
+import secrets
+import socket
+from pathlib import Path
+
+from benchledger.airflow_api import ClusterError
+
+STATE_FILE = "cluster.json"
+CONFIG_FILE = "airflow.cfg"
+PASSWORDS_FILE = "api-passwords.json"
+API_USER = "benchledger"
+DEFAULT_QUEUE = "default"  # [operators] default_queue: load, validate, derive, publish
+# Not airflow.db: Airflow's edge admin commands refuse SQLite's default file name.
+METADATA_DB = "airflow-metadata.db"
+UP_TIMEOUT_S = 180.0  # API server, scheduler, DAG processor and workers healthy by then
+STOP_GRACE_S = 20.0  # SIGTERM, then SIGKILL what is left
+POLL_S = 0.5
+# Set in the environment of every process of the deployment, and so inherited by what they
+# start: `down` finds by it the servers under test that tasks launched and that outlived
+# their task process (reparented to init, they are in no recorded process tree).
+HOME_ENV = "BENCHLEDGER_CLUSTER_HOME"
+LOOPBACK = "127.0.0.1"
+
+# What the local deployment needs, whatever else the folder's airflow.cfg says. The rest of
+# the file is the user's (kept across `up`).
+_ENFORCED = {
+    "core": {
+        "executor": "airflow.providers.edge3.executors.EdgeExecutor",
+        "load_examples": "False",
+        "auth_manager":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "simple_auth_manager_users": f"{API_USER}:admin",
+    },
+    "edge": {"api_enabled": "True"},
+}
+# Defaults for a quick local deployment; the folder's airflow.cfg may change them.
+_DEFAULTS = {
+    "core": {"dags_are_paused_at_creation": "True", "parallelism": "16"},
+    "edge": {"job_poll_interval": "1", "heartbeat_interval": "5",
+             # `cluster down` must not wait for ever on a worker draining a long window.
+             "drain_timeout_sec": "10", "drain_kill_grace_sec": "5"},
+    # New DAG files are noticed within seconds, not the default five minutes.
+    "dag_processor": {"refresh_interval": "5", "min_file_process_interval": "10",
+                      "parsing_processes": "1"},
+    "scheduler": {"scheduler_heartbeat_sec": "2",
+                  # A task whose heartbeat stopped (its worker vanished) is failed, then
+                  # retried, after this long; longer than an API stall a run survives.
+                  "task_instance_heartbeat_timeout": "180",
+                  "standalone_dag_processor": "True"},
+    # An Edge worker signs each request with a token valid for jwt_leeway seconds, and the
+    # API accepts it jwt_leeway seconds past that: Airflow's 10 s made a request that
+    # waited 20 s on a busy API server a 403, and the worker exit. 120 s: 4 minutes.
+    "api_auth": {"jwt_leeway": "120"},
+    # A task's calls to the execution API (heartbeats among them) are retried for minutes
+    # with a growing wait, not about one: a stalled API server is waited for.
+    "workers": {"execution_api_retries": "10"},
+    "api": {"workers": "1", "expose_config": "False"},
+    "logging": {"colored_console_log": "False"},
+}
+
+
+def parse_nodes(text: str) -> list[str]:
+    """`--nodes a,b`: node names are Airflow queue and edge worker names."""
+    nodes = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in nodes if not n.replace("-", "").replace("_", "").isalnum()]
+    if not nodes or bad:
+        raise ClusterError(f"--nodes {text!r}: give node names (letters, digits, '-', '_') "
+                           "separated by commas, e.g. --nodes node-a,node-b")
+    if DEFAULT_QUEUE in nodes or len(set(nodes)) != len(nodes):
+        raise ClusterError(f"--nodes {text!r}: node names must be distinct and not "
+                           f"{DEFAULT_QUEUE!r} (the first node's worker serves that queue)")
+    return nodes
+
+
+def worker_queues(node: str, nodes: list[str]) -> str:
+    """The queues a node's workers serve: its own, and on the first node the default queue.
+    On SQLite, one worker per queue: the Edge API's job claim (SELECT ... FOR UPDATE SKIP
+    LOCKED) locks nothing there, and two workers polling one queue were both handed the
+    same task instance (the second copy failed the run: "TI was not in the running
+    state"). On PostgreSQL the claim locks the row, and a node may have several workers."""
+    return f"{node},{DEFAULT_QUEUE}" if node == nodes[0] else node
+
+
+def worker_names(node: str, per_node: int) -> list[str]:
+    """The Edge worker names of a node: the node's own name, then <node>-w2, <node>-w3..."""
+    return [node, *(f"{node}-w{i}" for i in range(2, per_node + 1))]
+
+
+def all_workers(nodes: list[str], per_node: int) -> list[tuple[str, str]]:
+    """(node, worker name) of every worker of the deployment."""
+    return [(node, name) for node in nodes for name in worker_names(node, per_node)]
+
+
+def database_settings(db: str | None, per_node: int) -> dict[str, dict[str, str]]:
+    """`cluster up --db URL --workers-per-node N`, checked: the metadata database's URL
+    (SQLite in the folder when None), and whether it allows N workers on one queue."""
+    if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg2://",
+                                             "sqlite:///")):
+        raise ClusterError(f"--db {db.split('@')[-1]!r}: give a PostgreSQL URL "
+                           "(postgresql://USER:PASSWORD@HOST:PORT/DATABASE) or sqlite:///PATH")
+    postgres = db is not None and db.startswith("postgresql")
+    if postgres and importlib.util.find_spec("psycopg2") is None:
+        raise ClusterError("--db postgresql://...: the PostgreSQL driver is not installed "
+                           "(pip install 'benchledger[postgres]')")
+    if per_node < 1:
+        raise ClusterError(f"--workers-per-node {per_node}: at least 1")
+    if per_node > 1 and not postgres:
+        raise ClusterError(
+            f"--workers-per-node {per_node} needs PostgreSQL (--db postgresql://...): on "
+            "SQLite the Edge job claim locks nothing, and two workers of one queue are "
+            "handed the same task")
+    return {"database": {"sql_alchemy_conn": db}} if db else {}
+
+
+def _free_port(host: str = LOOPBACK) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def write_config(home: Path, port: int | None = None,
+                 settings: dict[str, dict[str, str]] | None = None,
+                 host: str = LOOPBACK) -> tuple[Path, str]:
+    """Write (or update) the folder's airflow.cfg; returns (its path, the API URL). The API
+    server listens on `host` (loopback, or an address workers on other hosts reach).
+
+    Secrets are generated once and kept: every process must share `[api_auth] jwt_secret`.
+    """
+    path = home / CONFIG_FILE
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.optionxform = str  # type: ignore[assignment, method-assign]  # keep Airflow's key case
+    if path.exists():
+        cfg.read(path)
+    for section, values in _DEFAULTS.items():
+        for key, value in values.items():
+            cfg.setdefault(section, {})
+            cfg[section].setdefault(key, value)
+    for section, values in {**_ENFORCED, **(settings or {})}.items():
+        cfg.setdefault(section, {})
+        cfg[section].update(values)
+    if port is None:
+        port = int(cfg["api"].get("port") or _free_port(host))
+    api_url = f"http://{host}:{port}"
+    cfg["api"].update({"host": host, "port": str(port), "base_url": api_url})
+    cfg["core"].update({
+        "dags_folder": str(home / "dags"),
+        "execution_api_server_url": f"{api_url}/execution/",
+        "simple_auth_manager_passwords_file": str(home / PASSWORDS_FILE),
+    })
+    cfg["edge"]["api_url"] = f"{api_url}/edge_worker/v1/rpcapi"
+    cfg.setdefault("database", {})
+    cfg["database"].setdefault("sql_alchemy_conn", f"sqlite:///{home / METADATA_DB}")
+    cfg.setdefault("logging", {})
+    cfg["logging"]["base_log_folder"] = str(home / "logs")
+    cfg.setdefault("api_auth", {})
+    # 64 bytes: PyJWT warns of a shorter HMAC key for the SHA-512 Airflow signs with
+    cfg["api_auth"].setdefault("jwt_secret", secrets.token_urlsafe(64))
+    cfg["api"].setdefault("secret_key", secrets.token_urlsafe(32))
+    with path.open("w") as out:
+        cfg.write(out)
+    return path, api_url
+
+
+JOIN_FILE = "join.json"
+# the head's settings a worker must not have (secrets it does not need) or must set itself
+_HEAD_ONLY = {("database", "sql_alchemy_conn"), ("api", "secret_key"),
+              ("core", "simple_auth_manager_passwords_file"),
+              ("logging", "base_log_folder")}
+
+
+def write_join_file(home: Path, api_url: str) -> Path:
+    """What a worker on another host needs to join the deployment in `home`."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.optionxform = str  # type: ignore[assignment, method-assign]
+    cfg.read(home / CONFIG_FILE)
+    settings = {section: {k: v for k, v in cfg[section].items()
+                          if (section, k) not in _HEAD_ONLY}
+                for section in cfg.sections()}
+    path = home / JOIN_FILE
+    tmp = home / f".{JOIN_FILE}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"api_url": api_url, "dags_folder": str(home / "dags"),
+                   "airflow_cfg": settings}, out, indent=2)
+    tmp.replace(path)
+    return path
+
+
+def _ensure_password(home: Path) -> None:
+    """The API user's password, written before the API server starts (it would otherwise
+    generate one); `run --cluster` reads it from here."""
+    path = home / PASSWORDS_FILE
+    if not path.exists():
+        path.write_text(json.dumps({API_USER: secrets.token_urlsafe(16)}))
+        path.chmod(0o600)
+
+
+def api_credentials(home: Path) -> tuple[str, str]:
+    """(user, password) for the cluster's REST API: from the environment
+    (BENCHLEDGER_AIRFLOW_USER / BENCHLEDGER_AIRFLOW_PASSWORD, for a production deployment),
+    else the local cluster's password file."""
+    user = os.environ.get("BENCHLEDGER_AIRFLOW_USER")
+    password = os.environ.get("BENCHLEDGER_AIRFLOW_PASSWORD")
+    if user and password:
+        return user, password
+    path = Path(home) / PASSWORDS_FILE
+    try:
+        return API_USER, json.loads(path.read_text())[API_USER]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ClusterError(f"no API credentials: set BENCHLEDGER_AIRFLOW_USER and "
+                           f"BENCHLEDGER_AIRFLOW_PASSWORD, or use a folder made by "
+                           f"`benchledger cluster up` ({path}: {exc})") from exc
+
+
+def airflow_env(home: Path) -> dict[str, str]:
+    """The environment of every process of the deployment: its own AIRFLOW_HOME and
+    config; Airflow settings inherited from the caller's environment are dropped, so the
+    folder's airflow.cfg is the whole truth about the deployment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW_CONFIG": str(home / CONFIG_FILE),
+                HOME_ENV: str(home), "PYTHONUNBUFFERED": "1"})
+    return env

@@ -1,0 +1,154 @@
+"""The local cluster on PostgreSQL with two Edge workers per node (issue #25): the metadata
+database is a real PostgreSQL server (tests/postgres.py), every node's queue is served by
+two workers, and no restart is ever split between them: its launch may go to either, and
+every later task of the restart (readiness, measurement, teardown) runs on the worker that
+launched the server, as the task instances and the warehouse both show.
+
+Before restarts were pinned, two workers of one queue took a restart's tasks one by one
+(launched on one, stopped on the other): with six restarts of four tasks or more after
+their launch, each claimed by whichever worker polled first, all of them landing on the
+launch's worker by chance is about one in 2^24."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+
+import duckdb
+import psycopg2
+import pytest
+
+from benchledger import cluster as local_cluster
+from benchledger.airflow_api import ApiClient
+from benchledger.cluster_config import api_credentials
+from tests.postgres import postgres_server
+
+pytestmark = pytest.mark.integration
+
+NODES = ["node-a", "node-b"]
+WORKERS = {"node-a": {"node-a", "node-a-w2"}, "node-b": {"node-b", "node-b-w2"}}
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchledger.cli", *args], text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def database():
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def deployment(database, tmp_path_factory):
+    home = tmp_path_factory.mktemp("pg-cluster")
+    started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
+                  "--workers-per-node", "2", "--db", database, timeout=400)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "2 workers each" in started.stdout
+    yield home
+    local_cluster.down(home)
+
+
+@pytest.fixture(scope="module")
+def run(deployment, tmp_path_factory):
+    work = tmp_path_factory.mktemp("pg-run")
+    sweep = work / "pinned.toml"
+    sweep.write_text(textwrap.dedent("""
+        [sweep]
+        name = "cl-pinned"
+        retries = 0
+        [defaults]
+        requests = 15
+        warmup = 1
+        restarts = 3
+        max_tokens = 24
+        clock_source = "http"
+        clock_url = "{base_url}/clocks"
+        [[workloads]]
+        name = "code"
+        [[workloads]]
+        name = "prose"
+        """) + "".join(textwrap.dedent(f"""
+        [[arms]]
+        name = "on-{node}"
+        server = "simulator"
+        model = "sim-model"
+        node = "{node}"
+        [arms.simulator]
+        speculative = true
+        step_ms = 2.0
+        """) for node in NODES))
+    warehouse = work / "wh.duckdb"
+    done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster",
+               str(deployment))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        run_id, = con.execute("SELECT run_id FROM runs").fetchone()
+    return {"warehouse": warehouse, "run_id": run_id}
+
+
+def test_the_metadata_lives_in_postgresql_and_two_workers_serve_each_node(
+        database, deployment, run):
+    with psycopg2.connect(database) as con, con.cursor() as cur:
+        cur.execute("SELECT state FROM dag_run WHERE dag_id = 'benchledger_cl-pinned' "
+                    "AND run_id = %s", [run["run_id"]])
+        assert cur.fetchall() == [("success",)]
+    state = local_cluster.Cluster.load(deployment)
+    workers = ApiClient(state.api_url, *api_credentials(deployment)).edge_workers()
+    serving = defaultdict(set)
+    for worker in workers:
+        for queue in worker.get("queues") or []:
+            serving[queue].add(worker["worker_name"])
+    for node in NODES:
+        assert serving[node] == WORKERS[node], serving
+
+
+def test_every_restart_ran_on_the_one_worker_that_launched_it(deployment, run):
+    state = local_cluster.Cluster.load(deployment)
+    api = ApiClient(state.api_url, *api_credentials(deployment))
+    tis = api.request("GET", f"/api/v2/dags/benchledger_cl-pinned/dagRuns/{run['run_id']}/"
+                             "taskInstances", params={"limit": 1000})["task_instances"]
+    by_restart = defaultdict(dict)
+    for ti in tis:
+        if "__r" in ti["task_id"]:
+            group, task = ti["task_id"].split(".", 1)
+            by_restart[group][task] = (ti["hostname"], ti["queue"], ti["state"])
+    assert len(by_restart) == 6
+    for group, tasks in by_restart.items():
+        node = group.split("__")[0].removeprefix("on-")
+        assert set(tasks) == {"launch_server", "wait_ready", "measure_code",
+                              "measure_prose", "stop_server"}
+        hosts = {host for host, _, _ in tasks.values()}
+        assert len(hosts) == 1 and hosts <= WORKERS[node], (group, tasks)
+        assert tasks["launch_server"][1] == node  # any worker of the node may launch
+        own = f"{node}@benchledger_cl-pinned.{group}"
+        assert {queue for task, (_, queue, _) in tasks.items()
+                if task != "launch_server"} == {own}
+        assert {s for _, _, s in tasks.values()} == {"success"}
+    # the pins are gone with their restarts
+    for worker in api.edge_workers():
+        assert not [q for q in worker.get("queues") or [] if "@" in q], worker
+
+
+def test_the_warehouse_shows_each_restart_on_one_worker(run):
+    with duckdb.connect(str(run["warehouse"]), read_only=True) as con:
+        rows = con.execute(
+            "SELECT r.arm, r.restart_index, r.worker_hostname, "
+            "list(DISTINCT w.worker_hostname) FROM restarts r JOIN windows w "
+            "USING (restart_id) GROUP BY ALL ORDER BY ALL").fetchall()
+        published = con.execute("SELECT count(*) FROM published_entries").fetchone()[0]
+    assert len(rows) == 6
+    for arm, _, launched_on, measured_on in rows:
+        assert measured_on == [launched_on], (arm, launched_on, measured_on)
+        assert launched_on in WORKERS[arm.removeprefix("on-")]
+    assert published > 0
+
+
+def test_down_leaves_no_process(deployment, run):
+    done = cli("cluster", "down", "--home", str(deployment), timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert local_cluster.deployment_processes(deployment) == []
