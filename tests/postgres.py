@@ -33,14 +33,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _as_postgres(*args: str) -> list[str]:
-    """Run as the postgres user when we are root (PostgreSQL refuses root)."""
-    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else list(args)
+def _as_postgres(*args: str, namespace: str | None = None) -> list[str]:
+    """Run as the postgres user when we are root (PostgreSQL refuses root), in a network
+    namespace when one is given."""
+    line = ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else list(args)
+    return ["ip", "netns", "exec", namespace, *line] if namespace else line
 
 
 @contextlib.contextmanager
-def postgres_server(database: str = "airflow") -> Iterator[str]:
-    """Yields the URL of a new, empty database on a private server."""
+def postgres_server(database: str = "airflow", host: str = "127.0.0.1",
+                    namespace: str | None = None) -> Iterator[str]:
+    """Yields the URL of a new, empty database on a private server listening on `host`
+    (in the network namespace `namespace`, when given)."""
     bindir = _bindir()
     if bindir is None or (os.geteuid() == 0 and not _user_exists("postgres")):
         if "CI" in os.environ:
@@ -54,25 +58,28 @@ def postgres_server(database: str = "airflow") -> Iterator[str]:
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
         shutil.chown(sockets, "postgres")
-    port = _free_port()
+    port = _free_port() if namespace is None else 5432
     log = folder / "server.log"
     try:
         subprocess.run(_as_postgres(str(bindir / "initdb"), "-D", str(data), "-A", "trust",
                                     "-U", "postgres", "-E", "UTF8"),
                        check=True, capture_output=True, timeout=120)
+        if host != "127.0.0.1":  # initdb trusts loopback only; add the host's own subnet
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
         subprocess.run(_as_postgres(
             str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-            "-o", f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 "
-                  "-c max_connections=200 -c fsync=off", "start"),
+            "-o", f"-p {port} -k {sockets} -c listen_addresses={host} "
+                  "-c max_connections=200 -c fsync=off", "start", namespace=namespace),
             check=True, capture_output=True, timeout=120)
-        subprocess.run(_as_postgres(str(bindir / "createdb"), "-h", "127.0.0.1", "-p",
-                                    str(port), "-U", "postgres", database),
+        subprocess.run(_as_postgres(str(bindir / "createdb"), "-h", host, "-p", str(port),
+                                    "-U", "postgres", database, namespace=namespace),
                        check=True, capture_output=True, timeout=60)
-        yield f"postgresql://postgres@127.0.0.1:{port}/{database}"
+        yield f"postgresql://postgres@{host}:{port}/{database}"
     finally:
         if data.exists():
             subprocess.run(_as_postgres(str(bindir / "pg_ctl"), "-D", str(data), "-m",
-                                        "immediate", "-w", "stop"),
+                                        "immediate", "-w", "stop", namespace=namespace),
                            capture_output=True, timeout=60, check=False)
         shutil.rmtree(folder, ignore_errors=True)
 
