@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchledger import schedule
 from benchledger.airflow_api import ApiClient, ClusterError
 from benchledger.cluster_config import DEFAULT_QUEUE, api_credentials
 from benchledger.sweep import Sweep
@@ -264,6 +265,24 @@ def _publish_run_for(client: ApiClient, publish_dag_id: str, run_id: str,
     return None
 
 
+def run_durations(warehouse: Path, sweep_name: str, last: int = 10) -> list[float]:
+    """Seconds each of the sweep's last finished runs took, from the warehouse ([] when
+    there is none yet, or it cannot be read now: a writer holds it)."""
+    import duckdb
+
+    if not Path(warehouse).exists():
+        return []
+    try:
+        with duckdb.connect(str(warehouse), read_only=True) as con:
+            rows = con.execute(
+                "SELECT epoch(ended_at - started_at) FROM runs WHERE sweep_name = ? "
+                "AND ended_at IS NOT NULL ORDER BY started_at DESC LIMIT ?",
+                [sweep_name, last]).fetchall()
+    except duckdb.Error:
+        return []
+    return [float(seconds) for seconds, in rows]
+
+
 def run_on_cluster(home: Path, sweep_path: Path, sweep: Sweep, warehouse: Path,
                    data_dir: Path, say: Callable[[str], None] = print,
                    on_poll: Callable[[], None] | None = None) -> ClusterRunResult:
@@ -275,6 +294,10 @@ def run_on_cluster(home: Path, sweep_path: Path, sweep: Sweep, warehouse: Path,
     # patient: an API server that stalls (a busy metadata DB, a paused VM) is waited for
     client = ApiClient(cluster.api_url, *api_credentials(cluster.home), retry_s=300.0)
     refuse_unserved_queues(client, sweep)
+    note = schedule.overrun_note(sweep.sweep.name, sweep.sweep.airflow_schedule,
+                                 run_durations(warehouse, sweep.sweep.name))
+    if note:
+        say(f"note: {note}")
     written = datetime.now(UTC)
     dag_file, changed = install_sweep(cluster.dags_folder, sweep_path, sweep, warehouse,
                                       data_dir, pin_restarts=cluster.workers_per_node > 1)

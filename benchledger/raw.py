@@ -93,6 +93,10 @@ class RunManifest(TypedDict, total=False):
     sweep_toml: str  # the file's text, secrets in arms' commands as <redacted>
     harness_version: str
     started_at: str
+    # a scheduled run (issue #25): its slot, and the slots skipped since the previous run
+    scheduled_for: str | None
+    skipped_slots: list[str] | None
+    skipped_slot_count: int | None
 
 
 class RestartManifest(TypedDict, total=False):
@@ -215,7 +219,8 @@ class WindowManifest(TypedDict, total=False):
 # first is the table's key). Window manifests carry more of the client's accounting than
 # these: the rest stays in the file, which raw_files names.
 RUN_COLUMNS = ("run_id", "sweep_name", "sweep_path", "sweep_sha256", "sweep_toml",
-               "harness_version", "started_at")
+               "harness_version", "started_at", "scheduled_for", "skipped_slots",
+               "skipped_slot_count")
 RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "server_kind",
                    "single_instance", "status", "error", "base_url", "pid", "command",
                    "log_path", "effective_config", "effective_config_sha256",
@@ -236,7 +241,8 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "client_lag_p99_ms", "client_lag_max_ms", "client_lag_samples",
                   "client_cpu_share", "bunched_event_fraction", "telemetry_file_sha256")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
-JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes", "deployment")
+JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes", "deployment",
+                "skipped_slots")
 
 
 # --- where things are -----------------------------------------------------------------------

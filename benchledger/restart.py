@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchledger import __version__, deployment, lifecycle, progress, raw, telemetry
+from benchledger import __version__, deployment, lifecycle, progress, raw, schedule, telemetry
 from benchledger.client import (
     Target,
     TokenCountUnavailable,
@@ -76,7 +76,9 @@ class RecordMismatch(RuntimeError):
 # --- the run's sweep, recorded once ---------------------------------------------------------
 
 
-def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict[str, Any]:
+def write_run_manifest(layout: RunLayout, sweep_path: Path,
+                       scheduled_for: datetime | None = None,
+                       previous_slot: datetime | None = None) -> dict[str, Any]:
     """Record what is being run: the sweep file's text (read once, and validated) and its
     sha256, which every later step parses and checks instead of the file. Secrets in an
     arm's command are recorded as `<redacted>`, and the sha256 is then the recorded
@@ -94,6 +96,12 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path) -> dict[str, Any]:
         "harness_version": __version__,
         "started_at": utc_now(),
     }
+    if scheduled_for is not None:  # a scheduled run: its slot, and those skipped before it
+        skipped, count = schedule.skipped_slots(sweep.sweep.airflow_schedule,
+                                                previous_slot, scheduled_for)
+        manifest.update({"scheduled_for": scheduled_for.isoformat(),
+                         "skipped_slots": skipped if previous_slot else None,
+                         "skipped_slot_count": count if previous_slot else None})
     raw.write_json(layout.run_manifest, manifest)
     return dict(manifest)
 

@@ -94,8 +94,27 @@ def plan(sweep_path: str) -> str:
     from benchledger.restart import write_run_manifest
 
     layout = _layout()
-    write_run_manifest(layout, Path(sweep_path))
+    scheduled_for, previous = _schedule_slots()
+    write_run_manifest(layout, Path(sweep_path), scheduled_for, previous)
     return str(layout.run_dir)
+
+
+def _schedule_slots() -> tuple[datetime | None, datetime | None]:
+    """A scheduled run's slot (its logical date) and the previous successful run's, from
+    which the slots Airflow skipped between them are counted; (None, None) for a manual
+    run (its logical date is when it was triggered, not a slot)."""
+    context = get_current_context()
+    run_type = getattr(context.get("dag_run"), "run_type", None)
+    logical = context.get("logical_date")
+    if getattr(run_type, "value", run_type) != "scheduled" or logical is None:
+        return None, None
+    previous: datetime | None
+    try:  # a lazy proxy: asks the API for the previous successful run
+        found = context.get("prev_data_interval_end_success")
+        previous = datetime.fromtimestamp(found.timestamp(), UTC) if found else None
+    except Exception:  # noqa: BLE001 - no earlier successful run, or none to be had
+        previous = None
+    return datetime.fromtimestamp(logical.timestamp(), UTC), previous
 
 
 def _attempt() -> Attempt:

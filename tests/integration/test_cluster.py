@@ -448,6 +448,20 @@ def test_a_scheduled_sweep_gets_its_own_runs(deployment, api, tmp_path):
     assert {run_id.split("__")[0] for run_id in ids} == {"manual", "scheduled"}
     dag = api.request("GET", "/api/v2/dags/benchledger_cl-cron/details")
     assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
+    # installed, it said what a run outlasting the interval does (issue #25)
+    assert "note: sweep 'cl-cron' is scheduled every 60 s" in done.stdout, done.stdout
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        rows = con.execute("SELECT run_id, scheduled_for, skipped_slots, skipped_slot_count "
+                           "FROM runs WHERE sweep_name = 'cl-cron'").fetchall()
+    for run_id, slot, skipped, count in rows:
+        if not run_id.startswith("scheduled__"):
+            assert (slot, skipped, count) == (None, None, None), run_id
+            continue
+        assert slot == datetime.fromisoformat(run_id.removeprefix("scheduled__")), run_id
+        if count is not None:  # counted from the previous successful run, if any
+            listed = [datetime.fromisoformat(t) for t in json.loads(skipped)]
+            assert len(listed) == count
+            assert all(t < slot and t.second == 0 for t in listed), listed
 
 
 def test_two_sweeps_at_once_share_the_warehouse_and_sql_keeps_answering(deployment, api,
