@@ -197,14 +197,19 @@ def _check_queued(client: ApiClient, tis: list[dict], warned: set[tuple[str, int
         what = (f"task {ti['task_id']} has waited {seconds:.0f}s on queue {ti.get('queue')!r}, "
                 f"which no live edge worker serves (served: "
                 f"{', '.join(sorted(served)) or 'none'})")
+        if "@" in (ti.get("queue") or ""):  # a restart's own queue (operators/worker_pin.py)
+            what += ("; it is the restart's own queue, served only by the worker that "
+                     "launched its server, which is gone (a worker registers again without "
+                     "it): the restart cannot go on on another worker")
         if seconds > UNSERVED_FAIL_S:
             raise ClusterError(f"{what}; gave up waiting after {UNSERVED_FAIL_S:.0f}s (the "
                                "run is still queued in Airflow)")
         key = (ti["task_id"], ti.get("try_number") or 1)
         if key not in warned:
             warned.add(key)
-            say(f"{what}: start a worker for it (airflow edge worker -q {ti.get('queue')}); "
-                f"waiting up to {UNSERVED_FAIL_S:.0f}s")
+            hint = ("" if "@" in (ti.get("queue") or "") else
+                    f": start a worker for it (airflow edge worker -q {ti.get('queue')})")
+            say(f"{what}{hint}; waiting up to {UNSERVED_FAIL_S:.0f}s")
 
 
 def failures(client: ApiClient, dag_id: str, run_id: str, tis: list[dict]) -> list[dict]:

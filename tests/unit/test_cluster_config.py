@@ -170,16 +170,18 @@ def test_run_refuses_an_object_store_data_dir(tmp_path, capsys):
 class FakeRunApi(FakeApi):
     """A run whose one task sits queued on `gpu-1` for `queued_for` seconds."""
 
-    def __init__(self, workers, queued_for: float):
+    def __init__(self, workers, queued_for: float, queue: str = "gpu-1",
+                 task: str = "a__r0.launch_server"):
         super().__init__(workers)
         from datetime import UTC, datetime, timedelta
 
         self.queued_when = (datetime.now(UTC) - timedelta(seconds=queued_for)).isoformat()
+        self.queue, self.task = queue, task
 
     def request(self, method, path, **kwargs):
         if path.endswith("/taskInstances"):
-            return {"task_instances": [{"task_id": "a__r0.launch_server", "state": "queued",
-                                        "queue": "gpu-1", "try_number": 1,
+            return {"task_instances": [{"task_id": self.task, "state": "queued",
+                                        "queue": self.queue, "try_number": 1,
                                         "queued_when": self.queued_when}]}
         return {"state": "queued"}
 
@@ -207,6 +209,20 @@ def test_a_task_waiting_on_an_unserved_queue_is_said_then_given_up(monkeypatch):
     with pytest.raises(OneRound):
         cluster_run.follow(FakeRunApi(served, queued_for=700), "d", "r", said.append)
     assert said == ["a__r0.launch_server: queued"]
+
+
+def test_a_restart_whose_pinned_worker_is_gone_is_said_so(monkeypatch):
+    said = []
+    monkeypatch.setattr(cluster_run.time, "sleep", _one_round)
+    workers = [{"worker_name": "gpu-1-w2", "state": "idle", "queues": ["gpu-1"]}]
+    pinned = "gpu-1@benchledger_s.a__r0"
+    with pytest.raises(OneRound):
+        cluster_run.follow(FakeRunApi(workers, 45, pinned, "a__r0.measure_code"), "d", "r",
+                           said.append)
+    assert f"queue {pinned!r}" in said[-1]
+    assert "the restart's own queue, served only by the worker that launched its server, " \
+           "which is gone" in said[-1]
+    assert "airflow edge worker -q" not in said[-1]  # no other worker can take it up
 
 
 def _api(answers: list[tuple[int, dict]], seen: list[str], retry_s: float = 30.0):
