@@ -99,9 +99,10 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                             path, arm.name, k, handle, w.name)
                         for w in sweep.workloads
                     ]
-                    spans = bool(arm.processes) and arm.server != "external"
+                    # settle_restart, the last task of a deployment across nodes, unpins
                     stop = t.stop_server.override(**head)(
-                        arm.name, k, handle, None if spans else pins.pin_queue(arm.node))
+                        arm.name, k, handle,
+                        None if _starts_other_nodes(arm) else pins.pin_queue(arm.node))
                     chain(ready, *measures, stop)
                     stop.as_teardown(setups=handle)
                     last = _other_nodes(path, arm, k, handle, ready, stop, retried, pins)
@@ -118,6 +119,12 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
         chain(loaded, t.validate.override(**NEVER_RETRIED)(), derived,
               t.finalize.override(**NEVER_RETRIED)(path))
     return dag
+
+
+def _starts_other_nodes(arm: Any) -> bool:
+    """Whether the arm's restarts start processes on other nodes (an external deployment's
+    nodes are only read)."""
+    return bool(arm.processes) and arm.server != "external"
 
 
 class _Pins:
@@ -144,7 +151,7 @@ def _other_nodes(path: str, arm: Any, k: int, handle: Any, ready: Any, stop: Any
     look crashed); then settle_restart, which folds every node's record into the
     restart's. Returns the restart's last task (the head's stop for a one-node arm, or for
     an external deployment, whose nodes are only read)."""
-    if not arm.processes or arm.server == "external":
+    if not _starts_other_nodes(arm):
         return stop
     node_stops = []
     for process in arm.processes:

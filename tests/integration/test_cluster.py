@@ -27,44 +27,12 @@ from benchledger import cluster as local_cluster
 from benchledger import cluster_supervisor as supervisor
 from benchledger.airflow_api import ApiClient
 from benchledger.cluster_config import api_credentials
+from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 from tests.conftest import pids_tagged
 
 pytestmark = pytest.mark.integration
 
 NODES = ["node-a", "node-b"]
-KEY = ["arm", "workload", "metric", "phase", "scope", "concurrency", "numerator", "statistic"]
-
-
-def sweep_text(name: str, arms: list[tuple[str, str]], schedule: str = "none",
-               requests: int = 15, step_ms: float = 2.0, extra: str = "") -> str:
-    """A small sweep: one (arm name, node) per arm, simulator servers, one workload."""
-    arm_blocks = "".join(textwrap.dedent(f"""
-        [[arms]]
-        name = "{arm}"
-        server = "simulator"
-        model = "sim-model"
-        node = "{node}"
-        [arms.simulator]
-        speculative = true
-        step_ms = {step_ms}
-        """) for arm, node in arms)
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "{name}"
-        schedule = "{schedule}"
-        {extra}
-        [defaults]
-        requests = {requests}
-        warmup = 1
-        restarts = 2
-        max_tokens = 24
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
-        [[workloads]]
-        name = "code"
-        """) + arm_blocks
-
-
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "benchledger.cli", *args], text=True,
                           capture_output=True, timeout=timeout, check=False)
@@ -169,28 +137,10 @@ def test_publish_dag_ran_on_the_scheduler_asset_trigger(two_arm_run, api):
 
 
 def test_published_entries_match_an_embedded_derivation_of_the_same_raw_files(two_arm_run):
-    from benchledger.raw import RunLayout
-    from tests.synthetic import derived_warehouse
-
     _, warehouse = two_arm_run
-    run_id = _run_id(warehouse)
-    cols = ", ".join(KEY + ["value", "ci95_low", "ci95_high", "n_requests", "n_restarts"])
-    query = f"SELECT {cols} FROM published_entries WHERE run_id = ? ORDER BY {', '.join(KEY)}"
-    with duckdb.connect(str(warehouse), read_only=True) as con:
-        on_cluster = con.execute(query, [run_id]).fetchall()
-    run_dir = RunLayout(warehouse.parent / "wh-data", run_id).run_dir
-    embedded = derived_warehouse(run_dir, run_id)
-    try:
-        again = embedded.execute(query, [run_id]).fetchall()
-    finally:
-        embedded.close()
+    on_cluster, again = published_and_embedded(warehouse, _run_id(warehouse))
     assert len(on_cluster) > 20
-    # the same rows and counts; values equal up to the order DuckDB summed them in
-    assert [row[:len(KEY)] + row[-2:] for row in on_cluster] == \
-        [row[:len(KEY)] + row[-2:] for row in again]
-    for mine, theirs in zip(on_cluster, again, strict=True):
-        for a, b in zip(mine[len(KEY):-2], theirs[len(KEY):-2], strict=True):
-            assert a == b or (None not in (a, b) and a == pytest.approx(b, rel=1e-12)), mine
+    assert_same_entries(on_cluster, again)
 
 
 def _runs_of(warehouse: Path, sweep_name: str) -> list[tuple[str, bool]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from collections import defaultdict
 
 import duckdb
@@ -23,6 +22,7 @@ import pytest
 from benchledger import cluster as local_cluster
 from benchledger.airflow_api import ApiClient
 from benchledger.cluster_config import api_credentials
+from tests.cluster_helpers import sweep_text
 from tests.postgres import postgres_server
 
 pytestmark = pytest.mark.integration
@@ -57,31 +57,9 @@ def deployment(database, tmp_path_factory):
 def run(deployment, tmp_path_factory):
     work = tmp_path_factory.mktemp("pg-run")
     sweep = work / "pinned.toml"
-    sweep.write_text(textwrap.dedent("""
-        [sweep]
-        name = "cl-pinned"
-        retries = 0
-        [defaults]
-        requests = 15
-        warmup = 1
-        restarts = 3
-        max_tokens = 24
-        clock_source = "http"
-        clock_url = "{base_url}/clocks"
-        [[workloads]]
-        name = "code"
-        [[workloads]]
-        name = "prose"
-        """) + "".join(textwrap.dedent(f"""
-        [[arms]]
-        name = "on-{node}"
-        server = "simulator"
-        model = "sim-model"
-        node = "{node}"
-        [arms.simulator]
-        speculative = true
-        step_ms = 2.0
-        """) for node in NODES))
+    sweep.write_text(sweep_text("cl-pinned", [(f"on-{node}", node) for node in NODES],
+                                extra="retries = 0", restarts=3,
+                                workloads=("code", "prose")))
     warehouse = work / "wh.duckdb"
     done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster",
                str(deployment))

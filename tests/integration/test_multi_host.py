@@ -21,20 +21,19 @@ import json
 import socket
 import subprocess
 import sys
-import textwrap
 from collections import defaultdict
 
 import duckdb
 import pytest
 
 from benchledger import cluster as local_cluster
+from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 from tests.netns import hosts, namespaces
 from tests.postgres import postgres_server
 
 pytestmark = pytest.mark.integration
 
 NODES = ["node-a", "node-b"]
-KEY = ["arm", "workload", "metric", "phase", "scope", "concurrency", "numerator", "statistic"]
 
 
 def bl(host, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -74,29 +73,8 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(site):
     sweep = site["work"] / "hosts.toml"
-    sweep.write_text(textwrap.dedent("""
-        [sweep]
-        name = "mh-two"
-        retries = 0
-        [defaults]
-        requests = 40
-        warmup = 1
-        restarts = 2
-        max_tokens = 24
-        clock_source = "http"
-        clock_url = "{base_url}/clocks"
-        [[workloads]]
-        name = "code"
-        """) + "".join(textwrap.dedent(f"""
-        [[arms]]
-        name = "on-{node}"
-        server = "simulator"
-        model = "sim-model"
-        node = "{node}"
-        [arms.simulator]
-        speculative = true
-        step_ms = 10.0
-        """) for node in NODES))
+    sweep.write_text(sweep_text("mh-two", [(f"on-{node}", node) for node in NODES],
+                                requests=40, step_ms=10.0, extra="retries = 0"))
     warehouse = site["work"] / "wh.duckdb"
     done = bl(site["net"]["head"], "run", str(sweep), "--warehouse", str(warehouse),
               "--cluster", str(site["home"]))
@@ -168,25 +146,9 @@ def test_the_sweep_ran_each_arm_on_its_host_at_the_same_time(site, run):
 
 
 def test_published_entries_equal_an_embedded_derivation_of_the_same_raw_files(run):
-    from benchledger.raw import RunLayout
-    from tests.synthetic import derived_warehouse
-
-    cols = ", ".join(KEY + ["value", "ci95_low", "ci95_high", "n_requests", "n_restarts"])
-    query = f"SELECT {cols} FROM published_entries WHERE run_id = ? ORDER BY {', '.join(KEY)}"
-    with duckdb.connect(str(run["warehouse"]), read_only=True) as con:
-        on_hosts = con.execute(query, [run["run_id"]]).fetchall()
-    run_dir = RunLayout(run["warehouse"].parent / "wh-data", run["run_id"]).run_dir
-    embedded = derived_warehouse(run_dir, run["run_id"])
-    try:
-        again = embedded.execute(query, [run["run_id"]]).fetchall()
-    finally:
-        embedded.close()
+    on_hosts, again = published_and_embedded(run["warehouse"], run["run_id"])
     assert len(on_hosts) > 10
-    assert [row[:len(KEY)] + row[-2:] for row in on_hosts] == \
-        [row[:len(KEY)] + row[-2:] for row in again]
-    for mine, theirs in zip(on_hosts, again, strict=True):
-        for x, y in zip(mine[len(KEY):-2], theirs[len(KEY):-2], strict=True):
-            assert x == y or (None not in (x, y) and x == pytest.approx(y, rel=1e-12)), mine
+    assert_same_entries(on_hosts, again)
 
 
 def test_down_and_the_namespaces_removal_leave_nothing(site, run):
