@@ -20,18 +20,26 @@ BUNDLED_SWEEPS = REPO_ROOT / "dags" / "sweeps"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from benchledger.cluster_config import local_raw_base
+    from benchledger.raw_store import resolve
     from benchledger.records import storage_path
 
+    cluster = Path(args.cluster).resolve() if args.cluster else None
     try:
         warehouse = storage_path(args.warehouse).resolve()
-        data_dir = storage_path(args.data_dir) if args.data_dir else None
+        # an object store's local copy: the deployment's on the head, else this user's
+        storage = resolve(args.data_dir, local_base=local_raw_base(cluster) if cluster
+                          else None) if args.data_dir else None
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    if args.cluster:
-        outcome = execute_on_cluster(Path(args.sweep), warehouse, data_dir,
-                                     Path(args.cluster).resolve())
+    data_dir = storage.local if storage else None
+    store_url = storage.store.url if storage and storage.store else None
+    if cluster:
+        outcome = execute_on_cluster(Path(args.sweep), warehouse, data_dir, cluster,
+                                     store_url)
     else:
-        outcome = execute_sweep(Path(args.sweep), warehouse, data_dir, publish=True)
+        outcome = execute_sweep(Path(args.sweep), warehouse, data_dir, publish=True,
+                                store_url=store_url)
     return finish_run(outcome, warehouse)
 
 

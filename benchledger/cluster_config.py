@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 
 from benchledger.airflow_api import ClusterError
+from benchledger.raw_store import LOCAL_COPY_ENV
 
 STATE_FILE = "cluster.json"
 CONFIG_FILE = "airflow.cfg"
@@ -223,11 +224,20 @@ def api_credentials(home: Path) -> tuple[str, str]:
                            f"`benchledger cluster up` ({path}: {exc})") from exc
 
 
+def local_raw_base(home: Path) -> Path:
+    """Where this host's processes of the deployment keep their copy of raw files held in
+    an object store (benchledger.raw_store): the caller's BENCHLEDGER_LOCAL_RAW_DIR, else
+    the folder's object-store/."""
+    return Path(os.environ.get(LOCAL_COPY_ENV) or Path(home) / "object-store")
+
+
 def airflow_env(home: Path) -> dict[str, str]:
     """The environment of every process of the deployment: its own AIRFLOW_HOME and
     config; Airflow settings inherited from the caller's environment are dropped, so the
-    folder's airflow.cfg is the whole truth about the deployment."""
+    folder's airflow.cfg is the whole truth about the deployment. Credentials of an object
+    store (AWS_*) pass through from the caller's environment, never into a file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env.update({"AIRFLOW_HOME": str(home), "AIRFLOW_CONFIG": str(home / CONFIG_FILE),
-                HOME_ENV: str(home), "PYTHONUNBUFFERED": "1"})
+                HOME_ENV: str(home), "PYTHONUNBUFFERED": "1",
+                LOCAL_COPY_ENV: str(local_raw_base(home))})
     return env

@@ -62,7 +62,7 @@ class ClusterRunResult:
 
 
 def install_sweep(dags_folder: Path, sweep_path: Path, sweep: Sweep, warehouse: Path,
-                  data_dir: Path, pin_restarts: bool = False) -> tuple[Path, bool]:
+                  data_dir: Path | str, pin_restarts: bool = False) -> tuple[Path, bool]:
     """Copy the sweep into the DAGs folder and write its DAG file; returns the DAG file and
     whether anything changed. Both are written whole (temp file, rename): the DAG
     processor never reads half a file."""
@@ -289,7 +289,7 @@ def run_durations(warehouse: Path, sweep_name: str, last: int = 10) -> list[floa
 
 
 def run_on_cluster(home: Path, sweep_path: Path, sweep: Sweep, warehouse: Path,
-                   data_dir: Path, say: Callable[[str], None] = print,
+                   data_dir: Path | str, say: Callable[[str], None] = print,
                    on_poll: Callable[[], None] | None = None) -> ClusterRunResult:
     """Install, trigger and follow one run of the sweep (on_poll: see follow); then its
     publish DAG run."""

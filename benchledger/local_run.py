@@ -195,9 +195,10 @@ def _progress_shown(data_dir: Path, sweep_name: str, every: float | None) -> Ite
 
 
 def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
-                  publish: bool = False) -> SweepOutcome:
+                  publish: bool = False, store_url: str | None = None) -> SweepOutcome:
     """Run one sweep through its Airflow DAG (then, with publish, its publish DAG), under
-    the sweep's lock. Prints progress; the caller prints the outcome."""
+    the sweep's lock. Prints progress; the caller prints the outcome. `store_url`: the
+    object store whose local copy data_dir is (benchledger.raw_store)."""
     from benchledger.runner import RunnerDied, run_in_subprocess
 
     sweep = load_sweep(sweep_path)  # fails here, before Airflow starts, on a bad file
@@ -214,7 +215,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
         log_file.parent.mkdir(parents=True, exist_ok=True)
         print(f"running sweep {name!r} ({sweep_path}) through Airflow; "
               f"task logs: {log_file}", flush=True)
-        conf = {"warehouse": str(warehouse), "data_dir": str(data_dir)}
+        conf = {"warehouse": str(warehouse), "data_dir": store_url or str(data_dir)}
         started = datetime.now(UTC)
         previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed run cleans up too
         try:
@@ -389,9 +390,11 @@ def _print_run(warehouse: Path, run_id: str) -> None:
 
 
 def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
-                       cluster_home: Path) -> SweepOutcome:
+                       cluster_home: Path, store_url: str | None = None) -> SweepOutcome:
     """The sweep on a real deployment: its scheduler runs the DAG and then the publish
-    DAG (on the entries asset); this process triggers, follows and reports."""
+    DAG (on the entries asset); this process triggers, follows and reports. With
+    `store_url` the raw files live in that object store and data_dir is the head's local
+    copy of them (benchledger.raw_store)."""
     from benchledger.cluster import ClusterError
     from benchledger.cluster_run import run_on_cluster
     sweep = load_sweep(sweep_path)
@@ -403,7 +406,8 @@ def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
           f"in {cluster_home}", flush=True)
     try:
         with _progress_polled(data_dir, sweep.sweep.name, every) as poll:
-            result = run_on_cluster(cluster_home, sweep_path, sweep, warehouse, data_dir,
+            result = run_on_cluster(cluster_home, sweep_path, sweep, warehouse,
+                                    store_url or data_dir,
                                     say=lambda line: print(line, flush=True), on_poll=poll)
     except ClusterError as exc:
         raise CliError(str(exc)) from exc

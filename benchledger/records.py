@@ -72,7 +72,8 @@ def file_sha256(path: str | Path) -> str:
 
 
 # Raw files are written by the measuring node and read by the loader with DuckDB, both
-# through the file system: a local path, or a shared one (NFS, a mounted bucket).
+# through the file system: a local path, or a shared one (NFS, a mounted bucket). An
+# object store (s3://) is benchledger.raw_store's: it keeps a local copy on each node.
 LOCAL_SCHEMES = ("", "file")
 
 
@@ -85,9 +86,10 @@ def storage_path(location: str | Path) -> Path:
     if not sep:
         return Path(text)
     if scheme.lower() not in LOCAL_SCHEMES:
-        raise ValueError(f"raw storage {text!r}: {scheme}:// is not supported; use a path "
-                         "(or file://) on a file system every node sees: a shared mount "
-                         "(NFS, or the bucket mounted with s3fs/gcsfuse)")
+        raise ValueError(f"{text!r}: {scheme}:// is not supported here; use a path (or "
+                         "file://): raw files may also live in an S3-compatible object "
+                         "store (--data-dir s3://bucket/prefix), the warehouse is a local "
+                         "DuckDB file")
     if rest and not rest.startswith("/"):
         raise ValueError(f"raw storage {text!r}: a file:// URL needs an absolute path "
                          "(file:///data/bench)")

@@ -258,9 +258,12 @@ def await_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
 
 def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
                              handle: dict[str, Any], workload_name: str,
-                             attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None
+                             attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None,
+                             after_window: Callable[[], object] | None = None
                              ) -> list[dict[str, Any]]:
-    """Run the workload's windows (one per concurrency) and write their raw files.
+    """Run the workload's windows (one per concurrency) and write their raw files;
+    `after_window` is called once each window's files are in place (an object store's
+    push: benchledger.raw_store).
 
     A window an earlier attempt already wrote whole is kept, not measured again. After each
     window the server is checked (lifecycle.server_gone): one that died during it makes the
@@ -303,6 +306,8 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                                           sweep_sha256, samples)
         # Only once the files are in place: a failure or a kill before leaves the mark.
         raw.remove_quietly(files.started)
+        if after_window is not None:
+            after_window()
         if gone:
             raise record.crashed(window_id, gone[1], gone[0])
         summaries.append(_window_summary(manifest))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,34 +21,71 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from benchledger.operators import FAILURES_ENV, lineage
 from benchledger.raw import Attempt, RunLayout
+from benchledger.raw_store import RawStorage
 from benchledger.warehouse import WAREHOUSE_POOL
 
 log = logging.getLogger(__name__)
 
 
+S3_CONN_ENV = "BENCHLEDGER_S3_CONN_ID"
+
+
 @dataclass(frozen=True)
 class RunPaths:
     run_id: str
-    data_dir: Path
+    data_dir: Path  # this node's folder of the run's files (the store's local copy)
     warehouse: Path
+    storage: RawStorage
 
 
 def run_paths() -> RunPaths:
     """Where this DAG run writes: DAG params (or run conf), else env, else ~/.benchledger.
-    A path or a file:// URL on a file system every node sees (benchledger.records)."""
+    A path or a file:// URL on a file system every node sees (benchledger.records), or an
+    s3:// object store (benchledger.raw_store) with this node's copy in a local folder."""
+    from benchledger.raw_store import is_object_store, resolve
     from benchledger.records import storage_path
 
     context = get_current_context()
     params = context.get("params") or {}
     home = Path(os.environ.get("BENCHLEDGER_HOME", Path.home() / ".benchledger"))
     data_dir = params.get("data_dir") or os.environ.get("BENCHLEDGER_DATA_DIR") or home
-    warehouse = (params.get("warehouse") or os.environ.get("BENCHLEDGER_WAREHOUSE")
-                 or Path(data_dir) / "warehouse.duckdb")
     try:
-        return RunPaths(run_id=context["run_id"], data_dir=storage_path(data_dir),
-                        warehouse=storage_path(warehouse))
+        storage = resolve(data_dir, _s3_settings() if is_object_store(data_dir) else None)
+        warehouse = (params.get("warehouse") or os.environ.get("BENCHLEDGER_WAREHOUSE")
+                     or storage.local / "warehouse.duckdb")
+        return RunPaths(run_id=context["run_id"], data_dir=storage.local,
+                        warehouse=storage_path(warehouse), storage=storage)
     except ValueError as exc:  # a setting, not a passing fault: retrying cannot help
         raise AirflowFailException(str(exc)) from exc
+
+
+def _s3_settings():
+    """The object store's endpoint and credentials: the Airflow connection named by
+    BENCHLEDGER_S3_CONN_ID (an `aws` connection: login, password, extra endpoint_url and
+    region_name), else the environment. Never logged, never recorded."""
+    from benchledger.raw_store import S3Settings
+
+    conn_id = os.environ.get(S3_CONN_ENV)
+    if not conn_id:
+        return S3Settings.from_env()
+    from airflow.sdk import Connection
+
+    return s3_settings_of(Connection.get(conn_id))
+
+
+def s3_settings_of(conn):
+    """S3Settings from an Airflow connection (the fields the Amazon provider's `aws`
+    connection uses), the environment filling what it leaves out."""
+    from benchledger.raw_store import S3Settings
+
+    extra = conn.extra_dejson or {}
+    env = S3Settings.from_env()
+    return S3Settings(
+        endpoint_url=extra.get("endpoint_url") or conn.host or env.endpoint_url,
+        access_key=conn.login or extra.get("aws_access_key_id") or env.access_key,
+        secret_key=conn.password or extra.get("aws_secret_access_key") or env.secret_key,
+        session_token=extra.get("aws_session_token") or env.session_token,
+        region=extra.get("region_name") or env.region)
 
 
 def record_failure(context) -> None:
@@ -77,6 +116,29 @@ def _layout() -> RunLayout:
     return RunLayout(paths.data_dir, paths.run_id)
 
 
+@contextmanager
+def _restart_files(arm: str, restart_index: int) -> Iterator[tuple[RunLayout, Callable]]:
+    """A restart task's layout, with what other nodes stored for the restart pulled first
+    (an object store) and what this task wrote pushed when it ends, failed or not; the
+    callable pushes at once (measure: after each window)."""
+    from benchledger.raw_store import StoredFileMismatch, pull_restart, push_restart
+
+    paths = run_paths()
+    layout = RunLayout(paths.data_dir, paths.run_id)
+    try:  # a store out of reach is retried (RawStoreError); a damaged file is not
+        pull_restart(paths.storage, layout, arm, restart_index)
+    except StoredFileMismatch as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+    def push() -> None:
+        push_restart(paths.storage, layout, arm, restart_index)
+
+    try:
+        yield layout, push
+    finally:
+        push()
+
+
 def _recorded(layout: RunLayout, sweep_path: str):
     """The sweep as plan recorded it in the run manifest (parsed once, sha256 checked): every
     task of a run measures the sweep its `runs` row names. (sweep, sha256)."""
@@ -91,11 +153,14 @@ def _recorded(layout: RunLayout, sweep_path: str):
 @task
 def plan(sweep_path: str) -> str:
     """Validate the sweep file and record the run; returns the run's raw folder."""
+    from benchledger.raw_store import push_run_manifest
     from benchledger.restart import write_run_manifest
 
-    layout = _layout()
+    paths = run_paths()
+    layout = RunLayout(paths.data_dir, paths.run_id)
     scheduled_for, previous = _schedule_slots()
     write_run_manifest(layout, Path(sweep_path), scheduled_for, previous)
+    push_run_manifest(paths.storage, layout)
     return str(layout.run_dir)
 
 
@@ -142,13 +207,13 @@ def launch_server(sweep_path: str, arm: str, restart_index: int,
     from benchledger.restart import launch_restart
 
     _pin(pin_queue)
-    layout = _layout()
-    sweep, sha256 = _recorded(layout, sweep_path)  # no record: nothing is launched
-    try:
-        return launch_restart(layout, sweep, arm, restart_index, _attempt(), sha256,
-                              Path(sweep_path))
-    except Exception:  # recorded in the restart manifest by launch_restart
-        return None
+    with _restart_files(arm, restart_index) as (layout, _):
+        sweep, sha256 = _recorded(layout, sweep_path)  # no record: nothing is launched
+        try:
+            return launch_restart(layout, sweep, arm, restart_index, _attempt(), sha256,
+                                  Path(sweep_path))
+        except Exception:  # recorded in the restart manifest by launch_restart
+            return None
 
 
 @task
@@ -156,15 +221,15 @@ def wait_ready(sweep_path: str, arm: str, restart_index: int, handle: dict | Non
     from benchledger.lifecycle import ServerNotReady
     from benchledger.restart import await_restart, launch_failure
 
-    layout = _layout()
-    if handle is None:
-        raise AirflowFailException(f"{arm} r{restart_index}: "
-                                   f"{launch_failure(layout, arm, restart_index)}")
-    sweep, _ = _recorded(layout, sweep_path)
-    try:
-        manifest = await_restart(layout, sweep, arm, restart_index, handle)
-    except ServerNotReady as exc:
-        raise AirflowFailException(f"{arm} r{restart_index}: {exc}") from exc
+    with _restart_files(arm, restart_index) as (layout, _):
+        if handle is None:
+            raise AirflowFailException(f"{arm} r{restart_index}: "
+                                       f"{launch_failure(layout, arm, restart_index)}")
+        sweep, _ = _recorded(layout, sweep_path)
+        try:
+            manifest = await_restart(layout, sweep, arm, restart_index, handle)
+        except ServerNotReady as exc:
+            raise AirflowFailException(f"{arm} r{restart_index}: {exc}") from exc
     return {k: manifest.get(k) for k in ("status", "server_version", "effective_config_sha256")}
 
 
@@ -176,19 +241,19 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     from benchledger.client import TokenCountUnavailable
     from benchledger.restart import ServerCrashed, measure_restart_workload
 
-    layout = _layout()
-    sweep, sha256 = _recorded(layout, sweep_path)
-    try:
-        return measure_restart_workload(layout, sweep, arm, restart_index, handle, workload,
-                                        _attempt(), sha256)
-    except TokenCountUnavailable as exc:
-        # The server gives no count of the arm's kind: a setting to change, which a retry
-        # would only meet again.
-        raise AirflowFailException(str(exc)) from exc
-    except ServerCrashed as exc:
-        # A crash is a result (the restart is recorded `crashed`): a retry would only meet
-        # the dead server again, and a new server would be another restart.
-        raise AirflowFailException(str(exc)) from exc
+    with _restart_files(arm, restart_index) as (layout, push):
+        sweep, sha256 = _recorded(layout, sweep_path)
+        try:
+            return measure_restart_workload(layout, sweep, arm, restart_index, handle,
+                                            workload, _attempt(), sha256, after_window=push)
+        except TokenCountUnavailable as exc:
+            # The server gives no count of the arm's kind: a setting to change, which a
+            # retry would only meet again.
+            raise AirflowFailException(str(exc)) from exc
+        except ServerCrashed as exc:
+            # A crash is a result (the restart is recorded `crashed`): a retry would only
+            # meet the dead server again, and a new server would be another restart.
+            raise AirflowFailException(str(exc)) from exc
 
 
 @task
@@ -197,7 +262,8 @@ def stop_server(arm: str, restart_index: int, handle: dict | None,
     """Always runs after launch: SIGTERM, then SIGKILL, the server's process group."""
     from benchledger.restart import stop_restart
 
-    manifest = stop_restart(_layout(), arm, restart_index, handle)
+    with _restart_files(arm, restart_index) as (layout, _):
+        manifest = stop_restart(layout, arm, restart_index, handle)
     _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "stop_status")}
 
@@ -232,13 +298,13 @@ def launch_node(sweep_path: str, arm: str, restart_index: int, node: str,
     from benchledger.deployment import launch_node as launch
 
     _pin(pin_queue)
-    layout = _layout()
-    sweep, _ = _recorded(layout, sweep_path)
-    try:
-        return launch(layout, sweep, arm, restart_index, node, head, _attempt(),
-                      Path(sweep_path))
-    except Exception:  # recorded in the node's manifest where it could be written
-        return None
+    with _restart_files(arm, restart_index) as (layout, _):
+        sweep, _ = _recorded(layout, sweep_path)
+        try:
+            return launch(layout, sweep, arm, restart_index, node, head, _attempt(),
+                          Path(sweep_path))
+        except Exception:  # recorded in the node's manifest where it could be written
+            return None
 
 
 @task
@@ -247,7 +313,8 @@ def stop_node(arm: str, restart_index: int, node: str, handle: dict | None,
     """Always runs after this node's launch: stops its process, notes one found dead."""
     from benchledger.deployment import stop_node as stop
 
-    manifest = stop(_layout(), arm, restart_index, node, handle)
+    with _restart_files(arm, restart_index) as (layout, _):
+        manifest = stop(layout, arm, restart_index, node, handle)
     _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "stop_status")}
 
@@ -259,8 +326,8 @@ def settle_restart(sweep_path: str, arm: str, restart_index: int,
     process that died on any node makes the restart crashed, naming the node)."""
     from benchledger.deployment import settle_restart as settle
 
-    layout = _layout()
-    manifest = settle(layout, _recorded(layout, sweep_path)[0], arm, restart_index)
+    with _restart_files(arm, restart_index) as (layout, _):
+        manifest = settle(layout, _recorded(layout, sweep_path)[0], arm, restart_index)
     _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "crashed_node", "error")}
 
@@ -275,13 +342,28 @@ def load(run_dir: str | None = None) -> dict:
     from benchledger.warehouse.load import load_run_dir
 
     paths = run_paths()
-    layout = RunLayout(paths.data_dir, paths.run_id)
+    layout = _pulled(paths)
     if not layout.run_manifest.exists():
         raise AirflowFailException(f"no run manifest at {layout.run_manifest}: plan did not run")
     with connect(paths.warehouse) as con:
-        counts = load_run_dir(con, layout.run_dir)
+        counts = load_run_dir(con, layout.run_dir, paths.storage.recorded_path)
     lineage.report_load(layout.run_dir, paths.warehouse)
     return counts
+
+
+def _pulled(paths: RunPaths) -> RunLayout:
+    """The run's layout, every raw file the object store holds for it copied here first
+    (nothing to do without a store)."""
+    from benchledger.raw_store import StoredFileMismatch, pull_run
+
+    layout = RunLayout(paths.data_dir, paths.run_id)
+    try:  # a store out of reach is retried (RawStoreError); a damaged file is not
+        pulled = pull_run(paths.storage, layout)
+    except StoredFileMismatch as exc:
+        raise AirflowFailException(str(exc)) from exc
+    if paths.storage.store is not None:
+        log.info("%d raw files copied from %s", pulled, paths.storage.location)
+    return layout
 
 
 @lineage.lineage_task(pool=WAREHOUSE_POOL)
@@ -368,7 +450,7 @@ def finalize(sweep_path: str) -> str:
     """Fail the DAG run visibly when any restart or window of the plan went wrong."""
     from benchledger.restart import run_problems
 
-    layout = _layout()
+    layout = _pulled(run_paths())
     problems = run_problems(layout, _recorded(layout, sweep_path)[0])
     if problems:
         raise AirflowFailException("run finished with problems:\n  " + "\n  ".join(problems))

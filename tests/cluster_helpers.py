@@ -43,9 +43,11 @@ def sweep_text(name: str, arms: list[tuple[str, str]], schedule: str = "none",
         """) + workload_blocks + arm_blocks
 
 
-def published_and_embedded(warehouse: Path, run_id: str) -> tuple[list, list]:
+def published_and_embedded(warehouse: Path, run_id: str,
+                           run_dir: Path | None = None) -> tuple[list, list]:
     """(the run's published entries in the deployment's warehouse, the same entries from
-    an embedded derivation of its raw files), each row KEY + value, interval and counts."""
+    an embedded derivation of its raw files: `run_dir`, else the run's folder beside the
+    warehouse), each row KEY + value, interval and counts."""
     from benchledger.raw import RunLayout
     from tests.synthetic import derived_warehouse
 
@@ -53,8 +55,8 @@ def published_and_embedded(warehouse: Path, run_id: str) -> tuple[list, list]:
     query = f"SELECT {cols} FROM published_entries WHERE run_id = ? ORDER BY {', '.join(KEY)}"
     with duckdb.connect(str(warehouse), read_only=True) as con:
         deployed = con.execute(query, [run_id]).fetchall()
-    embedded = derived_warehouse(RunLayout(warehouse.parent / "wh-data", run_id).run_dir,
-                                 run_id)
+    embedded = derived_warehouse(run_dir or RunLayout(warehouse.parent / "wh-data",
+                                                      run_id).run_dir, run_id)
     try:
         again = embedded.execute(query, [run_id]).fetchall()
     finally:

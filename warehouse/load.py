@@ -15,6 +15,7 @@ import json
 import os
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -64,17 +65,20 @@ class _NamedFile:
     identity: tuple[int, int, int, int] | None = None
 
 
-def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path) -> dict[str, int]:
+def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path,
+                 recorded_as: Callable[[Path], str] = str) -> dict[str, int]:
     """Load every raw file of one run; files already loaded (by sha256) add nothing.
 
     One transaction: a refusal or a crash mid-load leaves the warehouse as it was before
     the call. (It is also what lets DuckDB write the requests in one pass: a commit per
-    window file cost about as much again as the insert itself.)
+    window file cost about as much again as the insert itself.) `recorded_as`: how
+    raw_files names a file (its s3:// URL where the folder is an object store's local
+    copy: benchledger.raw_store).
     """
     manifests = _read_manifests(Path(run_dir))
     con.execute("BEGIN TRANSACTION")
     try:
-        counts = _load(con, manifests)
+        counts = _load(con, manifests, recorded_as)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -110,7 +114,7 @@ def _check_one_sweep(manifests: list[_Manifest]) -> None:
                                  "refusing to load")
 
 
-def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
+def _load(con, manifests: list[_Manifest], recorded_as: Callable[[Path], str]) -> dict[str, int]:
     _check_against_runs(con, manifests[0])
     loaded = _loaded(con, [m.sha256 for m in manifests])
     new, superseded = _split_new(con, [m for m in manifests if m.sha256 not in loaded])
@@ -119,8 +123,10 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
 
     rows: dict[str, list[dict]] = defaultdict(list)
     for m in superseded:
-        rows["raw_files"] += [_file_row(m.path, m.sha256, f"{m.kind}-superseded", 0)]
-        rows["raw_files"] += [_file_row(f.path, f.sha256, f"{f.kind}-superseded", 0)
+        rows["raw_files"] += [_file_row(recorded_as(m.path), m.sha256,
+                                        f"{m.kind}-superseded", 0)]
+        rows["raw_files"] += [_file_row(recorded_as(f.path), f.sha256, f"{f.kind}-superseded",
+                                        0)
                               for f in named.get(m.path, []) if f.sha256 not in loaded]
     fresh: dict[str, list[tuple[_Manifest, _NamedFile]]] = {"requests": [], "observations": [],
                                                             "telemetry": []}
@@ -129,19 +135,20 @@ def _load(con, manifests: list[_Manifest]) -> dict[str, int]:
             if f.sha256 not in loaded:
                 fresh[f.kind].append((m, f))
     counts = {"requests": _insert_requests(con, [f for _, f in fresh["requests"]])}
-    rows["raw_files"] += [_file_row(f.path, f.sha256, "requests", f.rows)
+    rows["raw_files"] += [_file_row(recorded_as(f.path), f.sha256, "requests", f.rows)
                           for _, f in fresh["requests"]]
     counts["telemetry"] = _insert_telemetry(con, [f for _, f in fresh["telemetry"]])
-    rows["raw_files"] += [_file_row(f.path, f.sha256, "telemetry", f.rows)
+    rows["raw_files"] += [_file_row(recorded_as(f.path), f.sha256, "telemetry", f.rows)
                           for _, f in fresh["telemetry"]]
     # each new window's observations, read once: its manifest row and its rows need them
     observed = {m.path: _read_json(f.path) for m in new for f in named.get(m.path, [])
                 if f.kind == "observations"}
-    counts["observations"] = _gather_observations(rows, fresh["observations"], observed)
+    counts["observations"] = _gather_observations(rows, fresh["observations"], observed,
+                                                  recorded_as)
     for m in new:
         table, columns = MANIFEST_TABLES[m.kind]
         rows[table].append(_manifest_row(m, columns, observed.get(m.path, {})))
-        rows["raw_files"].append(_file_row(m.path, m.sha256, m.kind, 1))
+        rows["raw_files"].append(_file_row(recorded_as(m.path), m.sha256, m.kind, 1))
     for table, table_rows in rows.items():
         insert_rows(con, table, table_rows)
     return {"runs": len(rows["runs"]), "restarts": len(rows["restarts"]),
@@ -243,7 +250,8 @@ def _manifest_row(m: _Manifest, columns: tuple[str, ...], observed: dict) -> dic
 
 def _gather_observations(rows: dict[str, list[dict]],
                          fresh: list[tuple[_Manifest, _NamedFile]],
-                         observed_of: dict[Path, dict]) -> int:
+                         observed_of: dict[Path, dict],
+                         recorded_as: Callable[[Path], str]) -> int:
     """server_metrics, server_log_lines and node_clocks rows of each new observations
     file (its content in observed_of, by window manifest), added to `rows`; their number."""
     total = 0
@@ -266,7 +274,8 @@ def _gather_observations(rows: dict[str, list[dict]],
         for table, table_rows in found.items():
             rows[table] += table_rows
         count = sum(map(len, found.values()))
-        rows["raw_files"].append(_file_row(f.path, f.sha256, "observations", count))
+        rows["raw_files"].append(_file_row(recorded_as(f.path), f.sha256, "observations",
+                                           count))
         total += count
     return total
 
@@ -386,8 +395,8 @@ def _loaded(con, shas: list[str]) -> set[str]:
         {"shas": shas}).fetchall()}
 
 
-def _file_row(path: Path, sha256: str, kind: str, rows: int) -> dict:
-    return {"sha256": sha256, "path": str(path), "kind": kind, "rows": rows,
+def _file_row(path: str, sha256: str, kind: str, rows: int) -> dict:
+    return {"sha256": sha256, "path": path, "kind": kind, "rows": rows,
             "loaded_at": datetime.now(UTC)}
 
 
