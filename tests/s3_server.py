@@ -9,6 +9,7 @@ a failure."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "benchledger-test", "AWS_SECRET_ACCESS_KEY":
 class S3Server:
     endpoint: str
     bucket: str
+    namespace: str | None = None  # where it listens: only that namespace's bridge reaches it
 
     @property
     def env(self) -> dict[str, str]:
@@ -47,13 +49,51 @@ class S3Server:
 
     def objects(self, prefix: str = "") -> dict[str, int]:
         """{key below the bucket: size} of every object under `prefix`."""
-        from pyarrow import fs
+        return self._call("objects", prefix)
 
-        base = f"{self.bucket}/{prefix}".rstrip("/")
-        infos = self.filesystem().get_file_info(fs.FileSelector(base, recursive=True,
-                                                                allow_not_found=True))
-        return {i.path.removeprefix(f"{self.bucket}/"): i.size for i in infos
-                if i.type == fs.FileType.File}
+    def copy_to(self, prefix: str, folder: Path) -> None:
+        """Download every object under `prefix` into `folder` (pyarrow's copy_files)."""
+        self._call("copy_to", prefix, str(folder))
+
+    def make_bucket(self) -> None:
+        self._call("make_bucket")
+
+    def _call(self, what: str, *args: str):
+        """One of this module's operations, here or (the server in a namespace) in a
+        Python run there."""
+        if self.namespace is None:
+            return _OPERATIONS[what](self, *args)
+        code = ("import json, sys\nfrom tests.s3_server import S3Server, _OPERATIONS\n"
+                "server = S3Server(sys.argv[1], sys.argv[2])\n"
+                "print(json.dumps(_OPERATIONS[sys.argv[3]](server, *sys.argv[4:])))")
+        done = subprocess.run(["ip", "netns", "exec", self.namespace, sys.executable, "-c",
+                               code, self.endpoint, self.bucket, what, *args],
+                              capture_output=True, text=True, timeout=120, check=True,
+                              cwd=Path(__file__).resolve().parents[1])
+        return json.loads(done.stdout)
+
+
+def _objects(server: S3Server, prefix: str) -> dict[str, int]:
+    from pyarrow import fs
+
+    base = f"{server.bucket}/{prefix}".rstrip("/")
+    infos = server.filesystem().get_file_info(fs.FileSelector(base, recursive=True,
+                                                              allow_not_found=True))
+    return {i.path.removeprefix(f"{server.bucket}/"): i.size for i in infos
+            if i.type == fs.FileType.File}
+
+
+def _copy_to(server: S3Server, prefix: str, folder: str) -> None:
+    from pyarrow import fs
+
+    fs.copy_files(f"{server.bucket}/{prefix}", folder, source_filesystem=server.filesystem())
+
+
+def _make_bucket(server: S3Server) -> None:
+    server.filesystem().create_dir(server.bucket)
+
+
+_OPERATIONS = {"objects": _objects, "copy_to": _copy_to, "make_bucket": _make_bucket}
 
 
 def _moto_server() -> list[str]:
@@ -88,7 +128,7 @@ def s3_server(bucket: str = "bench", host: str = "127.0.0.1",
     with log.open("w") as out:  # the server keeps its own descriptor
         proc = subprocess.Popen(line, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    server = S3Server(f"http://{host}:{port}", bucket)
+    server = S3Server(f"http://{host}:{port}", bucket, namespace)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -107,8 +147,7 @@ def s3_server(bucket: str = "bench", host: str = "127.0.0.1",
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        if not namespace:
-            server.filesystem().create_dir(bucket)
+        server.make_bucket()
         yield server
     finally:
         with contextlib.suppress(ProcessLookupError):

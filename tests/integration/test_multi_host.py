@@ -1,23 +1,28 @@
 """The harness across hosts (issue #25), on one machine: every host its own network
 namespace with its own address on a bridge and its own loopback (tests/netns.py).
 
-- head: PostgreSQL (the metadata DB), the API server, scheduler, DAG processor, triggerer
-  and a worker for the default queue (`cluster up --host <head address> --db ...`);
+- head: PostgreSQL (the metadata DB), an S3-compatible object store (moto's server), the
+  API server, scheduler, DAG processor, triggerer and a worker for the default queue
+  (`cluster up --host <head address> --db ...`);
 - node-a, node-b: one Edge worker each, joined with `cluster join --join-file ...
   --address <its address>`; the simulator servers their tasks launch listen on that
   address, never on 127.0.0.1.
 
-A two-arm sweep (one arm per node) runs through `run --cluster`: both arms measure at the
-same time, each restart's tasks on its node's worker, and the published entries equal an
-embedded derivation of the same raw files. `cluster down` on the joins and the head, and
-the namespaces' removal, leave nothing behind.
+A two-arm sweep (one arm per node) runs through `run --cluster --data-dir s3://...`: both
+arms measure at the same time, each restart's tasks on its node's worker; every raw file
+goes to the object store from the node that wrote it (each host keeps its own local copy:
+no host reads another's), and the published entries equal an embedded derivation of a
+fresh copy of the store's files. The store's credentials reach every process through the
+environment only: no file any host wrote holds the secret. `cluster down` on the joins
+and the head, and the namespaces' removal, leave nothing behind.
 
-Not shown here (issue #25, still open): raw files in an S3-compatible object store; the
-raw files and DAG bundle are on the filesystem every namespace shares."""
+The DAG bundle is still read from the filesystem the namespaces share (as it would be
+from a shared mount or a git-synced folder on real hosts)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -30,16 +35,23 @@ from benchledger import cluster as local_cluster
 from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 from tests.netns import hosts, namespaces
 from tests.postgres import postgres_server
+from tests.s3_server import CREDENTIALS, s3_server
 
 pytestmark = pytest.mark.integration
 
 NODES = ["node-a", "node-b"]
+STORE_URL = "s3://bench/multi-host"
+
+
+ENV: dict[str, str] = {}  # the object store's endpoint and credentials, once it runs
 
 
 def bl(host, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`benchledger ARGS` run on one host (in its namespace)."""
+    """`benchledger ARGS` run on one host (in its namespace), the store's credentials in
+    its environment."""
     return subprocess.run(host.command(sys.executable, "-m", "benchledger.cli", *args),
-                          text=True, capture_output=True, timeout=timeout, check=False)
+                          text=True, capture_output=True, timeout=timeout, check=False,
+                          env={**os.environ, **ENV})
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +61,9 @@ def site(tmp_path_factory):
     with hosts(["head", *NODES]) as net:
         made = {host.namespace for host in net.values()}
         head = net["head"]
-        with postgres_server(host=head.address, namespace=head.namespace) as db:
+        with postgres_server(host=head.address, namespace=head.namespace) as db, \
+                s3_server(host=head.address, namespace=head.namespace) as store:
+            ENV.update(store.env)
             home = work / "head"
             up = bl(head, "cluster", "up", "--home", str(home), "--nodes", "head",
                     "--host", head.address, "--db", db, timeout=400)
@@ -59,11 +73,11 @@ def site(tmp_path_factory):
                 sys.executable, "-m", "benchledger.cli", "cluster", "join", "--join-file",
                 str(home / "join.json"), "--node", node, "--address", net[node].address,
                 "--home", str(joins[node])), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True) for node in NODES}
+                text=True, env={**os.environ, **ENV}) for node in NODES}
             for node, proc in started.items():
                 out = proc.communicate(timeout=300)[0]
                 assert proc.returncode == 0, f"{node}: {out}"
-            yield {"net": net, "home": home, "joins": joins, "work": work}
+            yield {"net": net, "home": home, "joins": joins, "work": work, "store": store}
             for node in NODES:
                 bl(net[node], "cluster", "down", "--home", str(joins[node]), timeout=120)
             local_cluster.down(home)
@@ -77,7 +91,7 @@ def run(site):
                                 requests=40, step_ms=10.0, extra="retries = 0"))
     warehouse = site["work"] / "wh.duckdb"
     done = bl(site["net"]["head"], "run", str(sweep), "--warehouse", str(warehouse),
-              "--cluster", str(site["home"]))
+              "--cluster", str(site["home"]), "--data-dir", STORE_URL)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     with duckdb.connect(str(warehouse), read_only=True) as con:
         run_id, = con.execute("SELECT run_id FROM runs").fetchone()
@@ -145,8 +159,31 @@ def test_the_sweep_ran_each_arm_on_its_host_at_the_same_time(site, run):
     assert any(s0 < e1 and s1 < e0 for s0, e0 in a for s1, e1 in b), spans  # overlapping
 
 
-def test_published_entries_equal_an_embedded_derivation_of_the_same_raw_files(run):
-    on_hosts, again = published_and_embedded(run["warehouse"], run["run_id"])
+def test_raw_files_go_to_the_object_store_from_the_node_that_wrote_them(site, run):
+    store = site["store"]
+    with duckdb.connect(str(run["warehouse"]), read_only=True) as con:
+        loaded = dict(con.execute("SELECT path, kind FROM raw_files").fetchall())
+    stored = store.objects("multi-host/raw")
+    assert len(loaded) > 10 and all(p.startswith(f"{STORE_URL}/raw/") for p in loaded)
+    assert {p.removeprefix("s3://bench/") for p in loaded} <= set(stored)
+    windows = {key for key in stored if key.endswith("-c1.parquet")}
+    assert {key.split("/")[3] for key in windows} == {f"on-{n}" for n in NODES}
+    # each node's own copy holds its own restarts' files and never the other node's
+    for node in NODES:
+        copy = site["joins"][node] / "object-store"
+        arms = {p.parent.parent.name for p in copy.rglob("*-c1.parquet")}
+        assert arms == {f"on-{node}"}, (node, arms)
+    # the credentials reached the processes through the environment only
+    secret = CREDENTIALS["AWS_SECRET_ACCESS_KEY"].encode()
+    written = [p for p in site["work"].rglob("*") if p.is_file() and p.stat().st_size < 1e8]
+    assert not [p for p in written if secret in p.read_bytes()]
+
+
+def test_published_entries_equal_an_embedded_derivation_of_the_same_raw_files(site, run):
+    fresh = site["work"] / "fresh-copy"
+    site["store"].copy_to("multi-host/raw", fresh)
+    run_dir = next(p for p in fresh.iterdir() if (p / "run.json").exists())
+    on_hosts, again = published_and_embedded(run["warehouse"], run["run_id"], run_dir)
     assert len(on_hosts) > 10
     assert_same_entries(on_hosts, again)
 

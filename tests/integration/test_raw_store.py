@@ -168,7 +168,6 @@ def test_an_embedded_run_keeps_its_raw_files_in_the_store(tmp_path, server):
     import sys
 
     import duckdb
-    from pyarrow import fs
 
     from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 
@@ -190,8 +189,7 @@ def test_an_embedded_run_keeps_its_raw_files_in_the_store(tmp_path, server):
                                    for p in paths)
     assert {p.removeprefix(f"s3://{server.bucket}/") for p in paths} <= set(stored)
     fresh = tmp_path / "fresh"
-    fs.copy_files(f"{server.bucket}/embedded/raw", str(fresh),
-                  source_filesystem=server.filesystem())
+    server.copy_to("embedded/raw", fresh)
     run_dir = next(p for p in fresh.iterdir() if (p / "run.json").exists())
     on_store, again = published_and_embedded(warehouse, run_id, run_dir)
     assert len(on_store) > 10
