@@ -13,8 +13,10 @@ queue: the node) under a supervisord of its own, which starts it again if it exi
 on the head. `--address` is the node's address: the servers its tasks launch listen
 there and are measured there (never on 127.0.0.1, which on another host is another
 machine's loopback). `cluster status` and `cluster down` work on that folder as on the
-head's. The DAG bundle and the data dir must be readable there at the same paths (a
-shared filesystem), or at --dags-folder for the bundle.
+head's. The DAG bundle must be readable there at the same path (a shared filesystem) or
+at --dags-folder; the raw files either on a shared filesystem too, or in an object store
+(`run --data-dir s3://...`, benchledger.raw_store), whose credentials the worker inherits
+from the environment `join` runs in (never written to a file).
 """
 
 from __future__ import annotations

@@ -152,19 +152,24 @@ def test_a_run_on_a_queue_no_worker_serves_is_refused_at_once(tmp_path):
 def test_storage_locations_are_paths_or_file_urls():
     assert storage_path("/data/bench") == Path("/data/bench")
     assert storage_path("file:///data/bench") == Path("/data/bench")
-    for bad, why in (("s3://bucket/raw", "s3:// is not supported"),
+    for bad, why in (("s3://bucket/raw", "s3:// is not supported here"),
                      ("file://relative/x", "absolute path")):
         with pytest.raises(ValueError, match=why):
             storage_path(bad)
 
 
-def test_run_refuses_an_object_store_data_dir(tmp_path, capsys):
+def test_run_refuses_a_gs_data_dir_and_a_warehouse_in_an_object_store(tmp_path, capsys):
+    """Raw files may live in S3 (benchledger.raw_store); other stores, and the warehouse
+    anywhere but a local file, are refused in one line."""
     sweep_path = tmp_path / "s.toml"
     sweep_path.write_text(SWEEP)
     code = main(["run", str(sweep_path), "--warehouse", str(tmp_path / "w.duckdb"),
                  "--data-dir", "gs://bucket/bench"])
     assert code == 2
     assert "gs:// is not supported" in capsys.readouterr().err
+    code = main(["run", str(sweep_path), "--warehouse", "s3://bucket/w.duckdb"])
+    assert code == 2
+    assert "the warehouse is a local DuckDB file" in capsys.readouterr().err
 
 
 class FakeRunApi(FakeApi):
