@@ -46,10 +46,13 @@ class NodeBusy(RuntimeError):
     """The node stayed held by another restart for longer than the wait allowed."""
 
 
+LOCK_GLOB = "node-*.lock"  # `cluster down` removes them: no restart outlives it
+
+
 def lock_path(node: str, env: dict[str, str] | None = None) -> Path | None:
     """The node's lock on this host, or None outside a deployment."""
     home = (os.environ if env is None else env).get(HOME_ENV)
-    return Path(home) / "run" / f"node-{node}.lock" if home else None
+    return Path(home) / "run" / LOCK_GLOB.replace("*", node) if home else None
 
 
 def acquire(node: str, restart_id: str, wait_s: float | None = None,

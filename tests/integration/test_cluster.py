@@ -497,5 +497,6 @@ def test_down_leaves_no_process(deployment, two_arm_run):
     assert done.returncode == 0, done.stdout + done.stderr
     assert not [p for p in before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert local_cluster.deployment_processes(deployment) == []
+    assert not list((deployment / "run").glob("node-*.lock"))  # every node free
     status = cli("cluster", "status", "--home", str(deployment))
     assert status.returncode == 1  # nothing running
