@@ -11,7 +11,8 @@ naming the holder.
 
 A holder that went away without its teardown (its worker killed, say) does not hold the
 node for ever: once the server it recorded is gone, or it recorded none and took the lock
-more than STALE_WITHOUT_SERVER_S ago, the lock is taken over and the takeover logged.
+more than STALE_WITHOUT_SERVER_S ago without launching (its launch died), the lock is
+taken over and the takeover logged.
 
 Outside a deployment (an embedded `benchledger run`: no BENCHLEDGER_CLUSTER_HOME) there is
 no lock: that run is the only sweep its Airflow knows of. The further nodes of an arm that
@@ -97,14 +98,16 @@ def acquire(node: str, restart_id: str, wait_s: float | None = None,
         return path
 
 
-def note_server(path: Path | None, restart_id: str, pid: int) -> None:
-    """Record the holder's server, by which a holder gone without its teardown is found."""
+def note_server(path: Path | None, restart_id: str, pid: int | None) -> None:
+    """Record the holder's server, by which a holder gone without its teardown is found.
+    An external server has no pid here: its lock is held until its teardown (or `cluster
+    down`), however long its windows take."""
     if path is None:
         return
     holder = _holder(path)
     if holder.get("restart_id") == restart_id:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**holder, "server_pid": pid}))
+        tmp.write_text(json.dumps({**holder, "server_pid": pid, "launched": True}))
         os.replace(tmp, path)
 
 
@@ -131,6 +134,8 @@ def _stale(holder: dict[str, Any], path: Path) -> str | None:
     pid = holder.get("server_pid")
     if isinstance(pid, int):
         return None if psutil.pid_exists(pid) else f"its server, pid {pid}, is gone"
+    if holder.get("launched"):  # an external server: no process here to look at
+        return None
     try:
         age = time.time() - path.stat().st_mtime
     except FileNotFoundError:

@@ -197,3 +197,15 @@ def test_an_embedded_run_keeps_its_raw_files_in_the_store(tmp_path, server):
     secret = CREDENTIALS["AWS_SECRET_ACCESS_KEY"].encode()
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert not [p for p in written if secret in p.read_bytes()]
+
+
+def test_the_object_store_benchmark_moves_and_loads_every_file(tmp_path):
+    """benchmarks/object_store.py, small: every file pushed once and pulled once, nothing
+    pushed again, and the load from the pulled copy equal to the load from the node's."""
+    from benchmarks.object_store import measure
+
+    result = measure(2000, tmp_path)
+    assert result["requests"] == 2000
+    assert result["files_pushed"] == result["files_pulled"] == 71
+    assert result["files_pushed_again"] == 0
+    assert result["files_pulled_again"] == 31  # the manifests only

@@ -68,3 +68,15 @@ def test_a_wait_too_long_fails_naming_the_holder(deployment):
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_launch_that_died_is_taken_over_but_an_external_server_is_not(deployment,
+                                                                        monkeypatch):
+    lock = node_lock.acquire("gpu-1", "sweep-x/a/r0")
+    monkeypatch.setattr(node_lock, "STALE_WITHOUT_SERVER_S", 0.2)
+    time.sleep(0.3)  # no server recorded: its launch died before it started one
+    assert node_lock.acquire("gpu-1", "sweep-y/a/r0", wait_s=5, poll_s=0.05) == lock
+    node_lock.note_server(lock, "sweep-y/a/r0", None)  # an external server: no pid
+    time.sleep(0.3)
+    with pytest.raises(node_lock.NodeBusy, match="sweep-y/a/r0"):
+        node_lock.acquire("gpu-1", "sweep-z/a/r0", wait_s=0.3, poll_s=0.05)
