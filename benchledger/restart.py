@@ -6,9 +6,10 @@ launch, a server that never became healthy or one that crashed mid-window is rec
 never lost. Where the files go is benchledger.raw's; how a window's files are written
 whole, benchledger.window_write's.
 
-The sweep a step works on is the text `plan` recorded in the run manifest (`recorded_sweep`),
-parsed once per task and checked against the sha256 recorded beside it: every step of a run
-measures the sweep the warehouse's `runs` row names, even if the file changed meanwhile.
+The sweep a step works on is the text `plan` recorded in the run manifest (`recorded_sweep`,
+benchledger.run_record), parsed once per task and checked against the sha256 recorded
+beside it: every step of a run measures the sweep the warehouse's `runs` row names, even if
+the file changed meanwhile.
 
 Retries (Airflow's, per the sweep's [sweep] retries): a retried measure step keeps every
 window an earlier attempt wrote whole and measures only the others, so each window is
@@ -30,13 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from benchledger import (
-    __version__,
     deployment,
     lifecycle,
     node_lock,
     progress,
     raw,
-    schedule,
     telemetry,
 )
 from benchledger.client import (
@@ -58,16 +57,11 @@ from benchledger.restart_record import (
     fold_leftover_marks,
     utc_now,
 )
+from benchledger.run_record import RecordMismatch, recorded_sweep, write_run_manifest
 from benchledger.sweep import (
     Arm,
     ArmPlan,
-    RecordedSweepMismatch,
     Sweep,
-    SweepError,
-    parse_recorded,
-    parse_sweep,
-    read_sweep_file,
-    recorded_form,
 )
 from benchledger.window_write import write_window, written_window
 
@@ -75,77 +69,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RawWriteError", "ServerCrashed", "launch_restart", "await_restart",
            "measure_restart_workload", "stop_restart", "run_problems",
-           "stop_leftover_servers", "write_run_manifest", "recorded_sweep", "launch_failure"]
-
-
-class RecordMismatch(RuntimeError):
-    """The run manifest's sweep text is not the text its sha256 names (edited by hand, or a
-    truncated copy): no step measures a sweep other than the one the run recorded."""
-
-
-# --- the run's sweep, recorded once ---------------------------------------------------------
-
-
-def write_run_manifest(layout: RunLayout, sweep_path: Path,
-                       scheduled_for: datetime | None = None,
-                       previous_slot: datetime | None = None) -> dict[str, Any]:
-    """Record what is being run: the sweep file's text (read once, and validated) and its
-    sha256, which every later step parses and checks instead of the file. Secrets in an
-    arm's command are recorded as `<redacted>`, and the sha256 is then the recorded
-    text's (benchledger.sweep.recorded_form)."""
-    text, file_sha256 = read_sweep_file(sweep_path)
-    sweep = parse_sweep(text, source=str(sweep_path))
-    # Secrets written into an arm's command stay in the file (see deployment.as_written).
-    recorded, sha256 = recorded_form(text, file_sha256, str(sweep_path))
-    manifest: raw.RunManifest = {
-        "run_id": layout.run_id,
-        "sweep_name": sweep.sweep.name,
-        "sweep_path": str(sweep_path),
-        "sweep_sha256": sha256,
-        "sweep_toml": recorded,
-        "harness_version": __version__,
-        "started_at": utc_now(),
-    }
-    if scheduled_for is not None:  # a scheduled run: its slot, and those skipped before it
-        skipped, count = schedule.skipped_slots(sweep.sweep.airflow_schedule,
-                                                previous_slot, scheduled_for)
-        manifest.update({"scheduled_for": scheduled_for.isoformat(),
-                         "skipped_slots": skipped if previous_slot else None,
-                         "skipped_slot_count": count if previous_slot else None})
-    raw.write_json(layout.run_manifest, manifest)
-    return dict(manifest)
-
-
-def recorded_sweep(layout: RunLayout, sweep_path: Path | None = None) -> tuple[Sweep, str]:
-    """(the sweep, its sha256) as the run's plan recorded them: the run manifest's text, checked
-    against its sha256, parsed once. When `sweep_path` now holds another text, that is
-    logged: this run still measures what it planned."""
-    try:
-        manifest = raw.read_json(layout.run_manifest)
-        text, sha256 = manifest["sweep_toml"], manifest["sweep_sha256"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RecordMismatch(f"{layout.run_manifest}: no recorded sweep to measure "
-                             f"({type(exc).__name__}: {exc}); plan did not run") from exc
-    try:
-        sweep = parse_recorded(text, sha256, f"{layout.run_manifest} (sweep_toml)")
-    except RecordedSweepMismatch as exc:
-        raise RecordMismatch(f"{exc}; refusing to measure a sweep other than the one this "
-                             "run planned") from exc
-    if sweep_path is not None and Path(sweep_path).is_file():
-        now = _recorded_sha256(Path(sweep_path))
-        if now != sha256:
-            log.warning("%s changed since run %s was planned (sha256 %s, planned %s); "
-                        "this run measures the planned text", sweep_path, layout.run_id,
-                        now, sha256)
-    return sweep, sha256
-
-
-def _recorded_sha256(sweep_path: Path) -> str | None:
-    """The sha256 a run would record for the file now (None: it is no sweep now)."""
-    try:
-        return recorded_form(*read_sweep_file(sweep_path), str(sweep_path))[1]
-    except SweepError:
-        return None
+           "stop_leftover_servers", "write_run_manifest", "recorded_sweep", "RecordMismatch",
+           "launch_failure"]
 
 
 # --- launch and readiness -------------------------------------------------------------------
