@@ -1,8 +1,8 @@
 """A real Airflow deployment on loopback: API server, scheduler, DAG processor, triggerer
 and two Edge workers under supervisord (`benchledger cluster up`), sweeps run through
 `benchledger run --cluster`, a worker killed and an API server stalled for a minute
-survived, and `cluster down` leaving nothing behind. Takes about 12 minutes
-(docs/cluster.md)."""
+survived, two sweeps on one node taking turns, and `cluster down` leaving nothing
+behind. Takes about 12 minutes (docs/cluster.md)."""
 
 from __future__ import annotations
 
