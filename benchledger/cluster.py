@@ -38,7 +38,6 @@ import httpx
 import psutil
 
 from benchledger import cluster_supervisor as supervisor
-from benchledger import node_lock
 from benchledger.airflow_api import ApiClient, ClusterError
 from benchledger.cluster_config import (  # the folder's files
     HOME_ENV,
@@ -386,10 +385,6 @@ def down(home: Path, grace_s: float = STOP_GRACE_S) -> list[str]:
         lines.append(f"stopped {len(leftovers)} more process(es) the deployment's tasks had "
                      "started (servers under test): "
                      + ", ".join(f"{p.pid} {_name(p)}" for p in leftovers))
-    # no restart outlives the deployment: its nodes are free (benchledger.node_lock)
-    for lock in sorted((cluster.home / "run").glob(node_lock.LOCK_GLOB)):
-        lock.unlink(missing_ok=True)
-        lines.append(f"{lock.name}: released (no restart holds the node any more)")
     cluster.supervisor = None
     cluster.save()
     return lines

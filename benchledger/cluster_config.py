@@ -15,7 +15,6 @@ import socket
 from pathlib import Path
 
 from benchledger.airflow_api import ClusterError
-from benchledger.node_lock import HOME_ENV
 from benchledger.raw_store import LOCAL_COPY_ENV
 
 STATE_FILE = "cluster.json"
@@ -31,6 +30,7 @@ POLL_S = 0.5
 # Set in the environment of every process of the deployment, and so inherited by what they
 # start: `down` finds by it the servers under test that tasks launched and that outlived
 # their task process (reparented to init, they are in no recorded process tree).
+HOME_ENV = "BENCHLEDGER_CLUSTER_HOME"
 LOOPBACK = "127.0.0.1"
 
 # What the local deployment needs, whatever else the folder's airflow.cfg says. The rest of

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +32,6 @@ from typing import Any
 from benchledger import (
     deployment,
     lifecycle,
-    node_lock,
     progress,
     raw,
     telemetry,
@@ -108,18 +106,12 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     )
     _api_key(record, arm)  # checked before a server is started for nothing
     try:
-        # another sweep's restart on this node first (within a sweep the DAG orders them)
-        waited = time.monotonic()
-        lock = node_lock.acquire(arm.node, record.restart_id)
-        if time.monotonic() - waited > 1:
-            record.update(node_wait_s=round(time.monotonic() - waited, 1))
         seed = lifecycle.instance_seed(sweep.sweep.name, arm_name, k)
         handle = lifecycle.launch(as_written(layout, arm, sweep_path),
                                   layout.server_log(arm_name, k), seed, k)
     except Exception as exc:
         record.update(status="failed", error=f"launch failed: {exc}")
         raise
-    node_lock.note_server(lock, record.restart_id, handle.pid)
     record.update(status="launched", pid=handle.pid, base_url=handle.base_url,
                   command=handle.command, log_path=handle.log_path,
                   server_mark=handle.mark)
@@ -413,22 +405,12 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
 
 def stop_restart(layout: RunLayout, arm_name: str, k: int,
                  handle: dict[str, Any] | None) -> raw.RestartManifest:
-    """Stop the server (teardown); a server found dead here is recorded as crashed. The
-    node is given back to other sweeps' restarts (benchledger.node_lock) however it went.
+    """Stop the server (teardown); a server found dead here is recorded as crashed.
 
     Windows still marked as started were left without files by their last attempt: they
     go to `interrupted_windows`. A retried teardown whose server was stopped already
     changes nothing (the server it would find gone was stopped, not crashed)."""
     record = RestartRecord(layout, arm_name, k)
-    try:
-        return _stop(record, handle)
-    finally:
-        node = record.read().get("requested_node")
-        if node:
-            node_lock.release(str(node), record.restart_id)
-
-
-def _stop(record: RestartRecord, handle: dict[str, Any] | None) -> raw.RestartManifest:
     manifest = record.fold_leftover_marks("stop_server")
     if manifest.get("stopped_at"):
         return manifest
