@@ -15,14 +15,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from benchledger.operators import FAILURES_ENV, lineage
 from benchledger.raw import Attempt, RunLayout
-from benchledger.raw_store import RawStorage
 from benchledger.warehouse import WAREHOUSE_POOL
+
+if TYPE_CHECKING:  # pyarrow: never imported while a DAG file is parsed
+    from benchledger.raw_store import RawStorage
 
 log = logging.getLogger(__name__)
 
