@@ -142,11 +142,14 @@ class RawStorage:
         """As the run records it: the store's URL, or the folder."""
         return self.store.url if self.store else str(self.local)
 
+    def key_of(self, path: Path) -> str:
+        """The store's key (bucket/prefix/...) of a file of the local copy."""
+        assert self.store is not None
+        return self.store.key(Path(path).relative_to(self.local).as_posix())
+
     def recorded_path(self, path: Path) -> str:
         """How a raw file is named in the warehouse: its URL in the store, else its path."""
-        if self.store is None:
-            return str(path)
-        return self.store.url_of(Path(path).relative_to(self.local).as_posix())
+        return f"s3://{self.key_of(path)}" if self.store is not None else str(path)
 
 
 def local_copy_base(env: Mapping[str, str] | None = None) -> Path:
@@ -224,23 +227,21 @@ def push_folder(storage: RawStorage, folder: Path, recursive: bool = True) -> in
                 changed.append((relative, path, [st.st_size, st.st_mtime_ns]))
         for rank in range(4):  # one rank at a time: a later one never lands first
             batch = [c for c in changed if _rank(c[0]) == rank]
-            for relative, signature in _parallel(
-                    lambda c: (c[0], _upload(storage, c[1], c[2])), batch):
-                ledger[relative] = signature
+            _parallel(lambda c: _upload(storage, c[1]), batch)
+            ledger.update({relative: signature for relative, _, signature in batch})
         return len(changed)
 
 
-def _upload(storage: RawStorage, path: Path, signature: list[int]) -> list[int]:
+def _upload(storage: RawStorage, path: Path) -> None:
     assert storage.store is not None
-    url = storage.recorded_path(path)
     try:
         with path.open("rb") as source, \
-                storage.store.filesystem.open_output_stream(url.removeprefix("s3://")) as out:
+                storage.store.filesystem.open_output_stream(storage.key_of(path)) as out:
             while chunk := source.read(_CHUNK):
                 out.write(chunk)
     except OSError as exc:
-        raise RawStoreError(f"{url}: could not be written from {path}: {exc}") from exc
-    return signature
+        raise RawStoreError(f"{storage.recorded_path(path)}: could not be written from "
+                            f"{path}: {exc}") from exc
 
 
 def push_restart(storage: RawStorage, layout: raw.RunLayout, arm: str, k: int) -> int:
@@ -301,12 +302,11 @@ def _pull(storage: RawStorage, folder: Path, objects: dict[str, int]) -> int:
 def _download(storage: RawStorage, local: Path) -> str:
     """Write the object of `local` there (through a .tmp renamed into place); its sha256."""
     assert storage.store is not None
-    url = storage.recorded_path(local)
     local.parent.mkdir(parents=True, exist_ok=True)
     tmp = raw.staged(local)
     digest = hashlib.sha256()
     try:
-        with storage.store.filesystem.open_input_stream(url.removeprefix("s3://")) as source, \
+        with storage.store.filesystem.open_input_stream(storage.key_of(local)) as source, \
                 tmp.open("wb") as out:
             while chunk := source.read(_CHUNK):
                 digest.update(chunk)
@@ -314,7 +314,8 @@ def _download(storage: RawStorage, local: Path) -> str:
         os.replace(tmp, local)
     except OSError as exc:
         raw.remove_quietly(tmp)
-        raise RawStoreError(f"{url}: could not be read into {local}: {exc}") from exc
+        raise RawStoreError(f"{storage.recorded_path(local)}: could not be read into "
+                            f"{local}: {exc}") from exc
     return digest.hexdigest()
 
 

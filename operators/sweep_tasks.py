@@ -114,11 +114,6 @@ def record_failure(context) -> None:
         failures.write(json.dumps(record, default=str) + "\n")
 
 
-def _layout() -> RunLayout:
-    paths = run_paths()
-    return RunLayout(paths.data_dir, paths.run_id)
-
-
 @contextmanager
 def _restart_files(arm: str, restart_index: int) -> Iterator[tuple[RunLayout, Callable]]:
     """A restart task's layout, with what other nodes stored for the restart pulled first

@@ -88,10 +88,10 @@ def test_a_push_cut_short_leaves_no_window_in_the_store_and_a_retry_completes_it
     slot = layout.slot_dir("a", 0)
     real = raw_store._upload
 
-    def fails_on_manifests(storage, path, signature):
+    def fails_on_manifests(storage, path):
         if path.name == "code-c1.json":  # the window's manifest: the store refuses it
             raise RawStoreError(f"{path}: the store went away")
-        return real(storage, path, signature)
+        return real(storage, path)
 
     monkeypatch.setattr(raw_store, "_upload", fails_on_manifests)
     with pytest.raises(RawStoreError, match="went away"):
