@@ -149,9 +149,12 @@ def test_the_entries_are_the_same(runs):
         elif key[1] in SECONDS:
             # A latency of a few milliseconds, measured twice on a busy 2-core machine:
             # one time slice lost by either run (up to ~20 ms under load) doubles a 12 ms
-            # TTFT. What the workers could get wrong (a stamp taken in the wrong process,
-            # a request submitted late) shifts it by far more than that.
-            assert 0.5 < value / other < 2 or abs(value - other) < 0.02, (key, value, other)
+            # TTFT. A tail statistic of 16 requests (p90, p99, max) is one or two requests'
+            # value, so two lost slices set it (seen: 15 vs 38 ms in a loaded CI run).
+            # What the workers could get wrong (a stamp taken in the wrong process, a
+            # request submitted a window late) shifts it by far more than that.
+            slack = 0.02 if key[2] in ("p50", "mean", "median") else 0.05
+            assert 0.5 < value / other < 2 or abs(value - other) < slack, (key, value, other)
         else:  # a rate: the same server, measured twice
             assert 0.5 < value / other < 2, (key, value, other)
 
