@@ -1,0 +1,156 @@
+"""The keys of a `[[workloads]]` table that say where its requests come from.
+
+    [[workloads]]
+    name = "chat"
+    dataset = "data/chat.jsonl"                      # or a ShareGPT .json, or a folder
+    output_length = {distribution = "lognormal", median = 200, sigma = 0.6, max = 2048}
+
+    [[workloads]]
+    name = "long-synthetic"
+    input_length = {distribution = "uniform", min = 4096, max = 8192}
+    shared_prefix = {groups = 8, tokens = 2048}
+
+    [[workloads]]
+    name = "mooncake"
+    trace = "traces/conversation.jsonl"
+    time_scale = 0.5                                 # replay twice as fast
+
+A workload's requests come from at most one source: a dataset, a trace, or synthetic text
+(`input_length` without a dataset); none of them: the built-in prompt set. The sweep's
+Workload model holds these keys beside its own (name, prompt_set, ...); the checks between
+them are here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from benchledger.sweep_types import MAX_TOKENS, Strict, Text
+
+Length = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Kind = Literal["builtin", "dataset", "synthetic", "trace"]
+
+
+class _Bounded(Strict):
+    min: Length | None = None
+    max: Length | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Bounded:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+class Fixed(Strict):
+    """Every request the same length."""
+
+    distribution: Literal["fixed"]
+    value: Length
+
+
+class Uniform(Strict):
+    """Whole numbers from min to max, each as likely."""
+
+    distribution: Literal["uniform"]
+    min: Length
+    max: Length
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Uniform:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+class Normal(_Bounded):
+    """A normal distribution, rounded, clipped to [min, max] (default [1, 1000000])."""
+
+    distribution: Literal["normal"]
+    mean: Annotated[float, Field(gt=0, le=MAX_TOKENS)]
+    stddev: Annotated[float, Field(ge=0, le=MAX_TOKENS)]
+
+
+class Lognormal(_Bounded):
+    """A log-normal distribution given by its median and the sigma of its logarithm
+    (output lengths of real chats look like this), rounded, clipped to [min, max]."""
+
+    distribution: Literal["lognormal"]
+    median: Annotated[float, Field(gt=0, le=MAX_TOKENS)]
+    sigma: Annotated[float, Field(ge=0, le=10)]
+
+
+class Empirical(Strict):
+    """The lengths of a dataset's rows, drawn with replacement (lengths.py says which
+    field of a row gives its input and its output length)."""
+
+    distribution: Literal["empirical"]
+    dataset: Text
+
+
+Distribution = Annotated[Fixed | Uniform | Normal | Lognormal | Empirical,
+                         Field(discriminator="distribution")]
+
+
+class SharedPrefix(Strict):
+    """Each request starts with one of `groups` prefixes of about `tokens` tokens (the
+    group drawn uniformly): the prefix cache's share of a workload, on purpose."""
+
+    groups: Annotated[int, Field(ge=1, le=100_000)]
+    tokens: Length
+
+
+class WorkloadSource(Strict):
+    dataset: Text | None = None  # a file or folder, relative to the sweep file's folder
+    dataset_format: Literal["auto", "jsonl", "sharegpt"] = "auto"
+    sampling: Literal["ordered", "seeded"] = "ordered"
+    input_length: Distribution | None = None
+    output_length: Distribution | None = None
+    shared_prefix: SharedPrefix | None = None
+    turns: Annotated[int, Field(ge=2, le=1000)] | None = None
+    think_time_s: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    history: Literal["server", "dataset"] = "server"
+    trace: Text | None = None  # a Mooncake JSONL trace
+    time_scale: Annotated[float, Field(gt=0, le=1000)] = 1.0
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadSource:
+        if self.dataset is not None and self.trace is not None:
+            raise ValueError("`dataset` and `trace` are two sources of requests: give one")
+        if self.dataset is not None and self.input_length is not None:
+            raise ValueError("`input_length` cannot go with `dataset`: a dataset's rows are "
+                             "its prompts (`output_length` may set their max_tokens)")
+        if self.trace is not None:
+            given = [key for key in ("input_length", "output_length", "turns", "shared_prefix")
+                     if getattr(self, key) is not None]
+            if given:
+                raise ValueError("`trace` has its own input and output lengths and hash_ids: "
+                                 f"it cannot go with {', '.join(f'`{k}`' for k in given)}")
+        elif self.time_scale != 1.0:
+            raise ValueError("`time_scale` applies to a `trace`")
+        if self.dataset is None:
+            if self.dataset_format != "auto":
+                raise ValueError("`dataset_format` applies to a `dataset`")
+            if self.sampling != "ordered":
+                raise ValueError("`sampling` applies to a `dataset`")
+            if self.history == "dataset":
+                raise ValueError('`history = "dataset"` replays a dataset\'s answers: it '
+                                 "needs a `dataset`")
+        if self.turns is None and (self.think_time_s != 0 or self.history != "server"):
+            raise ValueError("`think_time_s` and `history` apply to multi-turn workloads: "
+                             "set `turns`")
+        return self
+
+    @property
+    def kind(self) -> Kind:
+        if self.dataset is not None:
+            return "dataset"
+        if self.trace is not None:
+            return "trace"
+        return "synthetic" if self.input_length is not None else "builtin"
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.turns is not None
