@@ -23,8 +23,30 @@ Counted = tuple[int | None, str | None, str | None]
 ReadCounted = Callable[[list[Any]], Counted]
 
 
+# Where reasoning models stream their thinking in a chat delta (and put it in an answer's
+# message), apart from the output content: `reasoning_content` (older vLLM, SGLang,
+# DeepSeek's API) and `reasoning` (newer vLLM). Completions carry no reasoning.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
 class MalformedChoice(Exception):
     """What holds a choice's text has the wrong shape: the event fails its request."""
+
+
+def _reasoning_of(holder: dict[str, Any], where: str) -> str | None:
+    """The reasoning text a delta (or message) carries: the first non-empty of
+    REASONING_FIELDS (a server that sends both sends the same text twice), None when none
+    does; MalformedChoice when one is neither a string nor null."""
+    found = None
+    for key in REASONING_FIELDS:
+        value = holder.get(key)
+        if value is None:
+            continue
+        if type(value) is not str:
+            raise MalformedChoice(f"{where}.{key} is not a string: {show(value)}")
+        if value and found is None:
+            found = value
+    return found
 
 
 class Endpoint(Variant, ABC):
@@ -52,32 +74,42 @@ class Endpoint(Variant, ABC):
     def _answer_choice_text(self, choice: dict[str, Any]) -> object:
         """The text of a non-streamed answer's choice, as sent."""
 
-    def read_choices(self, choices: object) -> tuple[int, str | None, str | None]:
-        """(content-bearing choices, finish_reason, problem) of an event's `choices`."""
+    def choice_parts(self, choice: dict[str, Any], index: int) -> tuple[object, str | None]:
+        """(a streamed choice's text as sent, its reasoning text or None), or
+        MalformedChoice. Only chat carries reasoning."""
+        return self.choice_text(choice, index), None
+
+    def read_choices(self, choices: object) -> tuple[int, int, str | None, str | None]:
+        """(content-bearing choices, reasoning-bearing choices, finish_reason, problem) of an
+        event's `choices`. A choice whose reasoning field holds text bears reasoning, not
+        content (its content, if it also holds some, still counts as content)."""
         if choices is None:
-            return 0, None, None
+            return 0, 0, None, None
         if not isinstance(choices, list):
-            return 0, None, f"choices is not a list: {show(choices)}"
-        content, finish = 0, None
-        text_of = self.choice_text
+            return 0, 0, None, f"choices is not a list: {show(choices)}"
+        content, reasoning, finish = 0, 0, None
+        parts_of = self.choice_parts
         for index, choice in enumerate(choices):
             if not isinstance(choice, dict):
-                return 0, None, f"choices[{index}] is not an object: {show(choice)}"
+                return 0, 0, None, f"choices[{index}] is not an object: {show(choice)}"
             try:
-                text = text_of(choice, index)
+                text, thought = parts_of(choice, index)
             except MalformedChoice as exc:
-                return 0, None, str(exc)
+                return 0, 0, None, str(exc)
             if text is not None and not isinstance(text, str):
-                return 0, None, (f"choices[{index}].{self.text_field} is not a string: "
-                                 f"{show(text)}")
+                return 0, 0, None, (f"choices[{index}].{self.text_field} is not a string: "
+                                    f"{show(text)}")
             if text:
                 content += 1
+            if thought:
+                reasoning += 1
             reason = choice.get("finish_reason")
             if reason is not None and not isinstance(reason, str):
-                return 0, None, f"choices[{index}].finish_reason is not a string: {show(reason)}"
+                return 0, 0, None, (f"choices[{index}].finish_reason is not a string: "
+                                    f"{show(reason)}")
             if reason:
                 finish = safe_text(reason)
-        return content, finish, None
+        return content, reasoning, finish, None
 
     def logprob_tokens(self, choices: list[Any]) -> Counted:
         """(tokens in logprobs, None, problem) of choices read_choices accepted: what
@@ -110,19 +142,44 @@ class Endpoint(Variant, ABC):
         return len(entries), None
 
     def streamed_text(self, choices: list[Any]) -> Counted:
-        """(None, output text, None) of choices read_choices accepted: what
-        token_count = "server_tokenizer" reads of an event."""
-        text = "".join(part for index, choice in enumerate(choices)
-                       if isinstance(part := self.choice_text(choice, index), str))
+        """(None, generated text, None) of choices read_choices accepted: what
+        token_count = "server_tokenizer" reads of an event. A reasoning model's reasoning
+        text is part of it (before the choice's content): usage's completion_tokens counts
+        the reasoning tokens too, and the count must be of the same tokens."""
+        return self._joined_text(choices, with_reasoning=True)
+
+    def content_text(self, choices: list[Any]) -> Counted:
+        """(None, output content, None) of choices read_choices accepted, without any
+        reasoning: the answer itself (what a multi-turn session sends back as the
+        assistant's turn; reasoning is not sent back)."""
+        return self._joined_text(choices, with_reasoning=False)
+
+    def _joined_text(self, choices: list[Any], with_reasoning: bool) -> Counted:
+        parts: list[str] = []
+        for index, choice in enumerate(choices):
+            text, thought = self.choice_parts(choice, index)
+            if thought and with_reasoning:
+                parts.append(thought)
+            if isinstance(text, str):
+                parts.append(text)
+        text = "".join(parts)
         return None, safe_text(text) if text else None, None
 
     def answer_text(self, payload: dict[str, Any]) -> str | None:
-        """The text of a non-streamed answer's first choice."""
+        """The text of a non-streamed answer's first choice, reasoning included (first),
+        as streamed_text reads a stream."""
         choices = payload.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return None
         text = self._answer_choice_text(choices[0])
-        return text if isinstance(text, str) else None
+        thought = self._answer_choice_reasoning(choices[0])
+        if thought is None:
+            return text if isinstance(text, str) else None
+        return thought + (text if isinstance(text, str) else "")
+
+    def _answer_choice_reasoning(self, choice: dict[str, Any]) -> str | None:
+        """The reasoning text of a non-streamed answer's choice (None: none, or not text)."""
+        return None
 
 
 ENDPOINTS: Registry[Endpoint] = Registry("endpoint")
@@ -154,9 +211,28 @@ class ChatEndpoint(Endpoint):
             return None
         raise MalformedChoice(f"choices[{index}].delta is not an object: {show(delta)}")
 
+    def choice_parts(self, choice: dict[str, Any], index: int) -> tuple[object, str | None]:
+        delta = choice.get("delta")
+        if type(delta) is dict:  # (this runs for every event of every stream)
+            if "reasoning_content" in delta or "reasoning" in delta:
+                return delta.get("content"), _reasoning_of(delta, f"choices[{index}].delta")
+            return delta.get("content"), None
+        if delta is None:
+            return None, None
+        raise MalformedChoice(f"choices[{index}].delta is not an object: {show(delta)}")
+
     def _answer_choice_text(self, choice: dict[str, Any]) -> object:
         message = choice.get("message")
         return message.get("content") if isinstance(message, dict) else None
+
+    def _answer_choice_reasoning(self, choice: dict[str, Any]) -> str | None:
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return None
+        try:
+            return _reasoning_of(message, "message")
+        except MalformedChoice:
+            return None  # an answer's text is read leniently (calibration compares it)
 
 
 @ENDPOINTS.register

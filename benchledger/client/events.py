@@ -19,11 +19,15 @@ class Event(NamedTuple):
 
     done: bool = False  # the [DONE] sentinel
     content: int = 0  # choices carrying output text: chunks, never tokens (trap T1)
+    # choices carrying a reasoning model's thinking (chat delta.reasoning_content or
+    # delta.reasoning): never output content, so never a TTFT or a content event
+    reasoning: int = 0
     finish_reason: str | None = None
     usage: object = None  # the usage value as sent (read_usage judges it); None: none sent
     problem: str | None = None  # why this event fails its request (server error, bad shape)
     # Read only when the arm's token count asks (parse_event's `counted`): the tokens the
-    # event's logprobs list (None: it carried no logprobs), and its output text.
+    # event's logprobs list (None: it carried no logprobs), and its output text (a reasoning
+    # model's reasoning text included: usage counts those tokens too).
     tokens: int | None = None
     text: str | None = None
 
@@ -53,15 +57,15 @@ def parse_event(data: bytes, endpoint: Endpoint = CHAT,
     if payload.get("error"):
         return Event(problem=f"error event: {show(payload['error'], 500)}")
     choices = payload.get("choices")
-    content, finish, problem = endpoint.read_choices(choices)
+    content, reasoning, finish, problem = endpoint.read_choices(choices)
     if problem:
         return Event(problem=problem)
     usage = payload.get("usage")
     if usage == {}:  # an empty usage object reports nothing; it must not hide an earlier one
         usage = None
     if counted is None or not isinstance(choices, list):
-        return Event(False, content, finish, usage, None)  # positional: cheaper per event
+        return Event(False, content, reasoning, finish, usage)  # positional: cheaper
     tokens, output, problem = counted(choices)
     if problem:
         return Event(problem=problem)
-    return Event(False, content, finish, usage, None, tokens, output)
+    return Event(False, content, reasoning, finish, usage, None, tokens, output)

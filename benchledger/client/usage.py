@@ -20,6 +20,9 @@ class Usage(NamedTuple):
     cached_tokens: int | None
     token_source: str  # usage | missing (docs/protocol.md)
     notes: tuple[str, ...]  # what could not be used, naming the field and the raw value
+    # usage.completion_tokens_details.reasoning_tokens: the reasoning model's thinking among
+    # the completion_tokens (which include it); None when not reported
+    reasoning_tokens: int | None = None
 
 
 def _count(container: dict[str, Any], key: str, where: str, notes: list[str]) -> int | None:
@@ -56,5 +59,13 @@ def read_usage(usage: object) -> Usage:
         cached = _count(details, "cached_tokens", "usage.prompt_tokens_details", notes)
     elif details is not None:
         notes.append(f"usage.prompt_tokens_details is not an object: {show(details)}")
+    completion_details = usage.get("completion_tokens_details")
+    reasoning = None
+    if isinstance(completion_details, dict):
+        reasoning = _count(completion_details, "reasoning_tokens",
+                           "usage.completion_tokens_details", notes)
+    elif completion_details is not None:
+        notes.append("usage.completion_tokens_details is not an object: "
+                     f"{show(completion_details)}")
     return Usage(prompt, output, cached, "usage" if output is not None else "missing",
-                 tuple(notes))
+                 tuple(notes), reasoning)

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from benchledger.simulator import protocol
 from benchledger.simulator.clocks import gpu_clocks
 from benchledger.simulator.dcgm_page import render_dcgm
-from benchledger.simulator.engine import VERSION, Engine, SimConfig, SimRequest
+from benchledger.simulator.engine import VERSION, Chunk, Engine, SimConfig, SimRequest
 from benchledger.simulator.metrics import CONTENT_TYPE, render_metrics
 from benchledger.simulator.nodes import Head, load_body
 from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuilder, sse
@@ -139,10 +139,19 @@ def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | 
     return app
 
 
+def _reasoning(config: SimConfig, parsed: ParsedRequest) -> int:
+    """How many of the request's first tokens are reasoning: the config's, for chat
+    requests only (completions have no reasoning); 0: not a reasoning request."""
+    return config.reasoning_tokens if parsed.chat else 0
+
+
 async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
+    config = engine.config
     request = engine.submit(parsed.prompt, parsed.max_tokens, parsed.temperature,
-                            ignore_eos=parsed.ignore_eos, tokens=parsed.tokens)
-    builder = ResponseBuilder(parsed.chat, engine.config.model, parsed.logprobs)
+                            ignore_eos=parsed.ignore_eos, tokens=parsed.tokens,
+                            reasoning_tokens=_reasoning(config, parsed))
+    builder = ResponseBuilder(parsed.chat, config.model, parsed.logprobs,
+                              config.reasoning_field)
     if parsed.stream:
         events = _stream_events(engine, request, parsed, builder)
         return StreamingResponse(events, media_type="text/event-stream")
@@ -153,11 +162,14 @@ async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
     if request.aborted:
         raise ApiError(503, "the request was aborted (server shutting down)",
                        "ServiceUnavailableError")
+    reasoning = _reasoning(config, parsed) > 0
+    thought = request.reasoning_generated
     usage = protocol.usage_body(request.prompt_tokens, request.generated,
-                                request.cached_tokens)
-    body = builder.full_response("".join(c.text for c in chunks), chunks[-1].finish_reason,
-                                 usage if engine.config.usage else None,
-                                 tuple(piece for c in chunks for piece in c.pieces))
+                                request.cached_tokens, thought if reasoning else None)
+    pieces = tuple(piece for c in chunks for piece in c.pieces)
+    body = builder.full_response("".join(pieces[thought:]), chunks[-1].finish_reason,
+                                 usage if config.usage else None, pieces,
+                                 "".join(pieces[:thought]) if reasoning else None)
     return JSONResponse(body)
 
 
@@ -165,19 +177,37 @@ async def _stream_events(engine: Engine, request: SimRequest, parsed: ParsedRequ
                          builder: ResponseBuilder) -> AsyncIterator[bytes]:
     """One SSE event per engine step, sent as soon as the step ends. Like vLLM, the chat
     role event goes out together with the first output; a disconnect aborts the request.
-    An aborted request (shutdown) ends the stream without finish_reason, usage or [DONE]."""
+    An aborted request (shutdown) ends the stream without finish_reason, usage or [DONE].
+    A reasoning request's reasoning tokens go out in reasoning events; a step that crosses
+    into the content sends its reasoning event and its content event in one write."""
+    config = engine.config
+    reasoning = _reasoning(config, parsed) > 0
     try:
         first = True
         async for chunk in request.chunks():
             if first and parsed.chat:
                 yield sse(builder.role_event())
             first = False
-            yield sse(builder.content_event(chunk.text, chunk.finish_reason, chunk.pieces))
+            yield _step_events(builder, chunk)
         if request.aborted:
             return
-        if parsed.include_usage and engine.config.usage and engine.config.stream_usage:
+        if parsed.include_usage and config.usage and config.stream_usage:
             yield sse(builder.usage_event(request.prompt_tokens, request.generated,
-                                          request.cached_tokens))
+                                          request.cached_tokens,
+                                          request.reasoning_generated if reasoning else None))
         yield sse("[DONE]")
     finally:
         engine.abort(request)
+
+
+def _step_events(builder: ResponseBuilder, chunk: Chunk) -> bytes:
+    """The events of one step's chunk: content, reasoning, or (a step that crosses from
+    reasoning into content) a reasoning event then a content event."""
+    thought = chunk.reasoning
+    if not thought:
+        return sse(builder.content_event(chunk.text, chunk.finish_reason, chunk.pieces))
+    if thought >= len(chunk.pieces):
+        return sse(builder.reasoning_event(chunk.text, chunk.finish_reason, chunk.pieces))
+    head, tail = chunk.pieces[:thought], chunk.pieces[thought:]
+    return (sse(builder.reasoning_event("".join(head), None, head))
+            + sse(builder.content_event("".join(tail), chunk.finish_reason, tail)))

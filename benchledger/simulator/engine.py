@@ -6,6 +6,11 @@ requests) plus the prefill time of requests admitted in that step. At the end of
 every running request receives one chunk: 1 token after prefill, then 1 + accepted draft
 tokens per step with speculative decoding (1 without). Counters mirror vLLM's metrics.
 
+A reasoning model (``reasoning_tokens`` > 0, chat requests only: the app decides) spends the
+first tokens of each request thinking: they are generated, timed and counted like any other
+token, and each chunk says how many of its first tokens are reasoning (``Chunk.reasoning``);
+an answer that ends by itself (EOS) ends that many tokens after its reasoning.
+
 Automatic prefix caching (on by default, as in vLLM v1) makes a request's prefill cost
 only its uncached prompt tokens. For drain tests every Nth admitted request can stall
 (``stall_every``): it stays running but skips steps, emitting nothing, for ``stall_s``.
@@ -120,13 +125,17 @@ class Chunk:
     # The text of each token, in order ("".join(pieces) == text): streamed logprobs list
     # one entry per token, several per chunk under speculation.
     pieces: tuple[str, ...] = ()
+    # How many of its first tokens are reasoning (a reasoning model's thinking, streamed
+    # apart from the content); 0 outside reasoning mode.
+    reasoning: int = 0
 
 
 class SimRequest:
     """One request inside the engine; consumers iterate ``chunks()``."""
 
     def __init__(self, request_id: int, prompt: str, prompt_tokens: int, max_tokens: int,
-                 temperature: float, config: SimConfig, ignore_eos: bool = False) -> None:
+                 temperature: float, config: SimConfig, ignore_eos: bool = False,
+                 reasoning_tokens: int = 0) -> None:
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
@@ -138,9 +147,12 @@ class SimRequest:
         self._accept_rng = random.Random(digest + b"accept") if greedy else random.Random()
         self._vocab = CODE_VOCAB if is_code_prompt(prompt) else PROSE_VOCAB
         self.p_accept = acceptance_probability(prompt, config)
+        # the first tokens generated are reasoning (0: not a reasoning request)
+        self.reasoning_limit = min(max(0, reasoning_tokens), max_tokens)
         natural = None if ignore_eos else natural_length(prompt, config.eos_rate)
-        if natural is not None and natural <= max_tokens:
-            self.limit, self._final_reason = natural, "stop"
+        if natural is not None and self.reasoning_limit + natural <= max_tokens:
+            # the answer after the reasoning ends by itself
+            self.limit, self._final_reason = self.reasoning_limit + natural, "stop"
         else:
             self.limit, self._final_reason = max_tokens, "length"
         self.generated = 0
@@ -152,6 +164,12 @@ class SimRequest:
         self.finish_reason: str | None = None
         self.aborted = False
         self._queue: asyncio.Queue[Chunk | None] = asyncio.Queue()  # None: aborted
+
+    @property
+    def reasoning_generated(self) -> int:
+        """How many of the tokens generated so far are reasoning (`generated` counts them
+        too: they are generated tokens, as vLLM's counters count them)."""
+        return min(self.reasoning_limit, self.generated)
 
     @property
     def done(self) -> bool:
@@ -170,12 +188,14 @@ class SimRequest:
     def produce(self, accepted: int) -> Chunk:
         """Generate 1 + accepted tokens (already capped by the caller) as one chunk."""
         n = 1 + accepted
+        reasoning_before = self.reasoning_generated
         self.generated += n
         self.steps += 1
         pieces = tuple(self._text_rng.choice(self._vocab) for _ in range(n))
         if self.generated >= self.limit:
             self.finish_reason = self._final_reason
-        chunk = Chunk("".join(pieces), n, accepted, self.finish_reason, pieces)
+        chunk = Chunk("".join(pieces), n, accepted, self.finish_reason, pieces,
+                      self.reasoning_generated - reasoning_before)
         self._queue.put_nowait(chunk)
         return chunk
 
@@ -277,17 +297,19 @@ class Engine:
 
     def submit(self, prompt: str, max_tokens: int, temperature: float = 0.0,
                prompt_tokens: int | None = None, ignore_eos: bool = False,
-               tokens: Sequence[str] | None = None) -> SimRequest:
+               tokens: Sequence[str] | None = None, reasoning_tokens: int = 0) -> SimRequest:
         """Queue a request; it is admitted at the start of the next step with a free slot.
 
         `tokens` is the prompt as the model sees it (a rendered chat prompt), which is what
-        the prefix cache keys on; by default the tokens of `prompt` itself."""
+        the prefix cache keys on; by default the tokens of `prompt` itself.
+        `reasoning_tokens`: how many of its first generated tokens are reasoning (at most
+        max_tokens; the app passes the config's for chat requests only)."""
         if tokens is None:
             tokens = tokenize(prompt)
         if prompt_tokens is None:
             prompt_tokens = len(tokens)
         request = SimRequest(next(self._ids), prompt, prompt_tokens, max_tokens, temperature,
-                             self.config, ignore_eos)
+                             self.config, ignore_eos, reasoning_tokens)
         if self.prefix_cache is not None:
             request.block_hashes = block_hashes(tokens, self.prefix_cache.block_tokens)
         self._waiting.append(request)

@@ -31,6 +31,11 @@ CHANGED = "changed"  # only when the sweep's value differs from the default
 # The servers whose /metrics names the simulator can export (see metrics.py).
 MetricsFamily = Literal["vllm", "sglang", "llamacpp", "tgi"]
 
+# Where a reasoning model's thinking goes in a streamed chat delta (and a chat answer's
+# message): "reasoning_content" (older vLLM, SGLang, DeepSeek's API) or "reasoning" (newer
+# vLLM).
+ReasoningField = Literal["reasoning_content", "reasoning"]
+
 # Flag groups of --help: key -> (title, description).
 GROUPS = {
     "clocks": (
@@ -183,6 +188,17 @@ class SimConfig:
         True, "answer 404 at /health (models a server without a health endpoint, like "
               "llama-cpp-python's: readiness must then come from /v1/models)", sweep=True,
         flag="--no-health")
+    reasoning_tokens: int = setting(
+        0, "models a reasoning model: the first N generated tokens of each chat request "
+           "(at most max_tokens) are streamed as reasoning (in delta.<reasoning-field>, no "
+           "content), the rest as content; usage's completion_tokens counts both and "
+           "completion_tokens_details.reasoning_tokens the reasoning, and the generation "
+           "counter counts both, like vLLM. /v1/completions has no reasoning. 0: off",
+        ge=0, sweep=True, metavar="N")
+    reasoning_field: ReasoningField = setting(
+        "reasoning_content", "where reasoning text goes with --reasoning-tokens: "
+                             "reasoning_content (older vLLM, SGLang, DeepSeek) or reasoning "
+                             "(newer vLLM)", sweep=True)
 
     def __post_init__(self) -> None:
         # Checks between settings; each field's own range comes from its Setting.

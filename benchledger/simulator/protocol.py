@@ -5,6 +5,14 @@ Event shapes follow vLLM's OpenAI server: chat chunks are dumped with exclude_un
 chunks with every field ("usage": null on content chunks); the final usage event has
 "choices": [] and no null fields. Usage always carries
 "prompt_tokens_details": {"cached_tokens": N} (N may be 0).
+
+A reasoning model (--reasoning-tokens) streams its thinking in chat events of its own,
+`delta.reasoning_content` or `delta.reasoning` (--reasoning-field) and no "content" key, as
+vLLM's reasoning parsers do; a step that crosses from reasoning into content sends two
+events, the reasoning one first, in one write. A non-streamed chat answer carries it in
+`message.<field>`. Usage then counts the reasoning in "completion_tokens" and says how much
+of it was reasoning in "completion_tokens_details": {"reasoning_tokens": N}. Completions
+(/v1/completions) have no reasoning.
 """
 
 from __future__ import annotations
@@ -201,19 +209,27 @@ def _bool_field(body: dict[str, Any], name: str) -> bool:
     return value
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int,
-               cached_tokens: int = 0) -> dict[str, Any]:
-    """vLLM's usage object; cached_tokens are the prompt tokens the prefix cache served."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+               reasoning_tokens: int | None = None) -> dict[str, Any]:
+    """vLLM's usage object; cached_tokens are the prompt tokens the prefix cache served.
+    `reasoning_tokens` (a reasoning request; None: not one): how many of the
+    completion_tokens were reasoning, in completion_tokens_details."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
 class ResponseBuilder:
     """Builds the bodies of one response (one id and creation time for all its events)."""
 
-    def __init__(self, chat: bool, model: str, logprobs: int | None = None) -> None:
+    def __init__(self, chat: bool, model: str, logprobs: int | None = None,
+                 reasoning_field: str = "reasoning_content") -> None:
         self.chat = chat
+        self.reasoning_field = reasoning_field  # where chat reasoning text goes
         self.model = model
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -244,6 +260,18 @@ class ResponseBuilder:
                   "finish_reason": finish_reason, "stop_reason": None}
         return {**self._envelope("text_completion", [choice]), "usage": None}
 
+    def reasoning_event(self, text: str, finish_reason: str | None,
+                        pieces: tuple[str, ...] = ()) -> dict[str, Any]:
+        """One step's reasoning (chat only): the text in `delta.<reasoning_field>`, no
+        "content" key (vLLM's DeltaMessage dumped with exclude_unset); logprobs as for
+        content."""
+        choice: dict[str, Any] = {"index": 0, "delta": {self.reasoning_field: text},
+                                  "logprobs": self.logprobs_of(pieces),
+                                  "finish_reason": finish_reason}
+        if finish_reason is not None:
+            choice["stop_reason"] = None
+        return self._envelope("chat.completion.chunk", [choice])
+
     def logprobs_of(self, pieces: tuple[str, ...]) -> dict[str, Any] | None:
         """The logprobs of these tokens, one entry per token, as vLLM writes them: chat
         `{"content": [{token, logprob, bytes, top_logprobs}]}`, completions `{"tokens",
@@ -261,18 +289,26 @@ class ResponseBuilder:
                 "top_logprobs": [{p: pretend_logprob(p)} for p in pieces]}
 
     def usage_event(self, prompt_tokens: int, completion_tokens: int,
-                    cached_tokens: int = 0) -> dict[str, Any]:
+                    cached_tokens: int = 0, reasoning_tokens: int | None = None
+                    ) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        usage = usage_body(prompt_tokens, completion_tokens, cached_tokens)
+        usage = usage_body(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens)
         return {**self._envelope(obj, []), "usage": usage}
 
     def full_response(self, text: str, finish_reason: str | None,
-                      usage: dict[str, Any] | None, pieces: tuple[str, ...] = ()
-                      ) -> dict[str, Any]:
-        """Non-streaming body; `usage` None (server without usage reporting) omits it."""
+                      usage: dict[str, Any] | None, pieces: tuple[str, ...] = (),
+                      reasoning: str | None = None) -> dict[str, Any]:
+        """Non-streaming body; `usage` None (server without usage reporting) omits it.
+        `reasoning` (chat, a reasoning request): the thinking that came before `text`, in
+        `message.<reasoning_field>` (the content is then null when the answer is all
+        reasoning); `pieces` are all the tokens, reasoning first."""
         logprobs = self.logprobs_of(pieces)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if reasoning is not None:
+                message[self.reasoning_field] = reasoning
+                message["content"] = text or None
+            choice = {"index": 0, "message": message,
                       "logprobs": logprobs, "finish_reason": finish_reason,
                       "stop_reason": None}
             body = self._envelope("chat.completion", [choice])
