@@ -194,6 +194,17 @@ def _progress_shown(data_dir: Path, sweep_name: str, every: float | None) -> Ite
         yield
 
 
+def _check_workloads(sweep: Sweep, sweep_path: Path) -> None:
+    """Every dataset and trace the sweep names, read and checked before Airflow starts: a
+    bad file is refused naming its line (the run's plan prepares them for good)."""
+    from benchledger.workload_files import WorkloadError, check_run_workloads
+
+    try:
+        check_run_workloads(sweep, sweep_path.parent)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
                   publish: bool = False, store_url: str | None = None) -> SweepOutcome:
     """Run one sweep through its Airflow DAG (then, with publish, its publish DAG), under
@@ -202,6 +213,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     from benchledger.runner import RunnerDied, run_in_subprocess
 
     sweep = load_sweep(sweep_path)  # fails here, before Airflow starts, on a bad file
+    _check_workloads(sweep, sweep_path)  # and on a bad dataset or trace
     name = sweep.sweep.name
     every = _progress_interval_s()
     warehouse = warehouse.resolve()
@@ -398,6 +410,7 @@ def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     from benchledger.cluster import ClusterError
     from benchledger.cluster_run import run_on_cluster
     sweep = load_sweep(sweep_path)
+    _check_workloads(sweep, sweep_path)
     every = _progress_interval_s()
     warehouse = warehouse.resolve()
     _check_warehouse(warehouse)  # where this machine sees it (the workers load it)

@@ -97,6 +97,9 @@ class RunManifest(TypedDict, total=False):
     scheduled_for: str | None
     skipped_slots: list[str] | None
     skipped_slot_count: int | None
+    # issue #26: each prepared workload (not a built-in prompt set) by name: its file in
+    # the run folder, that file's sha256 and its provenance (benchledger.workloads)
+    workloads: dict[str, dict[str, Any]]
 
 
 class RestartManifest(TypedDict, total=False):
@@ -239,7 +242,12 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   "calibration_max_rel_error", "calibration_detail",
                   "tokenizer_special_tokens", "client_workers", "client_lag_p50_ms",
                   "client_lag_p99_ms", "client_lag_max_ms", "client_lag_samples",
-                  "client_cpu_share", "bunched_event_fraction", "telemetry_file_sha256")
+                  "client_cpu_share", "bunched_event_fraction", "telemetry_file_sha256",
+                  # issue #26: the workload it measured, and how closely an open-loop
+                  # window kept its schedule
+                  "workload_kind", "workload_file_sha256", "turns", "think_time_s",
+                  "requested_span_s", "achieved_span_s", "arrival_lag_p50_ms",
+                  "arrival_lag_p99_ms", "arrival_lag_max_ms", "max_arrival_lag_ms")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
 JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes", "deployment",
                 "skipped_slots")

@@ -55,6 +55,24 @@ REQUEST_SCHEMA = pa.schema(
         # its logprobs), parallel to content_event_ns; NULL where unknown. Per-token gaps
         # derive from both.
         pa.field("content_event_tokens", pa.list_(pa.int32())),
+        # A reasoning model's thinking (chat delta.reasoning_content or delta.reasoning),
+        # kept apart from the output content: never in chunks, content_event_ns, t_first_ns
+        # or t_last_ns. usage.completion_tokens_details.reasoning_tokens as reported (NULL:
+        # not reported or not an int64 integer); output_tokens from usage include them.
+        pa.field("reasoning_tokens", pa.int64()),
+        pa.field("reasoning_chunks", pa.int64()),  # reasoning-bearing stream events
+        # perf_counter_ns of the first and last reasoning-bearing event (NULL: none)
+        pa.field("t_first_reasoning_ns", pa.int64()),
+        pa.field("t_last_reasoning_ns", pa.int64()),
+        # A prepared workload's request (issue #26; NULL for the built-in prompt sets): its
+        # multi-turn session and 0-based turn, its shared-prefix group, the input length
+        # asked for (synthetic, trace: usage's prompt_tokens says what it was), and when an
+        # open-loop schedule (Poisson, a trace) had it due, perf_counter_ns like t_submit_ns.
+        pa.field("session", pa.int64()),
+        pa.field("turn", pa.int32()),
+        pa.field("prefix_group", pa.int64()),
+        pa.field("requested_input_tokens", pa.int64()),
+        pa.field("t_scheduled_ns", pa.int64()),
     ]
 )
 

@@ -43,6 +43,7 @@ from benchledger.client import (
     WindowSpec,
     measure_window,
 )
+from benchledger.client.items import Items
 from benchledger.deployment import as_written
 from benchledger.observe import LogSlice, MetricsScrape, observe_all, server_family
 from benchledger.prompts import load_prompt_set
@@ -62,6 +63,7 @@ from benchledger.sweep import (
     Sweep,
 )
 from benchledger.window_write import write_window, written_window
+from benchledger.workload_files import window_items
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +213,7 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     target = Target(base_url=server.base_url, model=plan.arm.model, endpoint=plan.endpoint,
                     api_key=api_key, token_count=plan.arm.token_count,
                     tokenize_path=plan.arm.tokenize_path)
+    items = window_items(layout, sweep, workload_name)  # checked against its sha256
     summaries = []
     for concurrency in plan.concurrency:
         window_id = layout.window_id(arm_name, k, workload_name, concurrency)
@@ -222,7 +225,7 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             continue
         files = layout.window_files(arm_name, k, workload_name, concurrency)
         record.mark_started(files, window_id, attempt)
-        spec = _window_spec(plan, sweep, workload_name, window_id, concurrency)
+        spec = _window_spec(plan, sweep, workload_name, window_id, concurrency, items)
         observers = _observers(record, sweep, plan, server, api_key)
         try:
             result, observations, gone = _run_window(record, sweep, plan, server, target, spec,
@@ -233,7 +236,8 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             raise
         sampler = observers["telemetry"]
         samples = sampler.table() if sampler.nodes else None  # None: no telemetry source
-        manifest = _write_window_recorded(record, workload_name, workload.prompts,
+        manifest = _write_window_recorded(record, workload_name,
+                                          workload.prompts if items is None else None,
                                           plan.min_requests, result, observations,
                                           gone[1] if gone else None, api_key, attempt,
                                           sweep_sha256, samples)
@@ -248,10 +252,11 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
 
 
 def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str,
-                 concurrency: int) -> WindowSpec:
+                 concurrency: int, items: Items | None = None) -> WindowSpec:
     workload = sweep.workload(workload_name)
     return WindowSpec(
-        window_id=window_id, prompts=load_prompt_set(workload.prompts),
+        window_id=window_id,
+        prompts=[] if items is not None else load_prompt_set(workload.prompts),
         requests=plan.requests, warmup=plan.warmup, concurrency=concurrency,
         max_tokens=workload.max_tokens or plan.max_tokens, temperature=plan.temperature,
         drain_timeout_s=plan.drain_timeout_s, request_timeout_s=plan.request_timeout_s,
@@ -261,6 +266,7 @@ def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str
         calibration_requests=(plan.arm.calibration_requests
                               if plan.arm.token_count == "server_tokenizer" else 0),
         workers=None if plan.client_workers == "auto" else plan.client_workers,
+        items=items, max_arrival_lag_ms=plan.max_arrival_lag_ms,
     )
 
 
@@ -376,7 +382,7 @@ def _progress_reports(files: WindowFiles, attempt: Attempt
     return report, every
 
 
-def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str,
+def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str | None,
                            min_requests: int, result: WindowResult,
                            observations: dict[str, Any], gone: str | None,
                            api_key: str | None, attempt: Attempt,

@@ -24,6 +24,7 @@ from benchledger.sweep import (
     read_sweep_file,
     recorded_form,
 )
+from benchledger.workload_files import prepare_run_workloads
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path,
         "harness_version": __version__,
         "started_at": utc_now(),
     }
+    # Datasets, synthetic lengths, sessions and traces: prepared once, here (issue #26).
+    workloads = prepare_run_workloads(layout.run_dir, sweep, Path(sweep_path).parent)
+    if workloads:
+        manifest["workloads"] = workloads
     if scheduled_for is not None:  # a scheduled run: its slot, and those skipped before it
         skipped, count = schedule.skipped_slots(sweep.sweep.airflow_schedule,
                                                 previous_slot, scheduled_for)

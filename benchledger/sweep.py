@@ -28,6 +28,7 @@ from benchledger.redaction import UnredactableSweep, redact_sweep_text
 from benchledger.rules import (
     AB_ARMS_DIFFER,
     CLOCK_UNDER_LOAD,
+    DEFAULT_MAX_ARRIVAL_LAG_MS,
     DEFAULT_MAX_BURST_FRACTION,
     DEFAULT_MIN_CLOCK_RATIO,
     DEFAULT_RECONCILE_TOLERANCE,
@@ -78,6 +79,7 @@ from benchledger.sweep_types import (  # noqa: F401
     URLPath,
     Warmup,
 )
+from benchledger.workloads.spec import WorkloadSource
 
 
 class SweepError(ValueError):
@@ -153,6 +155,10 @@ class Defaults(Strict):
     # burst_share_bounded: the share of completed requests that may arrive in a burst
     # before the decode-phase per-request entries resting on them are blocked.
     max_burst_fraction: Annotated[float, Field(ge=0, le=1)] = DEFAULT_MAX_BURST_FRACTION
+    # arrivals_on_schedule: how late (p99, ms) an open-loop window (Poisson, a trace) may
+    # send its requests before it counts as having fallen behind its schedule.
+    max_arrival_lag_ms: Annotated[float, Field(gt=0, le=MAX_WAIT_S * 1000)] = \
+        DEFAULT_MAX_ARRIVAL_LAG_MS
 
 
 class _PerArmKeys(Strict):
@@ -262,7 +268,11 @@ class Arm(_PerArmKeys):
         return bool(self.simulator and self.simulator.speculative)
 
 
-class Workload(Strict):
+class Workload(WorkloadSource):
+    """One workload: a built-in prompt set, or (issue #26) a dataset, synthetic lengths or
+    a trace, optionally with shared prefixes or multi-turn sessions (WorkloadSource holds
+    those keys and the checks between them; benchledger.workloads prepares the requests)."""
+
     name: Name
     prompt_set: Literal["code", "prose"] | None = None  # defaults to the workload name
     prompt_cache: Literal["warm", "cold"] | None = None  # defaults to [defaults]
@@ -274,10 +284,25 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _prompt_set_known(self) -> Workload:
+        if self.kind != "builtin":
+            given = [key for key in ("prompt_set", "input_tokens")
+                     if getattr(self, key) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} belong(s) to the built-in prompt sets; "
+                                 f"this workload's requests come from its {self.kind}")
+            if self.prompt_cache == "cold" and (self.shared_prefix or self.turns):
+                raise ValueError("prompt_cache = 'cold' gives every request a unique first "
+                                 "block; shared_prefix and sessions share prefixes on "
+                                 "purpose: leave prompt_cache unset")
+            return self
+        if self.shared_prefix is not None or self.turns is not None:
+            raise ValueError("shared_prefix and turns shape a dataset's or synthetic "
+                             "workload's requests: add a `dataset` or an `input_length`")
         if self.prompt_set is None and self.name not in BUILTIN_PROMPT_SETS:
             raise ValueError(
-                f"workload {self.name!r} is not a built-in prompt set; "
-                f"set prompt_set to one of {list(BUILTIN_PROMPT_SETS)}"
+                f"workload {self.name!r} is not a built-in prompt set; set prompt_set to "
+                f"one of {list(BUILTIN_PROMPT_SETS)}, or give its requests a source "
+                "(dataset, input_length or trace)"
             )
         return self
 
@@ -342,6 +367,7 @@ class ArmPlan(BaseModel):
     client_workers: int | Literal["auto"]
     max_client_lag_ms: float | None
     max_burst_fraction: float
+    max_arrival_lag_ms: float
     arm: Arm
 
     @property
@@ -395,6 +421,24 @@ class Sweep(Strict):
                        or (None if recorded else _never_publishes(plan)))
             if problem:
                 raise ValueError(f"arms[{i}] ({arm.name}): {problem}")
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_fit(self) -> Sweep:
+        """Multi-turn sessions (issue #26): whole sessions in every window, over chat."""
+        for i, workload in enumerate(self.workloads):
+            if workload.turns is None:
+                continue
+            if self.defaults.endpoint != "chat":
+                raise ValueError(f"workloads[{i}] ({workload.name}): multi-turn sessions "
+                                 "send chat messages: they need endpoint = 'chat'")
+            for arm in self.arms:
+                requests = self.plan(arm).requests
+                if requests % workload.turns:
+                    raise ValueError(
+                        f"workloads[{i}] ({workload.name}): requests = {requests} (arm "
+                        f"{arm.name!r}) is not a whole number of sessions of turns = "
+                        f"{workload.turns}: make it a multiple of {workload.turns}")
         return self
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ def ns_to_iso(wall_ns: int) -> str:
     return datetime.fromtimestamp(wall_ns / 1e9, UTC).isoformat()
 
 
-def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str,
+def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set: str | None,
                  min_requests: int, result: WindowResult,
                  observations: dict[str, Any] | None = None, secret: str | None = None,
                  attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None,

@@ -153,11 +153,15 @@ def plan(sweep_path: str) -> str:
     """Validate the sweep file and record the run; returns the run's raw folder."""
     from benchledger.raw_store import push_run_manifest
     from benchledger.restart import write_run_manifest
+    from benchledger.workload_files import WorkloadError
 
     paths = run_paths()
     layout = RunLayout(paths.data_dir, paths.run_id)
     scheduled_for, previous = _schedule_slots()
-    write_run_manifest(layout, Path(sweep_path), scheduled_for, previous)
+    try:
+        write_run_manifest(layout, Path(sweep_path), scheduled_for, previous)
+    except WorkloadError as exc:  # a bad dataset or trace: a retry reads the same file
+        raise AirflowFailException(str(exc)) from exc
     push_run_manifest(paths.storage, layout)
     return str(layout.run_dir)
 
@@ -238,6 +242,7 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     measures only the windows no earlier attempt wrote whole."""
     from benchledger.client import TokenCountUnavailable
     from benchledger.restart import ServerCrashed, measure_restart_workload
+    from benchledger.workload_files import PreparedFileMismatch
 
     with _restart_files(arm, restart_index) as (layout, push):
         sweep, sha256 = _recorded(layout, sweep_path)
@@ -251,6 +256,8 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
         except ServerCrashed as exc:
             # A crash is a result (the restart is recorded `crashed`): a retry would only
             # meet the dead server again, and a new server would be another restart.
+            raise AirflowFailException(str(exc)) from exc
+        except PreparedFileMismatch as exc:  # not the requests the run planned
             raise AirflowFailException(str(exc)) from exc
 
 

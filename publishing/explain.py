@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 
 from benchledger.warehouse.db import query_frame
@@ -27,6 +29,7 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
                          [entry_id]).fetchone()
     if source and source[0] is not None:
         lines.append(f"  energy_source: {source[0]}")
+    lines += _workload_lines(con, entry_id)
     lines.append(f"\nRequests ({len(requests)}):")
     lines += [f"  {r.request_id}  {r.status}  output_tokens={r.output_tokens} "
               f"({r.token_source})  raw {r.raw_file_sha256[:16]}"
@@ -42,3 +45,21 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
     lines += [f"  [{'pass' if v.success else 'FAIL'}] {v.suite}/{v.expectation} on "
               f"{v.subject}: {v.observed}" for v in validations.itertuples()]
     return "\n".join(lines)
+
+
+def _workload_lines(con: duckdb.DuckDBPyConnection, entry_id: str) -> list[str]:
+    """How the entry's workload was prepared (issue #26); nothing for a built-in set."""
+    workload = query_frame(con, "explain_workload", entry_id=entry_id)
+    if workload.empty:
+        return []
+    row = workload.iloc[0]
+    lines = ["\nWorkload:"]
+    for key, value in row.items():
+        if key != "provenance" and value is not None and not (
+                isinstance(value, float) and value != value):
+            lines.append(f"  {key}: {value}")
+    provenance = json.loads(row["provenance"])
+    for key in ("input_length", "output_length", "shared_prefix"):
+        if provenance.get(key):
+            lines.append(f"  {key}: {json.dumps(provenance[key], sort_keys=True)}")
+    return lines

@@ -148,6 +148,8 @@ def _load(con, manifests: list[_Manifest], recorded_as: Callable[[Path], str]) -
     for m in new:
         table, columns = MANIFEST_TABLES[m.kind]
         rows[table].append(_manifest_row(m, columns, observed.get(m.path, {})))
+        if m.kind == "run":
+            rows["workloads"] += workload_rows(m.data)
         rows["raw_files"].append(_file_row(recorded_as(m.path), m.sha256, m.kind, 1))
     for table, table_rows in rows.items():
         insert_rows(con, table, table_rows)
@@ -223,6 +225,30 @@ def _named_files(windows: list[_Manifest]) -> dict[Path, list[_NamedFile]]:
         else:
             named[window.path].append(_NamedFile(kind, path, sha))
     return named
+
+
+def workload_rows(run: dict) -> list[dict]:
+    """The run manifest's prepared workloads (benchledger.workloads), one `workloads` row
+    each: the provenance's keys an auditor filters on as columns, all of it as JSON."""
+    rows = []
+    for name, recorded in sorted((run.get("workloads") or {}).items()):
+        p = recorded.get("provenance") or {}
+        dataset, trace = p.get("dataset") or {}, p.get("trace") or {}
+        prefix = p.get("shared_prefix") or {}
+        rows.append({
+            "run_id": run["run_id"], "workload": name, "kind": p.get("kind"),
+            "items": p.get("items"), "seed": p.get("seed"), "sampling": p.get("sampling"),
+            "dataset_path": dataset.get("path"), "dataset_sha256": dataset.get("sha256"),
+            "dataset_rows": dataset.get("rows"), "dataset_format": dataset.get("format"),
+            "trace_path": trace.get("path"), "trace_sha256": trace.get("sha256"),
+            "trace_rows": trace.get("rows"), "time_scale": trace.get("time_scale"),
+            "turns": p.get("turns"), "think_time_s": p.get("think_time_s"),
+            "history": p.get("history"), "shared_prefix_groups": prefix.get("groups"),
+            "shared_prefix_tokens": prefix.get("tokens"), "ids_sha256": p.get("ids_sha256"),
+            "prepared_file": recorded.get("file"), "prepared_sha256": recorded["sha256"],
+            "provenance": json.dumps(p, sort_keys=True),
+        })
+    return rows
 
 
 def _manifest_row(m: _Manifest, columns: tuple[str, ...], observed: dict) -> dict:

@@ -66,6 +66,32 @@ REQUEST_METRICS = (
                   "each event's gap divided over its tokens; per request the mean over its "
                   "tokens after the first event: (t_last - t_first) / those tokens",
                   optional=True, timing=True),
+    # Reasoning models (issue #26): the answer's first token is ttft; the first reasoning
+    # token is its own metric. A request that streamed reasoning has no decode_rate,
+    # e2e_rate or tpot of numerator output_tokens (usage counts reasoning tokens in it);
+    # its rates say which tokens they count.
+    RequestMetric("ttfrt", "ttfrt_s", "s", "prefill", None,
+                  "t_first_reasoning - t_submit of each request that streamed reasoning",
+                  LATENCY_STATS, optional=True, timing=True),
+    RequestMetric("decode_rate", "answer_decode_tok_s", "tok/s", "decode", "answer_tokens",
+                  "t_last - t_first of each answer (reasoning excluded: output_tokens - "
+                  "reasoning_tokens over the answer's own span)", optional=True, timing=True),
+    RequestMetric("decode_rate", "decode_with_reasoning_tok_s", "tok/s", "decode",
+                  "output_tokens_with_reasoning",
+                  "first to last token of either kind (reasoning included in the numerator)",
+                  optional=True, timing=True),
+    # Multi-turn sessions (issue #26): TTFT of first and of later turns apart (a later
+    # turn's history may be served from the prefix cache), and whole sessions.
+    RequestMetric("ttft_first_turn", "ttft_first_turn_s", "s", "prefill", None,
+                  "t_first - t_submit of each session's first turn", LATENCY_STATS,
+                  optional=True, timing=True),
+    RequestMetric("ttft_later_turns", "ttft_later_turns_s", "s", "prefill", None,
+                  "t_first - t_submit of each session's turns after the first", LATENCY_STATS,
+                  optional=True, timing=True),
+    RequestMetric("session_latency", "session_s", "s", "end_to_end", None,
+                  "first submission to last answer of each session whose turns all "
+                  "completed (one value per session, on its last turn)", LATENCY_STATS,
+                  optional=True, timing=True),
 )
 # The columns of the per-request metrics a late client gets wrong (RequestMetric.timing).
 TIMING_COLUMNS = frozenset(spec.column for spec in REQUEST_METRICS if spec.timing)
@@ -81,16 +107,37 @@ def _per_elapsed(tokens: Any, w: pd.Series) -> float | None:
     return None if pd.isna(tokens) or not w["elapsed_s"] else tokens / w["elapsed_s"]
 
 
+def _reasoned(w: pd.Series) -> bool:
+    """Whether any of the window's completed requests streamed reasoning (issue #26): its
+    output_tokens then hold reasoning tokens, and no entry of numerator output_tokens is
+    made of them (the metrics below name reasoning in their numerator instead)."""
+    count = w.get("reasoning_requests")
+    return count is not None and not pd.isna(count) and count > 0
+
+
 def _output_throughput(w: pd.Series) -> float | None:
-    return _per_elapsed(w["output_tokens"], w)
+    return None if _reasoned(w) else _per_elapsed(w["output_tokens"], w)
 
 
 def _total_throughput(w: pd.Series) -> float | None:
-    return _per_elapsed(w["total_tokens"], w)
+    return None if _reasoned(w) else _per_elapsed(w["total_tokens"], w)
+
+
+def _throughput_with_reasoning(w: pd.Series) -> float | None:
+    return _per_elapsed(w["output_tokens"], w) if _reasoned(w) else None
+
+
+def _answer_throughput(w: pd.Series) -> float | None:
+    """Answer tokens (output - reasoning) per elapsed second, on windows with reasoning."""
+    if not _reasoned(w) or pd.isna(w["reasoning_tokens"]) or pd.isna(w["output_tokens"]):
+        return None
+    return _per_elapsed(w["output_tokens"] - w["reasoning_tokens"], w)
 
 
 def _aggregate_decode(w: pd.Series) -> float | None:
     """Tokens after each request's first, over the span in which the window decoded."""
+    if _reasoned(w):  # its first tokens are answers', its token counts hold reasoning too
+        return None
     if pd.isna(w["decode_start_ns"]) or pd.isna(w["decode_end_ns"]) \
             or pd.isna(w["decode_tokens"]):
         return None
@@ -177,6 +224,10 @@ WINDOW_METRICS = (
                  _output_throughput),
     WindowMetric("throughput", "tok/s", "end_to_end", "input_plus_output_tokens",
                  WINDOW_ELAPSED, _total_throughput),
+    WindowMetric("throughput", "tok/s", "end_to_end", "output_tokens_with_reasoning",
+                 WINDOW_ELAPSED, _throughput_with_reasoning, optional=True),
+    WindowMetric("throughput", "tok/s", "end_to_end", "answer_tokens", WINDOW_ELAPSED,
+                 _answer_throughput, optional=True),
     WindowMetric("decode_rate", "tok/s", "decode", "output_tokens",
                  "first t_first to last t_last in the window (each request's tokens after "
                  "its first)", _aggregate_decode, stamped=True),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchledger.client.items import Items, item_request
 from benchledger.client.tally import Count, Tally, UsageTally
 from benchledger.client.text import safe_text
 from benchledger.client.usage import Usage, read_usage
@@ -36,6 +37,11 @@ class WindowSpec:
     # Client worker processes the streams are spread over (None: one per core, at most
     # one per 64 streams; benchledger.client.workers.worker_count)
     workers: int | None = None
+    # A prepared workload (issue #26: a dataset, synthetic lengths, shared prefixes,
+    # sessions, a trace): its requests come from there instead of `prompts`.
+    items: Items | None = None
+    # An open-loop window: the p99 of how late requests may be sent (arrivals_on_schedule).
+    max_arrival_lag_ms: float | None = None
 
 
 @dataclass
@@ -59,8 +65,37 @@ class RequestRecord:
     t_submit_ns: int = 0
     t_done_ns: int | None = None
     content_event_ns: list[int] = field(default_factory=list)
+    # A reasoning model's thinking, stamped like content but kept apart from it (its events
+    # are never content events, so never the TTFT): the reasoning-bearing events, and the
+    # first and last of their stamps (None: no reasoning event).
+    reasoning_chunks: int = 0
+    t_first_reasoning_ns: int | None = None
+    t_last_reasoning_ns: int | None = None
     # What the arm's token count keeps of the events; it gives the row's output_tokens.
     tally: Tally = field(default_factory=UsageTally)
+    # A prepared workload's request (issue #26; None for the built-in prompt sets): the chat
+    # messages it sends instead of prompt.text, its session and turn, its shared-prefix
+    # group, the input length asked for, the dataset's reply of this turn, and when an
+    # open-loop schedule had it due (perf_counter_ns, like t_submit_ns).
+    messages: list[dict[str, str]] | None = None
+    session: int | None = None
+    turn: int | None = None
+    prefix_group: int | None = None
+    requested_input_tokens: int | None = None
+    dataset_answer: str | None = None
+    t_scheduled_ns: int | None = None
+    # A multi-turn session that sends the server's answers back keeps this turn's answer.
+    keep_answer: bool = False
+    answer_parts: list[str] = field(default_factory=list)
+
+    @property
+    def answer(self) -> str:
+        return "".join(self.answer_parts)
+
+    def sent_messages(self) -> list[dict[str, str]]:
+        """The chat messages this request sent (a plain prompt as one user message)."""
+        return self.messages if self.messages is not None else \
+            [{"role": "user", "content": self.prompt.text}]
 
     def fail(self, message: str) -> None:
         self.status = "failed"
@@ -94,21 +129,42 @@ class RequestRecord:
             "cached_tokens": usage.cached_tokens,
             "token_source": token_source,
             "usage_output_tokens": usage.output_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
             "chunks": self.chunks,
+            "reasoning_chunks": self.reasoning_chunks,
             "finish_reason": self.finish_reason,
             "t_submit_ns": self.t_submit_ns,
             "t_first_ns": events[0] if events else None,
             "t_last_ns": events[-1] if events else None,
             "t_done_ns": self.t_done_ns,
+            "t_first_reasoning_ns": self.t_first_reasoning_ns,
+            "t_last_reasoning_ns": self.t_last_reasoning_ns,
             "content_event_ns": list(events),
             "content_event_tokens": self.tally.per_event_tokens(len(events)),
+            "session": self.session,
+            "turn": self.turn,
+            "prefix_group": self.prefix_group,
+            "requested_input_tokens": self.requested_input_tokens,
+            "t_scheduled_ns": self.t_scheduled_ns,
         }
 
 
-def new_record(spec: WindowSpec, is_warmup: bool, i: int, tally: Tally) -> RequestRecord:
-    """The window's request number `i` of its warm-up or measured part."""
+def new_record(spec: WindowSpec, is_warmup: bool, i: int, tally: Tally,
+               history: list[dict[str, str]] | None = None,
+               keep_answer: bool = False) -> RequestRecord:
+    """The window's request number `i` of its warm-up or measured part. `history`: a
+    multi-turn session's earlier messages, sent before this turn's own."""
     request_id = f"{spec.window_id}/{'w' if is_warmup else 'm'}{i:04d}"
     prefix = cold_prefix(spec.seed, request_id) if spec.prompt_cache == "cold" else None
+    if spec.items is not None:
+        item = item_request(spec.items, i, history, prefix)
+        return RequestRecord(
+            request_id=request_id, window_id=spec.window_id, seq=i, is_warmup=is_warmup,
+            prompt=item.prompt, max_tokens=item.max_tokens or spec.max_tokens,
+            temperature=spec.temperature, tally=tally, messages=item.messages,
+            session=item.session, turn=item.turn, prefix_group=item.prefix_group,
+            requested_input_tokens=item.requested_input_tokens, dataset_answer=item.answer,
+            keep_answer=keep_answer, prompt_prefix=prefix)
     return RequestRecord(
         request_id=request_id,
         window_id=spec.window_id,

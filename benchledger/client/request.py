@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from benchledger.client.endpoint import Endpoint, ReadCounted
+from benchledger.client.endpoint import Counted, Endpoint, ReadCounted
 from benchledger.client.events import parse_event
 from benchledger.client.record import RequestRecord
 from benchledger.client.sse import SSEReader
@@ -40,7 +40,10 @@ def request_body(target: Target, record: RequestRecord, stream: bool = True
     if stream:
         body["stream_options"] = {"include_usage": True}
     body |= target.token_count.request_fields(target.endpoint)
-    body |= target.endpoint.prompt_fields(record.prompt.text)
+    if record.messages is not None:  # a dataset's messages, a session's history (chat only)
+        body["messages"] = record.messages
+    else:
+        body |= target.endpoint.prompt_fields(record.prompt.text)
     return target.endpoint.path, body
 
 
@@ -89,6 +92,11 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
             elif event.content:
                 record.chunks += event.content
                 stamps.extend([now] * event.content)
+            if event.reasoning:  # a reasoning model's thinking: stamped apart from content
+                record.reasoning_chunks += event.reasoning
+                if record.t_first_reasoning_ns is None:
+                    record.t_first_reasoning_ns = now
+                record.t_last_reasoning_ns = now
             if event.usage is not None:
                 record.usage = event.usage
             if event.finish_reason:
@@ -104,6 +112,21 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
     unfinished = reader.leftover()
     record.fail("stream ended without [DONE] or a finish_reason"
                 + (f" ({unfinished})" if unfinished else ""))
+
+
+def _keeping_answer(counted: ReadCounted | None, endpoint: Endpoint,
+                    record: RequestRecord) -> ReadCounted:
+    """The arm's own reading of an event's choices (its tokens or text, or nothing), which
+    also keeps their answer text, reasoning left out, on `record`: what a multi-turn
+    session sends back as the assistant's turn."""
+    def read(choices: list[Any]) -> Counted:
+        tokens, text, problem = counted(choices) if counted is not None else (None, None, None)
+        if not problem:
+            answer = endpoint.content_text(choices)[1]
+            if answer:
+                record.answer_parts.append(answer)
+        return tokens, text, problem
+    return read
 
 
 def _reset(exc: BaseException) -> bool:
@@ -148,6 +171,8 @@ async def stream_one(http: aiohttp.ClientSession, target: Target, record: Reques
     path, body = request_body(target, record)
     url = target.base_url.rstrip("/") + path
     counted = target.token_count.event_reader(target.endpoint)
+    if record.keep_answer:  # a session sends this answer back: its text is kept too
+        counted = _keeping_answer(counted, target.endpoint, record)
     record.t_submit_ns = time.perf_counter_ns()
     try:
         async with asyncio.timeout(request_timeout_s), \

@@ -20,7 +20,7 @@ import asyncio
 import gc
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -50,7 +50,10 @@ def poisson_arrivals(rate_rps: float, seed: int) -> Iterator[float]:
 
 
 def arrivals(spec: WindowSpec) -> Iterator[float] | None:
-    """The measured part's schedule: None for a closed loop."""
+    """The measured part's schedule: None for a closed loop. A trace's own arrival times
+    (a prepared trace workload) are replayed open loop whatever the arm's arrival says."""
+    if spec.items is not None and spec.items.trace:
+        return iter(spec.items.arrivals(spec.requests))
     if spec.arrival != "poisson":
         return None
     if spec.rate_rps is None:  # the sweep refuses this (arrival = 'poisson' needs rate_rps)
@@ -97,7 +100,21 @@ def client_session(target: Target, connections: int,
                                  connector=aiohttp.TCPConnector(limit=connections + 4))
 
 
-async def _drain(in_flight: dict[asyncio.Task[None], RequestRecord], drain_timeout_s: float,
+# What a drain deadline does to what a task was running: its request (or a session's
+# current turn and the turns it had not sent yet) becomes `unresolved`, named why.
+Cut = Callable[[str], None]
+
+
+def _cut_request(record: RequestRecord) -> Cut:
+    def cut(why: str) -> None:
+        # Cancellation must not turn it into a failure: its outcome is unknown.
+        record.status = "unresolved"
+        record.error = why
+        record.t_done_ns = None
+    return cut
+
+
+async def _drain(in_flight: dict[asyncio.Task[None], Cut], drain_timeout_s: float,
                  what: str) -> int | None:
     """Wait at most `drain_timeout_s` for the running requests; cancel the rest, which stay
     `unresolved` rows (docs/protocol.md, trap T14). Returns the deadline if it was hit."""
@@ -112,11 +129,7 @@ async def _drain(in_flight: dict[asyncio.Task[None], RequestRecord], drain_timeo
     # Bounded too: a request that does not unwind in time is left to the loop's shutdown.
     await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
     for task in pending:
-        # Cancellation must not turn it into a failure: its outcome is unknown.
-        record = in_flight[task]
-        record.status = "unresolved"
-        record.error = f"{what} still running at the drain deadline ({drain_timeout_s:g} s)"
-        record.t_done_ns = None
+        in_flight[task](f"{what} still running at the drain deadline ({drain_timeout_s:g} s)")
     return deadline_ns
 
 
@@ -157,26 +170,97 @@ async def _submit_and_drain(http: aiohttp.ClientSession, target: Target, spec: W
                             is_warmup: bool, share: Share, start: float,
                             offsets: Iterator[float] | None, progress: PartCounter | None
                             ) -> tuple[list[RequestRecord], int | None]:
+    """Submit the share's units (a request, or a multi-turn session of `turns` requests
+    driven one turn after the other), at most the share's concurrency of them outstanding:
+    with sessions, concurrency counts sessions, not requests."""
     total = spec.warmup if is_warmup else spec.requests
+    turns = spec.items.turns if spec.items is not None else 1
     concurrency = share.concurrency(spec.concurrency)
     records: list[RequestRecord] = []
-    in_flight: dict[asyncio.Task[None], RequestRecord] = {}
-    for i in share.seqs(total):
+    in_flight: dict[asyncio.Task[None], Cut] = {}
+    for unit in share.seqs(-(-total // turns)):
         while len(in_flight) >= concurrency:
             done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 in_flight.pop(task)
-        if offsets is not None and \
-                (delay := start + next(offsets) - time.perf_counter_ns() / 1e9) > 0:
-            await asyncio.sleep(delay)
-        record = new_record(spec, is_warmup, i, target.token_count.new_tally())
-        records.append(record)
-        task = asyncio.create_task(stream_one(http, target, record, spec.request_timeout_s))
-        in_flight[task] = record
-        if progress is not None:
-            progress.submitted(task, record)
+        due_ns = None
+        if offsets is not None:
+            due = start + next(offsets)
+            due_ns = int(due * 1e9)
+            if (delay := due - time.perf_counter_ns() / 1e9) > 0:
+                await asyncio.sleep(delay)
+        if turns == 1:
+            record = new_record(spec, is_warmup, unit, target.token_count.new_tally())
+            record.t_scheduled_ns = due_ns
+            records.append(record)
+            task = asyncio.create_task(stream_one(http, target, record,
+                                                  spec.request_timeout_s))
+            in_flight[task] = _cut_request(record)
+            if progress is not None:
+                progress.submitted(task, record)
+        else:
+            session = _Session(http, target, spec, is_warmup, unit, total, records, progress)
+            in_flight[asyncio.create_task(session.run())] = session.cut
     if progress is not None:
         progress.draining(spec.drain_timeout_s)
     deadline = await _drain(in_flight, spec.drain_timeout_s,
                             "warm-up request" if is_warmup else "request")
     return records, deadline
+
+
+class _Session:
+    """One multi-turn conversation: each turn sends the history so far (this session's
+    earlier user messages with the server's real answers, or the dataset's) and waits
+    `think_time_s` after the answer before the next. Every turn is a row: a turn the
+    session could not send (an earlier turn failed, or the drain deadline came) is one
+    too, saying why."""
+
+    def __init__(self, http: aiohttp.ClientSession, target: Target, spec: WindowSpec,
+                 is_warmup: bool, unit: int, total: int, records: list[RequestRecord],
+                 progress: PartCounter | None) -> None:
+        assert spec.items is not None
+        self._http, self._target, self._spec = http, target, spec
+        self._is_warmup, self._records, self._progress = is_warmup, records, progress
+        turns = spec.items.turns
+        self._seqs = range(unit * turns, min(total, (unit + 1) * turns))
+        self._sent = 0
+        self._current: RequestRecord | None = None
+
+    async def run(self) -> None:
+        spec, items = self._spec, self._spec.items
+        assert items is not None
+        history: list[dict[str, str]] = []
+        for seq in self._seqs:
+            if self._sent and items.think_time_s:
+                await asyncio.sleep(items.think_time_s)
+            record = new_record(spec, self._is_warmup, seq,
+                                self._target.token_count.new_tally(), history,
+                                keep_answer=items.history == "server")
+            self._records.append(record)
+            self._current, self._sent = record, self._sent + 1
+            turn = asyncio.ensure_future(stream_one(self._http, self._target, record,
+                                                    spec.request_timeout_s))
+            if self._progress is not None:
+                self._progress.submitted(turn, record)
+            await turn
+            if record.status != "completed":
+                self._not_sent("failed", f"not sent: turn {record.turn} of the session "
+                               f"{record.status} ({record.request_id})")
+                return
+            answer = record.answer if items.history == "server" else record.dataset_answer
+            history = [*record.sent_messages(), {"role": "assistant", "content": answer or ""}]
+        self._current = None
+
+    def _not_sent(self, status: str, why: str) -> None:
+        for seq in self._seqs[self._sent:]:
+            record = new_record(self._spec, self._is_warmup, seq,
+                                self._target.token_count.new_tally(), None)
+            record.status, record.error = status, why
+            self._records.append(record)
+        self._sent = len(self._seqs)
+
+    def cut(self, why: str) -> None:
+        if self._current is not None and self._current.status == "unresolved":
+            _cut_request(self._current)(why)
+        self._not_sent("unresolved", f"not sent: the session was still running at the "
+                       f"drain deadline ({why})")

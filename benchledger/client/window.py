@@ -63,6 +63,30 @@ def _achieved_rate(measured: list[RequestRecord]) -> float | None:
     return (len(submits) - 1) / ((submits[-1] - submits[0]) / 1e9)
 
 
+def _schedule(spec: WindowSpec, measured: list[RequestRecord]) -> dict[str, Any]:
+    """How closely an open-loop part kept its schedule: the span its due times asked for
+    against the span of its actual submissions, and how late the client sent requests
+    (t_submit - due; p50, p99, max in ms). Empty for a closed loop (nothing is due)."""
+    due = [(r.t_scheduled_ns, r.t_submit_ns) for r in measured
+           if r.t_scheduled_ns is not None and r.t_submit_ns]
+    if not due:
+        return {}
+    lags = sorted(max(0, sent - at) / 1e6 for at, sent in due)
+
+    def quantile(q: float) -> float:
+        return lags[min(len(lags) - 1, int(q * len(lags)))]
+
+    return {
+        "requested_span_s": (max(at for at, _ in due) - min(at for at, _ in due)) / 1e9,
+        "achieved_span_s": (max(sent for _, sent in due) - min(sent for _, sent in due)) / 1e9,
+        "arrival_lag_p50_ms": quantile(0.5),
+        "arrival_lag_p99_ms": quantile(0.99),
+        "arrival_lag_max_ms": lags[-1],
+        # the bound the rule arrivals_on_schedule applies
+        "max_arrival_lag_ms": spec.max_arrival_lag_ms,
+    }
+
+
 def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[RequestRecord],
                 anchor: tuple[int, int], drain_deadline_ns: int | None) -> dict[str, Any]:
     """The window's bookkeeping (docs/protocol.md, definitions): counts, drain status,
@@ -108,7 +132,19 @@ def _accounting(spec: WindowSpec, measured: list[RequestRecord], warmup: list[Re
         "prompt_cache": spec.prompt_cache,
         "input_tokens_target": spec.input_tokens,
         "seed": spec.seed,
+        **_workload_accounting(spec),
+        **_schedule(spec, measured),
     }
+
+
+def _workload_accounting(spec: WindowSpec) -> dict[str, Any]:
+    """The window's prepared workload (issue #26), as its manifest records it."""
+    if spec.items is None:
+        return {"workload_kind": "builtin"}
+    return {"workload_kind": spec.items.kind, "workload_file_sha256": spec.items.sha256,
+            "turns": spec.items.turns if spec.items.turns > 1 else None,
+            "think_time_s": spec.items.think_time_s if spec.items.turns > 1 else None,
+            "arrival": "trace" if spec.items.trace else spec.arrival}
 
 
 def _delivered_tokens(record: object) -> int | None:

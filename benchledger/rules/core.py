@@ -93,6 +93,9 @@ NO_TOLERANCE = "no reconcile_tolerance"
 LAG_WITHIN, LAG_TYPICAL_ABOVE = "within bound", "p50 above bound"
 # streams_not_buffered: the window's share of requests delivered whole in one read
 STREAMED, BUFFERED = "streamed", "delivered in one read"
+# arrivals_on_schedule: an open-loop window's requests sent when due, or not
+ON_SCHEDULE, BEHIND_SCHEDULE = "on schedule", "behind schedule"
+DEFAULT_MAX_ARRIVAL_LAG_MS = 100.0
 # counters_readable: every scrape read (or no endpoint); one unreadable, where the server's
 # family exports counters (fails), or where no family is known (passes, labelled)
 COUNTERS_READ = "counters read or absent"

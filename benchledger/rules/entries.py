@@ -138,7 +138,9 @@ RATE_NUMERATOR_LABELLED = Rule(
     name="rate_numerator_labelled", traps=("T12",), applies_to="entry", effect=BLOCK_ENTRIES,
     summary="every rate names its numerator",
     check=_label_check("rate_numerator_check", "numerator", _rate,
-                       ["output_tokens", "input_plus_output_tokens", "prompt_tokens"]))
+                       ["output_tokens", "input_plus_output_tokens", "prompt_tokens",
+                        # reasoning models (issue #26): which tokens a rate counts
+                        "answer_tokens", "output_tokens_with_reasoning"]))
 
 
 def _prefill_rate(frame: Frame) -> pd.Series:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from benchledger.rules.core import (
     ABOVE_TOLERANCE,
+    BEHIND_SCHEDULE,
     BLOCK_ENTRIES,
     BLOCK_STREAM_ENTRIES,
     BLOCK_TIMING_ENTRIES,
@@ -22,6 +23,7 @@ from benchledger.rules.core import (
     MIN_REQUESTS_SPECULATIVE,
     NO_CALIBRATION,
     NO_TOLERANCE,
+    ON_SCHEDULE,
     SERVER_TOKENIZER,
     STREAMED,
     UNREADABLE_NO_FAMILY,
@@ -79,7 +81,11 @@ SUITE = SuiteFrame(
              "counters_unreadable",
              # the evidence behind speculation_observed: output tokens per content event
              # of its streamed requests, 1 + accepted / drafts from its counters
-             "streamed_tokens_per_chunk", "spec_acceptance_length"))
+             "streamed_tokens_per_chunk", "spec_acceptance_length",
+             # an open-loop window's schedule (issue #26): how late the client sent its
+             # requests (p99, ms; NULL: a closed loop, nothing was due) and the bound
+             "arrival_lag_p99_ms", "arrival_lag_max_ms", "max_arrival_lag_ms",
+             "requested_span_s", "achieved_span_s"))
 
 WINDOWS_PRESENT = Rule(
     name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
@@ -456,3 +462,42 @@ STREAMS_NOT_BUFFERED = Rule(
     check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="one_read_check",
              value_set=[STREAMED], columns={"one_read_check": _one_read_verdicts},
              observe=_observe_one_read))
+
+
+def _schedule_verdicts(frame: Frame) -> pd.Series:
+    """Per open-loop window: its arrival lag p99 within the bound or not; None for a closed
+    loop (nothing was due: GX skips it)."""
+    import numpy as np
+
+    lag, bound = as_float(frame["arrival_lag_p99_ms"]), as_float(frame["max_arrival_lag_ms"])
+    known = ~(np.isnan(lag) | np.isnan(bound))
+    return first_verdict(frame, [(BEHIND_SCHEDULE, lag > bound)], ON_SCHEDULE, known)
+
+
+def _observe_schedule(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    windows = [frame.loc[row] for row in rows]
+    expected = "; ".join(f"arrival lag p99 <= {_ms(r['max_arrival_lag_ms'])} ms"
+                         for r in windows) or "requests sent when due"
+    found = "; ".join(
+        f"arrival lag p99 {_ms(r['arrival_lag_p99_ms'])} ms, max "
+        f"{_ms(r['arrival_lag_max_ms'])} ms; submissions spanned "
+        f"{r['achieved_span_s']:.3g} s of the {r['requested_span_s']:.3g} s scheduled"
+        for r in windows) or "no window"
+    return expected, found
+
+
+# An open-loop window (Poisson arrivals at rate_rps, or a trace replayed at its own times)
+# measures the load its schedule describes only if its requests were sent when due: a
+# client that fell behind (its concurrency cap reached, its loop too busy) offered less
+# load than the entry would claim, and the window says so instead of publishing.
+ARRIVALS_ON_SCHEDULE = Rule(
+    name="arrivals_on_schedule", traps=("T14",), applies_to="window", effect=BLOCK_ENTRIES,
+    summary="an open-loop window (Poisson or a replayed trace) sent its requests when they "
+            "were due: the p99 of how late each was submitted (t_submit - due) is within "
+            "the bound, else the window fell behind its schedule and its entries are "
+            "blocked; a closed-loop window has nothing to check",
+    threshold="arrival lag p99 <= max_arrival_lag_ms (default 100 ms)",
+    threshold_source="sweep key max_arrival_lag_ms",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="schedule_check",
+             value_set=[ON_SCHEDULE], columns={"schedule_check": _schedule_verdicts},
+             observe=_observe_schedule))

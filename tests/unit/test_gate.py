@@ -24,7 +24,7 @@ SUITE_RULES = {
     "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
                 "prompt_tokens_reconcile", "finished_requests_reconcile",
                 "counters_readable", "tokenizer_calibrated", "client_lag_within_bound",
-                "streams_not_buffered"],
+                "streams_not_buffered", "arrivals_on_schedule"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e",
                           "usage_plausible", "logprobs_match_usage"],
 }

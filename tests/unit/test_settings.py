@@ -169,6 +169,7 @@ SWEEP_KEYS = {
     "prefix_cache": True, "stall_every": 0, "stall_s": 600.0, "log_interval_s": 1.0,
     "low_clock_restarts": [], "metrics_generation_scale": 1.0,
     "metrics_family": "vllm", "health": True, "num_gpus": 1, "low_clock_gpu": 0,
+    "reasoning_tokens": 0, "reasoning_field": "reasoning_content",
 }
 
 
@@ -312,13 +313,14 @@ PER_ARM = {"requests": 30, "min_requests": 25, "warmup": 3, "restarts": 4, "max_
            "require_clock_check": False}
 SWEEP_WIDE = {"request_timeout_s": 30.0, "endpoint": "completions", "prompt_cache": "cold",
               "seed": 7, "reconcile_tolerance": 0.02, "clock_interval_s": 0.3,
-              "client_workers": 4, "max_client_lag_ms": 0.5, "max_burst_fraction": 0.2}
+              "client_workers": 4, "max_client_lag_ms": 0.5, "max_burst_fraction": 0.2,
+              "max_arrival_lag_ms": 250.0}
 PLAN_FIELDS = ["arm", "requests", "min_requests_key", "warmup", "restarts", "max_tokens",
                "temperature", "concurrency", "drain_timeout_s", "request_timeout_s",
                "ready_timeout_s", "endpoint", "arrival", "rate_rps", "prompt_cache", "seed",
                "reconcile_tolerance", "clock_source", "clock_url", "clock_interval_s",
                "min_clock_ratio", "require_clock_check", "client_workers",
-               "max_client_lag_ms", "max_burst_fraction"]
+               "max_client_lag_ms", "max_burst_fraction", "max_arrival_lag_ms"]
 
 
 def _toml(values: dict) -> str:

@@ -8,13 +8,15 @@
 WITH done AS (
     SELECT d.cell, d.restart_id,
            r.decode_tok_s, r.e2e_tok_s, r.prefill_tok_s, r.ttft_s, r.tpot_s, r.e2e_s,
-           r.tokens_per_chunk, r.itl_per_token_s
+           r.tokens_per_chunk, r.itl_per_token_s, r.ttfrt_s, r.answer_decode_tok_s,
+           r.decode_with_reasoning_tok_s, r.ttft_first_turn_s, r.ttft_later_turns_s,
+           r.session_s
     FROM derive_windows AS d
     JOIN requests AS r ON r.window_id = d.window_id
     WHERE NOT r.is_warmup AND r.status = 'completed'
 ), long AS (
     UNPIVOT done
-    ON decode_tok_s, e2e_tok_s, prefill_tok_s, ttft_s, tpot_s, e2e_s, tokens_per_chunk, itl_per_token_s
+    ON decode_tok_s, e2e_tok_s, prefill_tok_s, ttft_s, tpot_s, e2e_s, tokens_per_chunk, itl_per_token_s, ttfrt_s, answer_decode_tok_s, decode_with_reasoning_tok_s, ttft_first_turn_s, ttft_later_turns_s, session_s
     INTO NAME metric_column VALUE value
 )
 SELECT cell, metric_column, restart_id,

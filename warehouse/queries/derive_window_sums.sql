@@ -29,7 +29,12 @@ SELECT d.window_id,
             THEN coalesce(sum(r.output_tokens - 1)
                           FILTER (WHERE r.t_first_ns IS NOT NULL AND r.t_last_ns IS NOT NULL),
                           0) END AS decode_tokens,
-       count(r.rate_withheld) AS burst_requests
+       count(r.rate_withheld) AS burst_requests,
+       -- reasoning models (issue #26): requests that streamed reasoning, and their reasoning
+       -- tokens (NULL when any of them lacks the count)
+       count(*) FILTER (WHERE r.has_reasoning) AS reasoning_requests,
+       CASE WHEN count(*) FILTER (WHERE r.has_reasoning AND r.reasoning_tokens IS NULL) = 0
+            THEN coalesce(sum(r.reasoning_tokens), 0) END AS reasoning_tokens
 FROM derive_windows AS d
 LEFT JOIN requests AS r
        ON r.window_id = d.window_id AND NOT r.is_warmup AND r.status = 'completed'

@@ -14,7 +14,8 @@
 -- evidence shows speculative decoding (the view window_speculation: 'observed: counters',
 -- 'observed: chunks', NULL: not observed), whatever the sweep declared: rule
 -- n_at_least_min then demands the speculative n (T4), with its tokens per chunk and
--- acceptance (1 + accepted / drafts) to say so.
+-- acceptance (1 + accepted / drafts) to say so. And, for an open-loop window, how late its
+-- requests were sent against their due times (issue #26; NULL for a closed loop).
 WITH timed AS (
     SELECT r.window_id,
            quantile_cont((r.t_first_ns - r.t_submit_ns) / 1e6, 0.5) AS median_ttft_ms,
@@ -41,7 +42,9 @@ SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        u.counters_unreadable, u.unreadable_detail, rs.server_family,
        sp.speculation_observed, sp.streamed_tokens_per_chunk,
        CASE WHEN sp.spec_drafts > 0 THEN 1 + sp.spec_accepted / sp.spec_drafts END
-           AS spec_acceptance_length
+           AS spec_acceptance_length,
+       w.arrival_lag_p99_ms, w.arrival_lag_max_ms, w.max_arrival_lag_ms,
+       w.requested_span_s, w.achieved_span_s
 FROM windows AS w
 LEFT JOIN reconciliations AS g
        ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'

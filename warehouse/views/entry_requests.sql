@@ -18,6 +18,12 @@ WHERE NOT r.is_warmup AND r.status = 'completed'
           WHEN 'e2e_s' THEN r.e2e_s IS NOT NULL
           WHEN 'tokens_per_chunk' THEN r.tokens_per_chunk IS NOT NULL
           WHEN 'itl_per_token_s' THEN r.itl_per_token_s IS NOT NULL
+          WHEN 'ttfrt_s' THEN r.ttfrt_s IS NOT NULL
+          WHEN 'answer_decode_tok_s' THEN r.answer_decode_tok_s IS NOT NULL
+          WHEN 'decode_with_reasoning_tok_s' THEN r.decode_with_reasoning_tok_s IS NOT NULL
+          WHEN 'ttft_first_turn_s' THEN r.ttft_first_turn_s IS NOT NULL
+          WHEN 'ttft_later_turns_s' THEN r.ttft_later_turns_s IS NOT NULL
+          WHEN 'session_s' THEN r.session_s IS NOT NULL
           ELSE l.request_metric IS NULL
       END
 UNION ALL

@@ -20,8 +20,30 @@
 -- no ttft_s and no prefill_tok_s either (delivered_in_one_read, and rate_withheld says so);
 -- its e2e_s stays. The rule streams_not_buffered judges each window's share of them. With
 -- one content event a stream and a buffered body look alike: never counted as one.
+--
+-- Reasoning models (issue #26): what streamed as reasoning is not the answer. t_first_ns is
+-- the first ANSWER token (ttft_s: time to first output token); ttfrt_s is the time to the
+-- first reasoning token. usage's completion tokens count both, so a request that streamed
+-- reasoning (has_reasoning) has no decode_tok_s, e2e_tok_s or tpot_s (their numerator,
+-- output_tokens, would hold reasoning tokens over a span that does not): its rates are
+-- answer_decode_tok_s (answer tokens = output - reasoning tokens, over the answer's span)
+-- and decode_with_reasoning_tok_s (all output tokens, over the span from the first token
+-- of either kind to the last), each entry naming its numerator. Its prefill span ends at
+-- its first token of either kind.
+--
+-- Multi-turn sessions (issue #26): ttft_first_turn_s and ttft_later_turns_s split TTFT by
+-- turn (a later turn's history may come from the prefix cache: cached_tokens); session_s,
+-- on a session's last turn only, is first submission to last answer of a session whose
+-- turns all completed.
 CREATE VIEW requests AS
-WITH spread AS (
+WITH sessions AS (
+    SELECT window_id, session, max(turn) AS last_turn,
+           count(*) = count(*) FILTER (WHERE status = 'completed') AS whole,
+           (max(t_done_ns) - min(t_submit_ns)) / 1e9 AS span_s
+    FROM request_records
+    WHERE session IS NOT NULL
+    GROUP BY window_id, session
+), spread AS (
     -- Stamps are in arrival order (one monotonic clock), so a request whose events after
     -- the first fill at most 2 reads has two equal neighbours at its start or end: only
     -- those requests (few) pay for counting their distinct reads. CASE, not AND: DuckDB
@@ -38,9 +60,16 @@ WITH spread AS (
                                                   lambda t: t > r.t_first_ns)) <= 2
                 ELSE false END AS is_burst,
            coalesce(r.status = 'completed' AND len(r.content_event_ns) >= 2
-                    AND r.t_first_ns = r.t_last_ns, false) AS delivered_in_one_read
+                    AND r.t_first_ns = r.t_last_ns, false) AS delivered_in_one_read,
+           coalesce(r.reasoning_chunks, 0) > 0 OR coalesce(r.reasoning_tokens, 0) > 0
+               AS has_reasoning,
+           -- the first token of either kind (reasoning or answer): where prefill ends
+           least(r.t_first_reasoning_ns, r.t_first_ns) AS t_first_any_ns,
+           greatest(r.t_last_reasoning_ns, r.t_last_ns) AS t_last_any_ns,
+           CASE WHEN s.whole AND r.turn = s.last_turn THEN s.span_s END AS session_span_s
     FROM request_records AS r
     LEFT JOIN windows AS w ON w.window_id = r.window_id
+    LEFT JOIN sessions AS s ON s.window_id = r.window_id AND s.session = r.session
 )
 SELECT
     r.request_id,
@@ -66,16 +95,35 @@ SELECT
          THEN (r.t_first_ns - r.t_submit_ns) / 1e9 END                        AS ttft_s,
     (r.t_done_ns - r.t_submit_ns) / 1e9                                   AS e2e_s,
     CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns AND r.is_burst IS NOT TRUE
+              AND NOT r.has_reasoning
          THEN (r.t_last_ns - r.t_first_ns) / 1e9 / (r.output_tokens - 1) END AS tpot_s,
     CASE WHEN r.output_tokens >= 2 AND r.t_last_ns > r.t_first_ns AND r.is_burst IS NOT TRUE
+              AND NOT r.has_reasoning
          THEN (r.output_tokens - 1) / ((r.t_last_ns - r.t_first_ns) / 1e9) END AS decode_tok_s,
     CASE WHEN r.output_tokens IS NOT NULL AND r.t_done_ns > r.t_submit_ns
+              AND NOT r.has_reasoning
          THEN r.output_tokens / ((r.t_done_ns - r.t_submit_ns) / 1e9) END     AS e2e_tok_s,
-    CASE WHEN r.prompt_tokens IS NOT NULL AND r.t_first_ns > r.t_submit_ns
+    CASE WHEN r.prompt_tokens IS NOT NULL AND r.t_first_any_ns > r.t_submit_ns
               AND NOT r.delivered_in_one_read
-         THEN r.prompt_tokens / ((r.t_first_ns - r.t_submit_ns) / 1e9) END    AS prefill_tok_s,
-    CASE WHEN r.output_tokens IS NOT NULL AND r.chunks > 0
-         THEN r.output_tokens / r.chunks END                                  AS tokens_per_chunk,
+         THEN r.prompt_tokens / ((r.t_first_any_ns - r.t_submit_ns) / 1e9) END AS prefill_tok_s,
+    CASE WHEN r.output_tokens IS NOT NULL AND r.chunks + coalesce(r.reasoning_chunks, 0) > 0
+         THEN r.output_tokens / (r.chunks + coalesce(r.reasoning_chunks, 0))
+         END                                                                  AS tokens_per_chunk,
+    CASE WHEN r.t_first_reasoning_ns IS NOT NULL
+         THEN (r.t_first_reasoning_ns - r.t_submit_ns) / 1e9 END              AS ttfrt_s,
+    CASE WHEN r.turn = 0 AND NOT r.delivered_in_one_read
+         THEN (r.t_first_ns - r.t_submit_ns) / 1e9 END                        AS ttft_first_turn_s,
+    CASE WHEN r.turn > 0 AND NOT r.delivered_in_one_read
+         THEN (r.t_first_ns - r.t_submit_ns) / 1e9 END                        AS ttft_later_turns_s,
+    r.session_span_s                                                          AS session_s,
+    CASE WHEN r.has_reasoning AND r.reasoning_tokens IS NOT NULL
+              AND r.output_tokens - r.reasoning_tokens >= 2 AND r.t_last_ns > r.t_first_ns
+              AND r.is_burst IS NOT TRUE
+         THEN (r.output_tokens - r.reasoning_tokens - 1) / ((r.t_last_ns - r.t_first_ns) / 1e9)
+         END                                                                  AS answer_decode_tok_s,
+    CASE WHEN r.has_reasoning AND r.output_tokens >= 2 AND r.t_last_any_ns > r.t_first_any_ns
+         THEN (r.output_tokens - 1) / ((r.t_last_any_ns - r.t_first_any_ns) / 1e9)
+         END                                                                  AS decode_with_reasoning_tok_s,
     -- Only where each event's tokens are known (token_source 'logprobs'): every token after
     -- the first event gets its event's gap divided by that event's tokens; the mean over
     -- those tokens is the decode span over their number (view token_gaps: per event).
@@ -105,6 +153,17 @@ SELECT
                              ELSE format('{:.3g}', r.client_lag_p99_ms) END || ' ms)' END
     END                                                                       AS rate_withheld,
     r.delivered_in_one_read,
+    r.has_reasoning,
+    r.reasoning_tokens,
+    r.reasoning_chunks,
+    r.session,
+    r.turn,
+    r.prefix_group,
+    r.requested_input_tokens,
+    (r.t_submit_ns - r.t_scheduled_ns) / 1e6                                  AS arrival_lag_ms,
+    r.t_scheduled_ns,
+    r.t_first_reasoning_ns,
+    r.t_last_reasoning_ns,
     r.t_submit_ns,
     r.t_first_ns,
     r.t_last_ns,
