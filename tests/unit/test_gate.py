@@ -524,3 +524,26 @@ def test_usage_plausible_counts_every_reason_and_lists_the_first_requests():
         "prompt_tokens NULL (1); r1-w0-q0 (output_tokens 1000000000 above max_tokens 128), "
         "r1-w0-q1 (output_tokens 1000000000 above max_tokens 128), "
         "r1-w0-q2 (output_tokens 1000000000 above max_tokens 128), ...")
+
+
+def test_a_window_behind_its_schedule_fails_arrivals_on_schedule():
+    """Issue #26: an open-loop window (a replayed trace, Poisson arrivals) whose requests
+    went out late by more than the bound is blocked, saying how late; one on time passes,
+    and a closed loop (no due times: NULL lag) has nothing to check."""
+    restarts, windows, requests = make_run()
+    schedule = {"r0-w0": (412.0, 950.0, 2.1, 3.4), "r0-w1": (3.0, 5.0, 3.39, 3.4)}
+    for column in ("arrival_lag_p99_ms", "arrival_lag_max_ms", "achieved_span_s",
+                   "requested_span_s", "max_arrival_lag_ms"):
+        windows[column] = np.nan
+    for window_id, (p99, most, achieved, requested) in schedule.items():
+        mask = windows["window_id"] == window_id
+        windows.loc[mask, ["arrival_lag_p99_ms", "arrival_lag_max_ms", "achieved_span_s",
+                           "requested_span_s", "max_arrival_lag_ms"]] = [
+            p99, most, achieved, requested, 100.0]
+    results = run_gate(restarts, windows, requests)
+    assert failures(results) == {("r0-w0", "arrivals_on_schedule")}
+    observed = by_key(results)[("r0-w0", "arrivals_on_schedule")].observed
+    assert observed == ("expected arrival lag p99 <= 100 ms, found arrival lag p99 412 ms, "
+                        "max 950 ms; submissions spanned 2.1 s of the 3.4 s scheduled")
+    assert by_key(results)[("r0-w1", "arrivals_on_schedule")].success
+    assert by_key(results)[("r1-w0", "arrivals_on_schedule")].success  # closed loop
