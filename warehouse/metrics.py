@@ -134,6 +134,24 @@ def _answer_throughput(w: pd.Series) -> float | None:
     return _per_elapsed(w["output_tokens"] - w["reasoning_tokens"], w)
 
 
+def _cached_share(w: pd.Series) -> float | None:
+    """The share of the window's prompt tokens the server reported as served from its
+    prefix cache (usage's cached_tokens): a prefix-cache win measured as such (T15), not
+    read as prefill speed. None where no request reported cached_tokens."""
+    cached_n, prompt_n = w.get("cached_tokens_n"), w.get("prompt_tokens_n")
+    if not cached_n or pd.isna(cached_n) or cached_n != prompt_n or not w["prompt_tokens_sum"]:
+        return None
+    return float(w["cached_tokens_sum"]) / float(w["prompt_tokens_sum"])
+
+
+def _prefix_cache_hit_rate(w: pd.Series) -> float | None:
+    """vLLM's prefix-cache hits over queries (tokens) between the window's scrapes."""
+    counters = w["counters"]
+    queries = counters.get("vllm:prefix_cache_queries_total")
+    hits = counters.get("vllm:prefix_cache_hits_total")
+    return hits / queries if queries and hits is not None else None
+
+
 def _aggregate_decode(w: pd.Series) -> float | None:
     """Tokens after each request's first, over the span in which the window decoded."""
     if _reasoned(w):  # its first tokens are answers', its token counts hold reasoning too
@@ -244,6 +262,14 @@ WINDOW_METRICS = (
                  "vllm:spec_decode_num_drafts_total delta (steps that drafted; plus one "
                  "token per drafting step; steps without a draft are not counted)",
                  _acceptance_length, optional=True),
+    # The prefix cache's share (issue #26: shared prefixes, sessions): from usage, and from
+    # the server's own counters where it exports vLLM's.
+    WindowMetric("cached_token_share", "fraction", "prefill", "cached_tokens",
+                 "prompt_tokens of the window's completed measured requests", _cached_share,
+                 optional=True),
+    WindowMetric("prefix_cache_hit_rate", "fraction", "prefill",
+                 "vllm:prefix_cache_hits_total delta", "vllm:prefix_cache_queries_total delta",
+                 _prefix_cache_hit_rate, optional=True),
     # Energy (issue #24; rules.ENERGY_METRICS names them for the rule energy_source_labelled):
     # only where every GPU of every node was read at both ends of the window (no entry at
     # all without telemetry; never a zero or a partial sum).

@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from benchledger.sweep_types import MAX_TOKENS, Strict, Text
+from benchledger.sweep_types import BUILTIN_PROMPT_SETS, MAX_TOKENS, Name, Strict, Text
 
 Length = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Kind = Literal["builtin", "dataset", "synthetic", "trace"]
@@ -154,3 +154,46 @@ class WorkloadSource(Strict):
     @property
     def multi_turn(self) -> bool:
         return self.turns is not None
+
+
+class Workload(WorkloadSource):
+    """One workload: a built-in prompt set, or (issue #26) a dataset, synthetic lengths or
+    a trace, optionally with shared prefixes or multi-turn sessions (WorkloadSource holds
+    those keys and the checks between them; benchledger.workloads prepares the requests)."""
+
+    name: Name
+    prompt_set: Literal["code", "prose"] | None = None  # defaults to the workload name
+    prompt_cache: Literal["warm", "cold"] | None = None  # defaults to [defaults]
+    # Long inputs: filler text in front of each built-in prompt, about this many tokens
+    # (the server's usage says how many it really were).
+    input_tokens: Length | None = None
+    # the output target; overrides the arm's
+    max_tokens: Length | None = None
+
+    @model_validator(mode="after")
+    def _prompt_set_known(self) -> Workload:
+        if self.kind != "builtin":
+            given = [key for key in ("prompt_set", "input_tokens")
+                     if getattr(self, key) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} belong(s) to the built-in prompt sets; "
+                                 f"this workload's requests come from its {self.kind}")
+            if self.prompt_cache == "cold" and (self.shared_prefix or self.turns):
+                raise ValueError("prompt_cache = 'cold' gives every request a unique first "
+                                 "block; shared_prefix and sessions share prefixes on "
+                                 "purpose: leave prompt_cache unset")
+            return self
+        if self.shared_prefix is not None or self.turns is not None:
+            raise ValueError("shared_prefix and turns shape a dataset's or synthetic "
+                             "workload's requests: add a `dataset` or an `input_length`")
+        if self.prompt_set is None and self.name not in BUILTIN_PROMPT_SETS:
+            raise ValueError(
+                f"workload {self.name!r} is not a built-in prompt set; set prompt_set to "
+                f"one of {list(BUILTIN_PROMPT_SETS)}, or give its requests a source "
+                "(dataset, input_length or trace)"
+            )
+        return self
+
+    @property
+    def prompts(self) -> str:
+        return self.prompt_set or self.name

@@ -274,3 +274,9 @@ def test_shared_prefixes_are_served_from_the_cache(run):
           AND r.status = 'completed' GROUP BY ALL ORDER BY 1""")
     assert [g for g, _ in cached] == [0, 1, 2]
     assert all(most >= 200 for _, most in cached), cached  # the 256-token prefix, in blocks
+    # ... and the cache's share is an entry of its own, from usage and from the counters
+    shares = dict(rows(run, """
+        SELECT metric, value FROM entries WHERE run_id = ? AND workload = 'synthetic'
+          AND arm = 'plain' AND metric IN ('cached_token_share', 'prefix_cache_hit_rate')"""))
+    assert set(shares) == {"cached_token_share", "prefix_cache_hit_rate"}
+    assert all(0.2 < share < 1 for share in shares.values()), shares

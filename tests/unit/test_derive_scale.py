@@ -94,7 +94,11 @@ def test_same_entries_and_values_as_the_per_request_derivation(regression):
     agree to floating-point summation order (rel 1e-9)."""
     before, con = regression
     columns = [c for c in before["entries"][0] if c not in ("requests", "requests_sha256")]
-    rows = con.execute(f"SELECT entry_id, {', '.join(columns)} FROM current_entries").fetchall()
+    # Metrics added since the fixture was written (issue #26: the prefix cache's share)
+    # are new entries beside the old, which stay as they were.
+    rows = con.execute(f"SELECT entry_id, {', '.join(columns)} FROM current_entries "
+                       "WHERE metric NOT IN ('cached_token_share', 'prefix_cache_hit_rate')"
+                       ).fetchall()
     by_label = {}
     for entry_id, *values in rows:
         entry = dict(zip(columns, values, strict=True))

@@ -199,12 +199,30 @@ def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
         return reference_one_read(rows)
     if rule == "counters_readable":
         return reference_readable(rows)
+    if rule == "arrivals_on_schedule":
+        return reference_schedule(rows)
     prefix, counter = RECONCILED[rule]
     ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
              or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
     details = [r[f"{prefix}_detail"] for r in rows if isinstance(r[f"{prefix}_detail"], str)]
     return (ok, f"{counter} delta within {join(r['reconcile_tolerance'] for r in rows)} "
                 "(relative) of the client's count", "; ".join(details) or "not reconciled")
+
+
+def reference_schedule(rows: list[dict]) -> tuple[bool, str, str]:
+    expected, found, ok = [], [], True
+    for r in rows:
+        lag, bound = r.get("arrival_lag_p99_ms"), r.get("max_arrival_lag_ms")
+        if null(lag):
+            expected.append("nothing due (a closed loop)")
+            found.append("closed loop: no request had a due time")
+            continue
+        ok = ok and (null(bound) or lag <= bound)
+        expected.append("no bound" if null(bound) else f"arrival lag p99 <= {ms(bound)} ms")
+        found.append(f"arrival lag p99 {ms(lag)} ms, max {ms(r['arrival_lag_max_ms'])} ms; "
+                     f"submissions spanned {r['achieved_span_s']:.3g} s of the "
+                     f"{r['requested_span_s']:.3g} s scheduled")
+    return ok, "; ".join(expected) or "requests sent when due", "; ".join(found) or "no window"
 
 
 def reference_calibration(rows: list[dict]) -> tuple[bool, str, str]:

@@ -149,7 +149,8 @@ def test_the_sweep_sets_the_bound(tmp_path):
 def test_timing_metrics_are_declared_on_the_metrics():
     assert {spec.column for spec in REQUEST_METRICS if not spec.timing} == {"tokens_per_chunk"}
     assert {"decode_tok_s", "e2e_tok_s", "prefill_tok_s", "ttft_s", "tpot_s", "e2e_s",
-            "itl_per_token_s"} == TIMING_COLUMNS
+            "itl_per_token_s", "ttfrt_s", "answer_decode_tok_s", "decode_with_reasoning_tok_s",
+            "ttft_first_turn_s", "ttft_later_turns_s", "session_s"} == TIMING_COLUMNS
 
 
 # --- bursts -----------------------------------------------------------------------------

@@ -115,8 +115,9 @@ def test_requests_view_derives_protocol_metrics(con, tmp_path):
 def test_clean_run_publishes_request_and_restart_level_statistics(con, tmp_path):
     load_run_dir(con, write_run(tmp_path).run_dir)
     assert validate_run(con, RUN_ID)["failed"] == 0
-    # 7 request metrics (+ 9 percentiles, + tokens per chunk min/max), 6 window metrics
-    assert derive_entries(con, RUN_ID) == 24
+    # 7 request metrics (+ 9 percentiles, + tokens per chunk min/max), 6 window metrics,
+    # and the prefix cache's share of the prompt tokens (its requests report cached_tokens)
+    assert derive_entries(con, RUN_ID) == 25
     assert derive_entries(con, RUN_ID) == 0  # an entry never silently changes
     value, n, restarts, rmean, effect, publishable = con.execute(
         "SELECT value, n_requests, n_restarts, restart_mean, restart_effect, publishable "
