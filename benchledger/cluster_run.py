@@ -70,6 +70,7 @@ def install_sweep(dags_folder: Path, sweep_path: Path, sweep: Sweep, warehouse: 
     toml = dags_folder / "sweeps" / f"{safe}.toml"
     dag_file = dags_folder / f"benchledger_{safe}.py"
     changed = _write_whole(toml, Path(sweep_path).read_bytes())
+    changed |= _install_inputs(Path(sweep_path).parent, toml.parent, sweep)
     # The DAG file last: a changed sweep is re-read when its DAG file is re-parsed.
     changed |= _write_whole(dag_file, DAG_FILE_TEMPLATE.format(
         name=sweep.sweep.name, toml_name=toml.name, warehouse=str(warehouse),
@@ -77,6 +78,41 @@ def install_sweep(dags_folder: Path, sweep_path: Path, sweep: Sweep, warehouse: 
     if changed:
         dag_file.touch()
     return dag_file, changed
+
+
+def workload_inputs(sweep: Sweep) -> list[str]:
+    """The dataset and trace paths the sweep's workloads name (issue #26), as written."""
+    paths = []
+    for workload in sweep.workloads:
+        paths += [p for p in (workload.dataset, workload.trace) if p]
+        for length in (workload.input_length, workload.output_length):
+            if getattr(length, "distribution", None) == "empirical":
+                paths.append(length.dataset)  # type: ignore[union-attr]
+    return paths
+
+
+def _install_inputs(source_dir: Path, sweeps_dir: Path, sweep: Sweep) -> bool:
+    """Copy each dataset or trace the sweep names by a relative path beside its copy in the
+    DAGs folder, where the run's plan resolves it (an absolute path must exist where plan
+    runs). A path that leaves the sweep's folder is refused: it would land outside the DAGs
+    folder."""
+    changed = False
+    for relative in workload_inputs(sweep):
+        if Path(relative).is_absolute():
+            continue
+        target = (sweeps_dir / relative).resolve()
+        if not target.is_relative_to(sweeps_dir.resolve()):
+            raise ClusterError(f"workload input {relative!r} is outside the sweep file's "
+                               "folder: a deployment copies inputs beside the sweep, so name "
+                               "it by a path inside that folder, or by an absolute path "
+                               "every node can read")
+        source = source_dir / relative
+        files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() \
+            else [source]
+        for file in files:
+            changed |= _write_whole(target / file.relative_to(source) if source.is_dir()
+                                    else target, file.read_bytes())
+    return changed
 
 
 def _write_whole(path: Path, content: bytes) -> bool:

@@ -304,3 +304,43 @@ def test_several_workers_per_node_need_postgresql_and_say_why():
     assert "hunter2" not in str(refused.value)  # the password is never repeated
     with pytest.raises(cluster.ClusterError, match="at least 1"):
         cluster_config.database_settings(None, 0)
+
+
+def test_install_copies_the_workloads_inputs_beside_the_sweep(tmp_path):
+    """Issue #26: a deployment's plan reads the sweep's copy in the DAGs folder, so each
+    dataset and trace it names by a relative path is copied beside it (a folder whole); a
+    path leaving the sweep's folder is refused."""
+    (tmp_path / "data" / "chats").mkdir(parents=True)
+    (tmp_path / "data" / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "data" / "chats" / "a.jsonl").write_text('{"prompt": "a"}\n')
+    (tmp_path / "trace.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 9, "output_length": 3}\n' * 20)
+    sweep_path = tmp_path / "s.toml"
+    sweep_path.write_text(SWEEP.replace('[[workloads]]\nname = "code"\n', textwrap.dedent("""
+        [[workloads]]
+        name = "mine"
+        dataset = "data/prompts.jsonl"
+        [[workloads]]
+        name = "folder"
+        dataset = "data/chats"
+        [[workloads]]
+        name = "replay"
+        trace = "trace.jsonl"
+        """)))
+    sweep = load_sweep(sweep_path)
+    dags = tmp_path / "dags"
+    _, changed = cluster_run.install_sweep(dags, sweep_path, sweep, Path("/w/wh.duckdb"),
+                                           Path("/w/data"))
+    copied = dags / "sweeps"
+    assert changed
+    assert (copied / "data" / "prompts.jsonl").read_text() == '{"prompt": "hi"}\n'
+    assert (copied / "data" / "chats" / "a.jsonl").read_text() == '{"prompt": "a"}\n'
+    assert (copied / "trace.jsonl").is_file()
+    _, changed = cluster_run.install_sweep(dags, sweep_path, sweep, Path("/w/wh.duckdb"),
+                                           Path("/w/data"))
+    assert not changed
+    outside = sweep_path.read_text().replace('"trace.jsonl"', '"../trace.jsonl"')
+    sweep_path.write_text(outside)
+    with pytest.raises(cluster_run.ClusterError, match="outside the sweep file's folder"):
+        cluster_run.install_sweep(dags, sweep_path, load_sweep(sweep_path),
+                                  Path("/w/wh.duckdb"), Path("/w/data"))
