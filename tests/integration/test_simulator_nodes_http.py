@@ -207,20 +207,27 @@ def test_the_stuck_nodes_gpus_follow_the_heads_load(stuck: Deployment) -> None:
     n1, n2 = stuck.nodes
     assert httpx.post(n2.url + "/v1/chat/completions", json=_chat(4, "hi")).status_code == 404
 
-    def energies() -> tuple[float, list[float]]:
-        """The test's clock and every GPU's counter (n1's, then n2's), in joules."""
-        now = time.monotonic()
-        return now, [g[ENERGY] / 1000 for node in (n1, n2) for g in _dcgm(node).values()]
+    def energies() -> list[tuple[float, float]]:
+        """Every GPU's counter (n1's, then n2's) in joules, each with the test's clock at
+        the middle of its node's read: on a loaded machine one read may take tens of ms,
+        which one clock for both nodes would charge to the second node's GPUs."""
+        out = []
+        for node in (n1, n2):
+            start = time.monotonic()
+            page = _dcgm(node)
+            now = (start + time.monotonic()) / 2
+            out += [(now, g[ENERGY] / 1000) for g in page.values()]
+        return out
 
-    def rates(a: tuple[float, list[float]], b: tuple[float, list[float]]) -> list[float]:
-        assert all(y >= x for x, y in zip(a[1], b[1], strict=True))  # counters only grow
-        return [(y - x) / (b[0] - a[0]) for x, y in zip(a[1], b[1], strict=True)]
+    def rates(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[float]:
+        assert all(y >= x for (_, x), (_, y) in zip(a, b, strict=True))  # counters only grow
+        return [(y - x) / (t1 - t0) for (t0, x), (t1, y) in zip(a, b, strict=True)]
 
     idle = _dcgm(n2)
     assert _clocks(idle) == [(210.0, 0.0), (210.0, 0.0)]
     assert {g["Hostname"] for g in idle.values()} == {"n2"}
     readings = [energies()]
-    time.sleep(0.6)
+    time.sleep(1.5)  # idle: long enough that a slow read is a small share
     readings.append(energies())
     body = {**_chat(20000, "Describe the village in the morning."), "stream": True}
     with httpx.stream("POST", stuck.head.url + "/v1/chat/completions", json=body,
