@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from benchledger.prompts import Prompt
-from benchledger.workloads.render import render_messages, render_prompt
+from benchledger.workloads.render import render_request
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,6 @@ class Items:
     @property
     def trace(self) -> bool:
         return self.kind == "trace"
-
-    def rows(self) -> int:
-        return _table(self.path).num_rows
 
     def row(self, i: int) -> dict[str, Any]:
         """Request number i's row (cycling over the file's rows)."""
@@ -88,10 +85,8 @@ def item_request(items: Items, i: int, history: list[dict[str, str]] | None = No
     earlier turns (user and assistant messages), sent before this turn's user message.
     `cold_prefix`: prompt_cache = "cold", a unique first block in front of everything."""
     row = items.row(i)
-    messages = (render_messages(row, items.seed, prefix_tokens=items.prefix_tokens)
-                if row.get("messages") is not None else None)
-    text = None if messages is not None else render_prompt(row, items.seed,
-                                                           prefix_tokens=items.prefix_tokens)
+    rendered = render_request(row, items.seed, prefix_tokens=items.prefix_tokens)
+    messages, text = (rendered, None) if isinstance(rendered, list) else (None, rendered)
     if cold_prefix is not None:
         if messages is not None:
             messages[0] = {**messages[0],
@@ -109,10 +104,3 @@ def item_request(items: Items, i: int, history: list[dict[str, str]] | None = No
         max_tokens=row.get("max_tokens"), requested_input_tokens=row.get("input_tokens"),
         prefix_group=row.get("prefix_group"), session=row.get("session"),
         turn=row.get("turn"), answer=row.get("answer"))
-
-
-def user_message(request: ItemRequest) -> dict[str, str]:
-    """This turn's own user message (the last message it sent)."""
-    if request.messages:
-        return request.messages[-1]
-    return {"role": "user", "content": request.prompt.text}

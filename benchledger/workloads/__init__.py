@@ -38,6 +38,7 @@ _WHERE = {
     "read_trace": "benchledger.workloads.traces",
     "render_messages": "benchledger.workloads.render",
     "render_prompt": "benchledger.workloads.render",
+    "render_request": "benchledger.workloads.render",
 }
 
 
@@ -53,5 +54,5 @@ __all__ = [
     "TABLE_SCHEMA", "Dataset", "Distribution", "Empirical", "Fixed", "Lognormal", "Normal",
     "PreparedWorkload", "SharedPrefix", "Trace", "Uniform", "WorkloadError", "WorkloadSource",
     "block_text", "group_prefix", "ids_sha256", "item_text", "prepare_workload",
-    "read_dataset", "read_trace", "render_messages", "render_prompt",
+    "read_dataset", "read_trace", "render_messages", "render_prompt", "render_request",
 ]

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from benchledger.workloads.errors import WorkloadError
 from benchledger.workloads.jsonio import messages_json
 from benchledger.workloads.lengths import PREFIX_GROUP, SAMPLING, DatasetReader, draw, reader, rng
-from benchledger.workloads.render import render_messages, render_prompt
+from benchledger.workloads.render import render_request
 from benchledger.workloads.sessions import eligible, session_columns, user_turns
 from benchledger.workloads.spec import WorkloadSource
 from benchledger.workloads.traces import HASH_IDS, read_trace
@@ -50,11 +50,8 @@ class PreparedWorkload:
 
     def render(self, index: int) -> str | list[dict[str, str]]:
         """Request `index`'s user text, or its message list (a dataset row that has one)."""
-        row = self.row(index)
         prefix = self.provenance.get("shared_prefix", {}).get("tokens")
-        if row["messages"] is not None:
-            return render_messages(row, self.provenance["seed"], prefix_tokens=prefix)
-        return render_prompt(row, self.provenance["seed"], prefix_tokens=prefix)
+        return render_request(self.row(index), self.provenance["seed"], prefix_tokens=prefix)
 
 
 def prepare_workload(source: WorkloadSource, base_dir: Path, items: int, seed: int,

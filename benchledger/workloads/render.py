@@ -146,3 +146,12 @@ def render_messages(row: Mapping[str, Any], seed: int | None = None, *,
     if prefix is not None:
         messages[0] = {**messages[0], "content": f"{prefix}\n\n{messages[0]['content']}"}
     return messages
+
+
+def render_request(row: Mapping[str, Any], seed: int, *,
+                   prefix_tokens: int | None = None) -> str | list[dict[str, str]]:
+    """What one prepared row sends: its message list (a dataset row that has one), else
+    its user text."""
+    if row.get("messages") is not None:
+        return render_messages(row, seed, prefix_tokens=prefix_tokens)
+    return render_prompt(row, seed, prefix_tokens=prefix_tokens)
