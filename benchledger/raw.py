@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from benchledger.slos import LoadPoint
+
 RUN_MANIFEST = "run.json"
 RESTART_MANIFEST = "restart.json"
 SERVER_LOG = "server.log"
@@ -247,7 +249,9 @@ WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "promp
                   # window kept its schedule
                   "workload_kind", "workload_file_sha256", "turns", "think_time_s",
                   "requested_span_s", "achieved_span_s", "arrival_lag_p50_ms",
-                  "arrival_lag_p99_ms", "arrival_lag_max_ms", "max_arrival_lag_ms")
+                  "arrival_lag_p99_ms", "arrival_lag_max_ms", "max_arrival_lag_ms",
+                  # issue #27: its load point (concurrency, and a rate ladder's rate)
+                  "load_point")
 # Manifest values stored as JSON text (a key a manifest lacks stays NULL).
 JSON_COLUMNS = ("effective_config", "interrupted_windows", "stray_processes", "deployment",
                 "skipped_slots")
@@ -311,18 +315,22 @@ class RunLayout:
     def restart_id(self, arm: str, restart_index: int) -> str:
         return f"{self.run_id}/{arm}/r{restart_index}"
 
-    def window_id(self, arm: str, restart_index: int, workload: str, concurrency: int) -> str:
-        return f"{self.restart_id(arm, restart_index)}/{window_stem(workload, concurrency)}"
+    def window_id(self, arm: str, restart_index: int, workload: str,
+                  point: LoadPoint | int) -> str:
+        return f"{self.restart_id(arm, restart_index)}/{window_stem(workload, point)}"
 
     def window_files(self, arm: str, restart_index: int, workload: str,
-                     concurrency: int) -> WindowFiles:
+                     point: LoadPoint | int) -> WindowFiles:
         return WindowFiles.of(self.slot_dir(arm, restart_index)
-                              / window_stem(workload, concurrency))
+                              / window_stem(workload, point))
 
 
-def window_stem(workload: str, concurrency: int) -> str:
-    """A window's name in its restart's folder and id, and its files' name before suffixes."""
-    return f"{workload}-c{concurrency}"
+def window_stem(workload: str, point: LoadPoint | int) -> str:
+    """A window's name in its restart's folder and id, and its files' name before suffixes:
+    the workload and the load point (a concurrency alone: the point of that concurrency)."""
+    if not isinstance(point, LoadPoint):
+        point = LoadPoint(point)
+    return f"{workload}-{point.label}"
 
 
 @dataclass(frozen=True)

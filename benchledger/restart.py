@@ -56,6 +56,7 @@ from benchledger.restart_record import (
     fold_leftover_marks,
     utc_now,
 )
+from benchledger.slos import LoadPoint
 from benchledger.run_record import RecordMismatch, recorded_sweep, write_run_manifest
 from benchledger.sweep import (
     Arm,
@@ -215,17 +216,17 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                     tokenize_path=plan.arm.tokenize_path)
     items = window_items(layout, sweep, workload_name)  # checked against its sha256
     summaries = []
-    for concurrency in plan.concurrency:
-        window_id = layout.window_id(arm_name, k, workload_name, concurrency)
-        written = written_window(layout, arm_name, k, workload_name, concurrency)
+    for point in plan.load_points:
+        window_id = layout.window_id(arm_name, k, workload_name, point)
+        written = written_window(layout, arm_name, k, workload_name, point)
         if written is not None:
             log.info("%s: written whole by attempt %s; not measured again", window_id,
                      written.get("attempt"))
             summaries.append(_window_summary(written))
             continue
-        files = layout.window_files(arm_name, k, workload_name, concurrency)
+        files = layout.window_files(arm_name, k, workload_name, point)
         record.mark_started(files, window_id, attempt)
-        spec = _window_spec(plan, sweep, workload_name, window_id, concurrency, items)
+        spec = _window_spec(plan, sweep, workload_name, window_id, point, items)
         observers = _observers(record, sweep, plan, server, api_key)
         try:
             result, observations, gone = _run_window(record, sweep, plan, server, target, spec,
@@ -240,7 +241,7 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                                           workload.prompts if items is None else None,
                                           plan.min_requests, result, observations,
                                           gone[1] if gone else None, api_key, attempt,
-                                          sweep_sha256, samples)
+                                          sweep_sha256, samples, point)
         # Only once the files are in place: a failure or a kill before leaves the mark.
         raw.remove_quietly(files.started)
         if after_window is not None:
@@ -252,15 +253,18 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
 
 
 def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str,
-                 concurrency: int, items: Items | None = None) -> WindowSpec:
+                 point: LoadPoint, items: Items | None = None) -> WindowSpec:
     workload = sweep.workload(workload_name)
+    concurrency = point.concurrency
+    # a rung of a rate ladder, or the arm's one rate (None: closed loop)
+    rate_rps = point.rate_rps if point.rate_rps is not None else plan.single_rate_rps
     return WindowSpec(
         window_id=window_id,
         prompts=[] if items is not None else load_prompt_set(workload.prompts),
         requests=plan.requests, warmup=plan.warmup, concurrency=concurrency,
         max_tokens=workload.max_tokens or plan.max_tokens, temperature=plan.temperature,
         drain_timeout_s=plan.drain_timeout_s, request_timeout_s=plan.request_timeout_s,
-        arrival=plan.arrival, rate_rps=plan.rate_rps,
+        arrival=plan.arrival, rate_rps=rate_rps,
         prompt_cache=workload.prompt_cache or plan.prompt_cache,
         input_tokens=workload.input_tokens, seed=plan.seed,
         calibration_requests=(plan.arm.calibration_requests
@@ -386,8 +390,8 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
                            min_requests: int, result: WindowResult,
                            observations: dict[str, Any], gone: str | None,
                            api_key: str | None, attempt: Attempt,
-                           sweep_sha256: str | None, samples: Any = None
-                           ) -> raw.WindowManifest:
+                           sweep_sha256: str | None, samples: Any = None,
+                           point: LoadPoint | None = None) -> raw.WindowManifest:
     """write_window; when it fails, the restart manifest says so (and whether the server died)
     before the error is raised."""
     window_id = result.accounting["window_id"]
@@ -395,7 +399,7 @@ def _write_window_recorded(record: RestartRecord, workload: str, prompt_set: str
         manifest = write_window(record.layout, record.arm, record.k, workload, prompt_set,
                                 min_requests, result, observations, secret=api_key,
                                 attempt=attempt, sweep_sha256=sweep_sha256,
-                                telemetry=samples)
+                                telemetry=samples, point=point)
     except RawWriteError as exc:
         try:
             record.unwritten(window_id, str(exc), gone)
@@ -478,11 +482,13 @@ def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
                                 f"{': ' + error if error else ''}")
                 continue
             for workload in sweep.workloads:
-                for concurrency in plan.concurrency:
-                    files = layout.window_files(arm.name, k, workload.name, concurrency)
+                for point in plan.load_points:
+                    files = layout.window_files(arm.name, k, workload.name, point)
                     if not files.manifest.exists():
                         problems.append(f"{arm.name} r{k}: no window for {workload.name} "
-                                        f"at concurrency {concurrency}")
+                                        f"at concurrency {point.concurrency}"
+                                        + (f", {point.rate_rps:g} rps"
+                                           if point.rate_rps is not None else ""))
     return problems
 
 

@@ -64,6 +64,7 @@ from benchledger.sweep_types import (  # noqa: F401
     EndpointName,
     Host,
     MaxTokens,
+    OPEN_LOOP_ARRIVALS,
     Name,
     NodeProcess,
     RateRps,
@@ -78,6 +79,16 @@ from benchledger.sweep_types import (  # noqa: F401
     TokenCountName,
     URLPath,
     Warmup,
+)
+
+# [[slos]], [slo_target] and load points (re-exported: callers import them here).
+from benchledger.slos import (  # noqa: F401
+    MAX_SLOS,
+    LoadPoint,
+    Slo,
+    SloTarget,
+    load_points,
+    slos_problem,
 )
 
 # The [[workloads]] table (re-exported: callers import it here).
@@ -131,7 +142,8 @@ class Defaults(Strict):
     ready_timeout_s: Seconds = 120.0
     endpoint: EndpointName = "chat"
     # closed: keep `concurrency` requests outstanding. poisson: open-loop arrivals at
-    # rate_rps (seeded), at most `concurrency` outstanding (like vLLM bench's max-concurrency).
+    # rate_rps (seeded), at most `concurrency` outstanding (like vLLM bench's max-concurrency);
+    # constant: the same, evenly spaced. rate_rps = [...]: a rate ladder (issue #27).
     arrival: Arrival = "closed"
     rate_rps: RateRps | None = None
     prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
@@ -273,7 +285,10 @@ class Arm(_PerArmKeys):
 # Metrics a comparison may name (see warehouse/metrics.py for what each one is).
 ComparableMetric = Literal["decode_rate", "e2e_rate", "prefill_rate", "ttft", "tpot",
                            "e2e_latency", "throughput", "success_fraction",
-                           "completion_fraction", "energy_per_token", "tokens_per_joule"]
+                           "completion_fraction", "energy_per_token", "tokens_per_joule",
+                           # issue #27: goodput and attainment under the sweep's SLOs, and
+                           # the throughput-interactivity frontier at every shared load point
+                           "goodput", "slo_attainment", "frontier"]
 COMPARABLE_METRICS: tuple[str, ...] = get_args(ComparableMetric)
 
 
@@ -283,8 +298,12 @@ class Comparison(Strict):
     a: Name
     b: Name
     metric: ComparableMetric
-    numerator: Literal["output_tokens", "input_plus_output_tokens"] | None = None
-    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)  # default: the lowest shared
+    numerator: Literal["output_tokens", "input_plus_output_tokens",
+                       "requests_meeting_all_slos"] | None = None
+    # the load point compared (default: the lowest both arms share; a frontier comparison:
+    # every point both share)
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
+    rate_rps: float | None = Field(None, gt=0, le=1e6)  # a rung of both arms' rate ladders
     # An arm run twice under two names (A/A): a difference no larger than theirs is noise.
     control: list[Name] | None = Field(None, min_length=2, max_length=2)
 
@@ -314,7 +333,7 @@ class ArmPlan(BaseModel):
     ready_timeout_s: float
     endpoint: EndpointName
     arrival: Arrival
-    rate_rps: float | None
+    rate_rps: float | list[float] | None
     prompt_cache: Literal["warm", "cold"]
     seed: int
     reconcile_tolerance: float
@@ -328,6 +347,21 @@ class ArmPlan(BaseModel):
     max_burst_fraction: float
     max_arrival_lag_ms: float
     arm: Arm
+
+    @property
+    def load_points(self) -> list[LoadPoint]:
+        """One window per restart and workload at each: every concurrency, and on a rate
+        ladder every rate at each concurrency."""
+        return load_points(self.concurrency, self.rate_rps)
+
+    @property
+    def rate_ladder(self) -> bool:
+        return isinstance(self.rate_rps, list)
+
+    @property
+    def single_rate_rps(self) -> float | None:
+        """The arm's one requested rate (None: none, or a ladder: each point has its own)."""
+        return None if isinstance(self.rate_rps, list) else self.rate_rps
 
     @property
     def protocol_floor(self) -> int:
@@ -345,6 +379,19 @@ class Sweep(Strict):
     arms: list[Arm] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
     comparisons: list[Comparison] = Field(default_factory=list)
+    slos: list[Slo] = Field(default_factory=list, max_length=MAX_SLOS)
+    slo_target: SloTarget = Field(default_factory=SloTarget)
+
+    @model_validator(mode="after")
+    def _slos_name_workloads(self) -> Sweep:
+        problem = slos_problem(self.slos, [w.name for w in self.workloads])
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def slos_of(self, workload: str) -> list[Slo]:
+        """The SLOs a workload's requests are held to."""
+        return [slo for slo in self.slos if slo.applies_to(workload)]
 
     @model_validator(mode="after")
     def _comparisons_are_ab(self) -> Sweep:
@@ -515,8 +562,12 @@ def _never_publishes(plan: ArmPlan) -> str | None:
 
 
 def _arrival_problem(plan: ArmPlan) -> str | None:
-    if plan.arrival == "poisson" and plan.rate_rps is None:
-        return "arrival = 'poisson' needs rate_rps (in [defaults] or the arm)"
+    if plan.arrival in OPEN_LOOP_ARRIVALS and plan.rate_rps is None:
+        return f"arrival = '{plan.arrival}' needs rate_rps (in [defaults] or the arm)"
+    if plan.rate_ladder and plan.arrival not in OPEN_LOOP_ARRIVALS:
+        return (f"rate_rps = {plan.rate_rps} is a rate ladder, and arrival = "
+                f"'{plan.arrival}' sends no rate: set arrival = 'poisson' or 'constant' "
+                "(a closed loop's ladder is its concurrency list)")
     return None
 
 

@@ -66,8 +66,14 @@ MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Temperature = Annotated[float, Field(ge=0.0, le=100.0)]
 Concurrency = Annotated[list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]],
                         Field(min_length=1, max_length=100)]
-Arrival = Literal["closed", "poisson"]
-RateRps = Annotated[float, Field(gt=0, le=1e6)]
+# closed: `concurrency` users, each sending its next request when the last one ends;
+# poisson: open-loop arrivals at rate_rps, exponential gaps (seeded); constant: open loop at
+# rate_rps, evenly spaced. Open loops keep at most `concurrency` requests outstanding.
+Arrival = Literal["closed", "poisson", "constant"]
+OPEN_LOOP_ARRIVALS = ("poisson", "constant")
+Rate = Annotated[float, Field(gt=0, le=1e6)]
+# One rate, or a rate ladder (issue #27): one load point per rate (and concurrency).
+RateRps = Rate | Annotated[list[Rate], Field(min_length=1, max_length=100)]
 # nvidia-smi on the measuring node; an HTTP endpoint of nvidia-smi's fields as JSON (the
 # simulator's /clocks); NVIDIA's dcgm-exporter page on every node of the deployment.
 ClockSource = Literal["nvidia-smi", "http", "dcgm", "none"]

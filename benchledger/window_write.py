@@ -23,6 +23,7 @@ from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout, WindowManifest
 from benchledger.records import file_sha256, requests_table
 from benchledger.redaction import redact
 from benchledger.restart_record import RawWriteError, os_error_text
+from benchledger.slos import LoadPoint
 
 
 def ns_to_iso(wall_ns: int) -> str:
@@ -33,16 +34,19 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
                  min_requests: int, result: WindowResult,
                  observations: dict[str, Any] | None = None, secret: str | None = None,
                  attempt: Attempt = NO_ATTEMPT, sweep_sha256: str | None = None,
-                 telemetry: pa.Table | None = None) -> WindowManifest:
+                 telemetry: pa.Table | None = None,
+                 point: LoadPoint | None = None) -> WindowManifest:
     """Write one window's raw files: the requests (Parquet), what the server and node
     said during it (JSON) and its accounting (the manifest, JSON, written last). The
     manifest names the attempt that measured the window, its worker and the sha256 of the
     sweep text it was measured under. `telemetry`: the GPU samples of every node during
     it (benchledger.telemetry), stored as Parquet beside the requests (None: no source).
     `secret` (the server's API key) is redacted from everything written; any OSError
-    removes the .tmp files and raises RawWriteError."""
+    removes the .tmp files and raises RawWriteError. `point`: the load point it measured
+    (default: its concurrency's)."""
     accounting = result.accounting
-    files = layout.window_files(arm, k, workload, accounting["concurrency"])
+    point = point or LoadPoint(accounting["concurrency"])
+    files = layout.window_files(arm, k, workload, point)
     # the manifest last
     order = (files.observed, files.requests, *(() if telemetry is None else (files.telemetry,)),
              files.manifest)
@@ -77,6 +81,7 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
             "run_id": layout.run_id,
             "arm": arm,
             "workload": workload,
+            "load_point": point.label,
             "prompt_set": prompt_set,
             "min_requests": min_requests,
             "attempt": attempt.number,
@@ -101,11 +106,11 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
 
 
 def written_window(layout: RunLayout, arm: str, k: int, workload: str,
-                   concurrency: int) -> WindowManifest | None:
+                   point: LoadPoint | int) -> WindowManifest | None:
     """The manifest of a window whose files are in place and whole (each file it names has
     the sha256 it records), else None: such a window is never measured twice. A manifest
     naming a file that changed (a write killed between renames) does not count."""
-    files = layout.window_files(arm, k, workload, concurrency)
+    files = layout.window_files(arm, k, workload, point)
     try:
         manifest: dict[str, Any] = raw.read_json(files.manifest)
     except (OSError, ValueError):
@@ -113,7 +118,7 @@ def written_window(layout: RunLayout, arm: str, k: int, workload: str,
     named = [(manifest.get("requests_file"), manifest.get("requests_file_sha256")),
              (manifest.get("observed_file"), manifest.get("observed_file_sha256")),
              (manifest.get("telemetry_file"), manifest.get("telemetry_file_sha256"))]
-    if manifest.get("window_id") != layout.window_id(arm, k, workload, concurrency) \
+    if manifest.get("window_id") != layout.window_id(arm, k, workload, point) \
             or not named[0][0]:
         return None
     for name, sha256 in named:

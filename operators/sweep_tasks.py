@@ -398,13 +398,15 @@ def derive(sweep_name: str) -> dict:
     from benchledger.warehouse.compare import derive_comparisons
     from benchledger.warehouse.db import connect, mark_run_ended, recorded_sweep
     from benchledger.warehouse.derive import derive_entries
+    from benchledger.warehouse.frontier import derive_frontier
 
     paths = run_paths()
     docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
     with connect(paths.warehouse) as con:
         sweep = recorded_sweep(con, paths.run_id)  # parsed once, for both
         counts = {"entries": derive_entries(con, paths.run_id, docs_dir=docs, sweep=sweep),
-                  "comparisons": derive_comparisons(con, paths.run_id, sweep)}
+                  "comparisons": derive_comparisons(con, paths.run_id, sweep),
+                  "frontier": derive_frontier(con, paths.run_id, sweep)}
         mark_run_ended(con, paths.run_id)
     lineage.report_derive(paths.warehouse, docs)
     outlet_events = get_current_context()["outlet_events"]

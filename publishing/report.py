@@ -16,6 +16,14 @@ HEADLINE = (("decode_rate", "output_tokens"), ("e2e_rate", "output_tokens"),
             ("energy_per_token", "gpu_energy_j"))
 
 
+def load_point(row: object) -> str:
+    """A row's load point: c=8, or c=64 r=2.5 on a rate ladder (issue #27)."""
+    point = getattr(row, "load_point", None)
+    if isinstance(point, str) and point:
+        return point.replace("c", "c=", 1).replace("-r", " r=")
+    return f"c={getattr(row, 'concurrency')}"
+
+
 def _number(value) -> str:
     if value is None or pd.isna(value):
         return "-"
@@ -77,7 +85,7 @@ def format_entries(entries: pd.DataFrame) -> str:
                  if on]
         rows.append({
             "arm": e.arm, "workload": e.workload, "metric": e.metric, "phase": e.phase,
-            "scope": f"{e.scope} c={e.concurrency}",
+            "scope": f"{e.scope} {load_point(e)}",
             "numerator": e.numerator if isinstance(e.numerator, str) else "",
             "mean": f"{_number(e.value)} {e.unit}", "95% CI": _interval(e.ci95_low, e.ci95_high),
             "n": e.n_requests, "restarts": e.n_restarts,
@@ -182,7 +190,7 @@ def format_variance(report: pd.DataFrame) -> str:
     if report.empty:
         return "  (none)"
     rows = [{"arm": r.arm, "workload": r.workload, "metric": r.metric,
-             "scope": f"{r.scope} c={r.concurrency}", "restarts": r.n_restarts,
+             "scope": f"{r.scope} {load_point(r)}", "restarts": r.n_restarts,
              "CV within restarts": _percent(r.cv_within_restarts),
              "CV between restarts": _percent(r.cv_between_restarts)}
             for r in report.itertuples()]
@@ -235,7 +243,7 @@ def format_ruler(windows: pd.DataFrame) -> str:
                    else "-" if not _known(w.lag_within_bound)
                    else "within bound" if w.lag_within_bound else "BEYOND BOUND")
         rows.append({
-            "arm": w.arm, "workload": w.workload, "c": w.concurrency,
+            "arm": w.arm, "workload": w.workload, "load": load_point(w),
             "restart": _count(w.restart_index), "workers": _count(w.client_workers),
             "lag p50 ms": _ms(w.client_lag_p50_ms), "lag p99 ms": _ms(w.client_lag_p99_ms),
             "CPU share": _share(w.client_cpu_share),

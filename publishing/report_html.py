@@ -20,6 +20,7 @@ from benchledger.publishing.evidence import (
     section_rows,
 )
 from benchledger.publishing.findings import FINDINGS_TITLE, speculation_finding_lines
+from benchledger.publishing.report import load_point
 from benchledger.publishing.read import (
     blocks,
     comparisons,
@@ -102,7 +103,7 @@ def plot_restart_dots(requests: pd.DataFrame, entries: pd.DataFrame) -> str | No
         ax.set_xticks(list(range(len(restarts))) + [right, right + 0.5],
                       [f"r{r.rsplit('/r', 1)[-1]}" for r in restarts] + ["req", "restart"])
         flag = " (restart effect)" if entry.restart_effect is True else ""
-        ax.set_title(f"{entry.arm} / {entry.workload} c={entry.concurrency}{flag}",
+        ax.set_title(f"{entry.arm} / {entry.workload} {load_point(entry)}{flag}",
                      fontsize=8)
     for row in axes:
         row[0].set_ylabel("decode rate (tok/s), per request")
@@ -115,6 +116,9 @@ def plot_arms_side_by_side(entries: pd.DataFrame) -> str | None:
     cells = entries[(entries["metric"] == "decode_rate") & (entries["scope"] != "aggregate")
                     & (entries["statistic"] == "mean")]
     cells = cells[cells["concurrency"] == cells.groupby("arm")["concurrency"].transform("min")]
+    # one bar per arm and workload: on a rate ladder, its lowest rate
+    cells = cells.sort_values("requested_rate_rps", na_position="first").drop_duplicates(
+        ["arm", "workload"])
     if cells.empty:
         return None
     plt = _pyplot()

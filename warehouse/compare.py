@@ -29,13 +29,16 @@ from benchledger.stats import (
     welch,
     welch_from_summary,
 )
-from benchledger.sweep import Comparison, Sweep
+from benchledger.sweep import Comparison, LoadPoint, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
 WINDOW_LEVEL = {"throughput", "completion_fraction", "success_fraction", "energy_per_token",
-                "tokens_per_joule"}
+                "tokens_per_joule", "goodput", "slo_attainment"}
+# The numerator a comparison reads where it names none.
+DEFAULT_NUMERATOR = {"throughput": "output_tokens", "goodput": "output_tokens",
+                     "slo_attainment": "requests_meeting_all_slos"}
 # Units of which less is better (latencies, energy per token); of every other unit, more.
 LOWER_IS_BETTER = {"s", "J/token"}
 
@@ -134,12 +137,14 @@ def decide(diff: Difference | None, higher_is_better: bool, control: float | Non
 
 
 def _side(entries: pd.DataFrame, restart_means: pd.DataFrame, arm: str, workload: str,
-          metric: str, numerator: str | None, concurrency: int) -> Side:
+          metric: str, numerator: str | None, point: LoadPoint) -> Side:
     level = entries["scope"] == "aggregate" if metric in WINDOW_LEVEL else (
         entries["scope"] != "aggregate")
     match = entries[(entries["arm"] == arm) & (entries["workload"] == workload)
-                    & (entries["metric"] == metric) & (entries["concurrency"] == concurrency)
+                    & (entries["metric"] == metric) & (entries["load_point"] == point.label)
                     & (entries["statistic"] == "mean") & level]
+    if metric == "slo_attainment":  # over all submitted requests, every SLO
+        match = match[match["population"] == "all_submitted"]
     if numerator is not None:
         match = match[match["numerator"] == numerator]
     if match.empty:
@@ -159,11 +164,39 @@ def _difference(a: Side, b: Side, single_instance: bool) -> Difference | None:
     return welch_from_summary(summary[0], summary[1])
 
 
-def _concurrency(sweep: Sweep, comparison: Comparison) -> int | None:
-    if comparison.concurrency is not None:
-        return comparison.concurrency
-    shared = set(sweep.arm(comparison.a).concurrency) & set(sweep.arm(comparison.b).concurrency)
-    return min(shared) if shared else None
+def shared_points(sweep: Sweep, comparison: Comparison) -> list[LoadPoint]:
+    """The load points both arms (and the control's) measured, lowest first, narrowed to the
+    comparison's concurrency and rate where it names them."""
+    arms = [comparison.a, comparison.b, *(comparison.control or [])]
+    shared = set.intersection(*(set(sweep.arm(arm).load_points) for arm in arms))
+    return sorted(p for p in shared
+                  if comparison.concurrency in (None, p.concurrency)
+                  and comparison.rate_rps in (None, p.rate_rps))
+
+
+# A frontier comparison's two axes: (metric, numerator) of the comparisons made at each point.
+FRONTIER_AXES = (("throughput", "output_tokens"), ("decode_rate", "output_tokens"))
+
+
+def _expanded(sweep: Sweep) -> list[Comparison]:
+    """The sweep's comparisons, each frontier comparison as its two axes at every load point
+    the arms share (warehouse/frontier.py reads them back as findings)."""
+    out = []
+    for comparison in sweep.comparisons:
+        if comparison.metric != "frontier":
+            out.append(comparison)
+            continue
+        out += [comparison.model_copy(update={
+                    "metric": metric, "numerator": numerator,
+                    "concurrency": point.concurrency, "rate_rps": point.rate_rps})
+                for point in shared_points(sweep, comparison)
+                for metric, numerator in FRONTIER_AXES]
+    return out
+
+
+def _point(sweep: Sweep, comparison: Comparison) -> LoadPoint | None:
+    points = shared_points(sweep, comparison)
+    return points[0] if points else None
 
 
 def _arm_config(restarts: pd.DataFrame, arm: str) -> str | None:
@@ -185,8 +218,10 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
     restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
     restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "
                            "WHERE run_id = ?", [run_id]).df()
+    entries["load_point"] = entries["load_point"].fillna(
+        "c" + entries["concurrency"].astype(str))
     pending = []
-    for comparison in sweep.comparisons:
+    for comparison in _expanded(sweep):
         pairs = [("ab", comparison)]
         if comparison.control:  # the A/A is recorded too: its own verdict says if it held
             control = comparison.model_copy(update={"a": comparison.control[0],
@@ -292,28 +327,35 @@ class Measured:
 def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
              entries: pd.DataFrame, restart_means: pd.DataFrame, restarts: pd.DataFrame,
              run_id: str) -> Measured:
-    c = _concurrency(sweep, comparison)
-    numerator = comparison.numerator or ("output_tokens" if comparison.metric == "throughput"
-                                         else None)
-    labels = [role, comparison.a, comparison.b, workload, comparison.metric, numerator, c]
+    point = _point(sweep, comparison)
+    c = point.concurrency if point else None
+    numerator = comparison.numerator or DEFAULT_NUMERATOR.get(comparison.metric)
+    # a rate ladder's rung is part of what is compared (a concurrency's own point keeps the
+    # ids comparisons had before load points)
+    rung = [point.label] if point is not None and point.rate_rps is not None else []
+    labels = [role, comparison.a, comparison.b, workload, comparison.metric, numerator, c,
+              *rung]
     record: dict[str, Any] = {
         "comparison_id": hashlib.sha256(json.dumps([run_id, *labels]).encode()).hexdigest()[:20],
         "run_id": run_id, "role": role, "a": comparison.a, "b": comparison.b,
         "workload": workload,
         "metric": comparison.metric, "numerator": numerator, "concurrency": c or 0,
+        "load_point": point.label if point else None,
+        "rate_rps": point.rate_rps if point else None,
         "control_a": comparison.control[0] if comparison.control else None,
         "control_b": comparison.control[1] if comparison.control else None,
         "harness_version": __version__, "derived_at": datetime.now(UTC),
     }
     out = Measured(record, role, comparison.a, comparison.b,
                    has_control=bool(comparison.control))
-    if c is None:
+    if point is None:
         out.early = {"verdict": "not decidable",
-                     "reason": "the arms share no concurrency to compare at"}
+                     "reason": "the arms share no load point (concurrency, rate) to compare at"}
         return out
 
     def side(arm: str) -> Side:
-        return _side(entries, restart_means, arm, workload, comparison.metric, numerator, c)
+        return _side(entries, restart_means, arm, workload, comparison.metric, numerator,
+                     point)
 
     a, b = out.a, out.b = side(comparison.a), side(comparison.b)
     record.update(a_entry_id=_id(a), b_entry_id=_id(b), a_restarts=len(a.restarts),

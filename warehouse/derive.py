@@ -42,7 +42,7 @@ from benchledger.rules import (
     names_with_effect,
 )
 from benchledger.stats import t_bounds
-from benchledger.sweep import ArmPlan, Sweep
+from benchledger.sweep import ArmPlan, LoadPoint, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.entries import (
     Block,
@@ -58,7 +58,7 @@ from benchledger.warehouse.entries import (
     window_labels,
     window_totals,
 )
-from benchledger.warehouse.metrics import LOG_METRICS, WINDOW_METRICS
+from benchledger.warehouse.metrics import LOG_METRICS, WINDOW_METRICS, slo_window_metrics
 from benchledger.warehouse.reconcile import COUNTERS
 from benchledger.warehouse.validate import coverage_subject
 
@@ -147,13 +147,13 @@ def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
 
 @dataclass
 class Cell:
-    """One (arm, workload, concurrency) of a run: its windows, what passed, what failed."""
+    """One (arm, workload, load point) of a run: its windows, what passed, what failed."""
 
     index: int
     run_id: str
     plan: ArmPlan
     workload: str
-    concurrency: int
+    point: LoadPoint
     passing: pd.DataFrame  # windows whose every rule passed, with their request totals
     failed_rules: pd.DataFrame  # latest failed validations of its restarts and windows
     timing_rules: pd.DataFrame  # its failed TIMING_RULES: they block its timing entries only
@@ -176,13 +176,15 @@ class Cell:
         w, arm = self.passing, self.plan.arm
         return {
             "run_id": self.run_id, "arm": arm.name, "workload": self.workload,
-            "concurrency": self.concurrency,
-            "scope": scope(self.concurrency, self.plan.arrival), **window_labels(w),
+            "concurrency": self.point.concurrency, "load_point": self.point.label,
+            "scope": scope(self.point.concurrency, self.plan.arrival), **window_labels(w),
             "model": arm.model, "server_kind": arm.server,
             "server_version": _single(self.restarts["server_version"]),
             "effective_config_sha256": _single(self.restarts["effective_config_sha256"]),
             "max_tokens": _single(w["max_tokens"]), "temperature": _single(w["temperature"]),
-            "arrival": self.plan.arrival, "requested_rate_rps": self.plan.rate_rps,
+            "arrival": self.plan.arrival,
+            "requested_rate_rps": (self.point.rate_rps if self.point.rate_rps is not None
+                                   else self.plan.single_rate_rps),
             "achieved_rate_rps": _mean(w["achieved_rate_rps"]),
             "prompt_cache": _single(w["prompt_cache"]),
             "input_tokens_target": _single(w["input_tokens_target"]),
@@ -232,12 +234,12 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
         plan = sweep.plan(arm)
         restarts = facts.restarts[facts.restarts["arm"] == arm.name]
         for workload in sweep.workloads:
-            for concurrency in plan.concurrency:
+            for point in plan.load_points:
                 windows = facts.windows[(facts.windows["arm"] == arm.name)
                                         & (facts.windows["workload"] == workload.name)
-                                        & (facts.windows["concurrency"] == concurrency)]
+                                        & (facts.windows["load_point"] == point.label)]
                 subjects = (set(restarts["restart_id"]) | set(windows["window_id"])
-                            | {coverage_subject(run_id, arm.name, workload.name, concurrency)})
+                            | {coverage_subject(run_id, arm.name, workload.name, point)})
                 passing = windows[~windows["window_id"].isin(failed_subjects)
                                   & ~windows["restart_id"].isin(failed_subjects)
                                   & ~windows["restart_id"].isin(excluded_restarts)]
@@ -246,7 +248,7 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
                 out = bad["expectation"].isin(EXCLUDING_RULES)
                 only_timing = bad["expectation"].isin(TIMING_RULES)
                 logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
-                cells.append(Cell(len(cells), run_id, plan, workload.name, concurrency,
+                cells.append(Cell(len(cells), run_id, plan, workload.name, point,
                                   passing, bad[~out & ~only_timing], bad[only_timing], rules,
                                   restarts, bad[out], logs, facts.counter_checks,
                                   speculation_source(arm.is_speculative,
@@ -334,11 +336,37 @@ def _log_entries(cell: Cell) -> list[Candidate]:
     return out
 
 
+def _slo_totals(con: duckdb.DuckDBPyConnection, sweep: Sweep, cells: list[Cell],
+                windows: pd.DataFrame) -> pd.DataFrame:
+    """By window_id: each SLO's met requests (`slo_met:<name>`), and over every SLO of the
+    window's workload `slo_met_all` and `slo_met_output_tokens` (queries/derive_slo_sums.sql);
+    no columns when no cell has an SLO."""
+    slos = pd.DataFrame([(cell.index, slo.name, slo.metric, slo.max_s)
+                         for cell in cells for slo in sweep.slos_of(cell.workload)],
+                        columns=["cell", "slo", "metric", "max_s"])
+    if slos.empty or windows.empty:
+        return pd.DataFrame(index=pd.Index([], name="window_id"))
+    con.register("derive_slos", slos)
+    con.register("derive_windows", windows)
+    try:
+        sums = query_frame(con, "derive_slo_sums")
+    finally:
+        con.unregister("derive_slos")
+        con.unregister("derive_windows")
+    wide = sums.pivot(index="window_id", columns="slo", values="met")
+    wide.columns = ["slo_met_all" if c == "*" else f"slo_met:{c}" for c in wide.columns]
+    tokens = sums[sums["slo"] == "*"].set_index("window_id")["met_output_tokens"]
+    return wide.join(tokens.rename("slo_met_output_tokens"))
+
+
 def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
                 run_id: str) -> list[Candidate]:
     cells = _cells(facts, run_id)
     windows = _derive_windows(cells)
     totals = window_totals(con, windows)
+    slo_totals = _slo_totals(con, facts.sweep, cells, windows)
+    if not slo_totals.empty:
+        totals = totals.join(slo_totals)
     pooled, per_restart = request_stats(con, windows)
     restarts = RestartLevel(per_restart, _restart_level(per_restart))
     counters = {wid: dict(zip(g["name"], g["delta"], strict=True))
@@ -349,7 +377,9 @@ def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
         valued = cell.passing.assign(counters=[counters.get(w, {})
                                                for w in cell.passing["window_id"]])
         counts = {"completed": cell.n_done, "submitted": int(cell.passing["submitted"].sum())}
-        made = cell_candidates(cell.index, pooled, restarts, valued, WINDOW_METRICS, counts)
+        metrics = WINDOW_METRICS + slo_window_metrics(
+            [slo.name for slo in facts.sweep.slos_of(cell.workload)])
+        made = cell_candidates(cell.index, pooled, restarts, valued, metrics, counts)
         _chunk_warning(made)
         _energy_source(made, cell.passing)
         made += _log_entries(cell)

@@ -198,8 +198,13 @@ def identify(c: Candidate, run_id: str, inputs: Iterable[tuple[Any, Any]],
     """Set the candidate's entry_key (its labels, and `more` where those do not tell two
     entries apart) and entry_id (the key, `inputs` and its blocks)."""
     e = c.entry
+    # A rate ladder's rung is part of what the entry is (a concurrency's own point keeps
+    # the key entries had before load points, so re-derived runs keep their keys).
+    point = e.get("load_point")
+    rung = (point,) if point and point != f"c{e['concurrency']}" else ()
     e["entry_key"] = entry_key(run_id, e["arm"], e["workload"], e["metric"], e["scope"],
-                               e["concurrency"], e["statistic"], e["numerator"], *more)
+                               e["concurrency"], e["statistic"], e["numerator"], *rung,
+                               *more)
     e["entry_id"] = entry_id(e["entry_key"], inputs, c.blocked)
 
 
@@ -335,7 +340,8 @@ def _window_entries(windows: pd.DataFrame, specs: Iterable[WindowMetric],
     """Entries over windows (scope aggregate): one value per window, mean over windows.
     by_restart: each window is one restart's (measured), with entry_restart_means rows and
     the interval over them; else the one window's value (an import)."""
-    rows = [pd.Series(w._asdict()) for w in windows.itertuples(index=False)]
+    # (records, not itertuples: column names such as slo_met:<name> stay as they are)
+    rows = [pd.Series(w) for w in windows.to_dict("records")]
     out = []
     for spec in specs:
         values: dict[Any, float] = {}

@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from benchledger.rules.core import SLO_MET  # goodput's population
+
 PERCENTILES = (50, 90, 99)
 LATENCY_STATS = tuple(f"p{q}" for q in PERCENTILES)
 
@@ -282,10 +284,79 @@ WINDOW_METRICS = (
                  _gpu_power, optional=True),
 )
 # The window metrics whose value rests on the stamps of stream events (WindowMetric.stamped).
-STAMPED_WINDOW_METRICS = frozenset(m.metric for m in WINDOW_METRICS if m.stamped)
+# Goodput and attainment (slo_window_metrics, made per sweep) are judged on each request's
+# stamps: a stream rule blocks them as it blocks the other stamped window metrics.
+SLO_METRICS = frozenset({"goodput", "slo_attainment", "slo_attainment_completed"})
+STAMPED_WINDOW_METRICS = frozenset(m.metric for m in WINDOW_METRICS if m.stamped) \
+    | SLO_METRICS
 
 # Server log lines (T2): each field under its own metric name, as peak and mean; never
 # the delivered rate (the entry gate checks these names stay apart).
 LOG_METRICS = (("server_log_generation_throughput", "generation_tok_s"),
                ("server_log_prompt_throughput", "prompt_tok_s"),
                ("server_log_accepted_throughput", "accepted_tok_s"))
+
+
+# --- SLOs (issue #27) ------------------------------------------------------------------------
+# A window's SLO totals (queries/derive_slo_sums.sql, joined by warehouse/derive.py): per SLO
+# `slo_met:<name>`, and over every SLO of its workload `slo_met_all` requests with their
+# `slo_met_output_tokens`. Failed and unfinished requests meet no SLO.
+MEETING_ALL = "requests_meeting_all_slos"
+
+
+def _met(w: pd.Series, column: str) -> float | None:
+    value = w.get(column)
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _goodput_requests(w: pd.Series) -> float | None:
+    return _per_elapsed(_met(w, "slo_met_all"), w) if _met(w, "slo_met_all") is not None \
+        else None
+
+
+def _goodput_tokens(w: pd.Series) -> float | None:
+    tokens = _met(w, "slo_met_output_tokens")
+    return None if tokens is None or _reasoned(w) else _per_elapsed(tokens, w)
+
+
+def _goodput_tokens_with_reasoning(w: pd.Series) -> float | None:
+    tokens = _met(w, "slo_met_output_tokens")
+    return None if tokens is None or not _reasoned(w) else _per_elapsed(tokens, w)
+
+
+def _share(column: str, of: str) -> Callable[[pd.Series], float | None]:
+    def value(w: pd.Series) -> float | None:
+        met, total = _met(w, column), w[of] if of == "submitted" else w["n_done"]
+        return None if met is None or not total else met / float(total)
+    return value
+
+
+def slo_window_metrics(slo_names: list[str]) -> tuple[WindowMetric, ...]:
+    """Goodput and attainment of a cell whose workload has these SLOs (none: no metric)."""
+    if not slo_names:
+        return ()
+    out = [
+        # DistServe's goodput: the rate of requests (and of their tokens) that met every
+        # SLO; failed and unfinished requests are in no numerator.
+        WindowMetric("goodput", "req/s", "end_to_end", MEETING_ALL, WINDOW_ELAPSED,
+                     _goodput_requests, SLO_MET, "submitted", stamped=True),
+        WindowMetric("goodput", "tok/s", "end_to_end", "output_tokens", WINDOW_ELAPSED,
+                     _goodput_tokens, SLO_MET, "submitted", optional=True, stamped=True),
+        WindowMetric("goodput", "tok/s", "end_to_end", "output_tokens_with_reasoning",
+                     WINDOW_ELAPSED, _goodput_tokens_with_reasoning, SLO_MET, "submitted",
+                     optional=True, stamped=True),
+        # Attainment over all submitted requests (failed and unfinished count as misses),
+        # and over the completed ones only: each labelled by its population (T14).
+        WindowMetric("slo_attainment", "fraction", "end_to_end", MEETING_ALL,
+                     "submitted_requests", _share("slo_met_all", "submitted"),
+                     "all_submitted", "submitted", stamped=True),
+        WindowMetric("slo_attainment_completed", "fraction", "end_to_end", MEETING_ALL,
+                     "completed_requests", _share("slo_met_all", "completed"),
+                     "completed_only", "completed", stamped=True),
+    ]
+    out += [WindowMetric("slo_attainment", "fraction", "end_to_end",
+                         f"requests_meeting_slo:{name}", "submitted_requests",
+                         _share(f"slo_met:{name}", "submitted"), "all_submitted", "submitted",
+                         stamped=True)
+            for name in slo_names]
+    return tuple(out)

@@ -12,23 +12,25 @@ import pandas as pd
 from benchledger import rules as R
 from benchledger.expectations.gate import REQUEST_COLUMNS, RuleResult, run_gate
 from benchledger.rules import RULESET_VERSION, QueryCheck, Rule
-from benchledger.sweep import Sweep
+from benchledger.sweep import LoadPoint, Sweep
 from benchledger.warehouse.db import insert_frame, query_frame, query_sql, recorded_sweep
 from benchledger.warehouse.reconcile import reconcile_run
 
 
-def coverage_subject(run_id: str, arm: str, workload: str, concurrency: int) -> str:
-    return f"{run_id}/{arm}/{workload}-c{concurrency}"
+def coverage_subject(run_id: str, arm: str, workload: str, point: LoadPoint | int) -> str:
+    if not isinstance(point, LoadPoint):
+        point = LoadPoint(point)
+    return f"{run_id}/{arm}/{workload}-{point.label}"
 
 
 def planned_cells(run_id: str, sweep: Sweep) -> pd.DataFrame:
-    """The run's plan: one row per (arm, workload, concurrency) with its planned windows."""
-    rows = [(coverage_subject(run_id, arm.name, workload.name, concurrency), arm.name,
-             workload.name, concurrency, sweep.plan(arm).restarts)
+    """The run's plan: one row per (arm, workload, load point) with its planned windows."""
+    rows = [(coverage_subject(run_id, arm.name, workload.name, point), arm.name,
+             workload.name, point.concurrency, point.label, sweep.plan(arm).restarts)
             for arm in sweep.arms for workload in sweep.workloads
-            for concurrency in sweep.plan(arm).concurrency]
+            for point in sweep.plan(arm).load_points]
     return pd.DataFrame(rows, columns=["subject", "arm", "workload", "concurrency",
-                                       "planned_windows"])
+                                       "load_point", "planned_windows"])
 
 
 def query_check_results(con: duckdb.DuckDBPyConnection, rule: Rule, run_id: str,

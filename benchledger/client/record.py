@@ -26,8 +26,9 @@ class WindowSpec:
     temperature: float
     drain_timeout_s: float
     request_timeout_s: float
-    arrival: str = "closed"  # closed | poisson (open loop, capped at `concurrency`)
-    rate_rps: float | None = None  # poisson: the requested arrival rate
+    # closed | poisson | constant (open loops capped at `concurrency` outstanding)
+    arrival: str = "closed"
+    rate_rps: float | None = None  # an open loop's requested arrival rate
     prompt_cache: str = "warm"  # cold: a unique seeded prefix on every prompt
     input_tokens: int | None = None  # filler words in front of each prompt (long inputs)
     seed: int = 0

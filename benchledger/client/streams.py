@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -49,15 +50,22 @@ def poisson_arrivals(rate_rps: float, seed: int) -> Iterator[float]:
         yield t
 
 
+def constant_arrivals(rate_rps: float) -> Iterator[float]:
+    """Evenly spaced open-loop arrival times (seconds from the first), lazily."""
+    return (i / rate_rps for i in itertools.count())
+
+
 def arrivals(spec: WindowSpec) -> Iterator[float] | None:
     """The measured part's schedule: None for a closed loop. A trace's own arrival times
     (a prepared trace workload) are replayed open loop whatever the arm's arrival says."""
     if spec.items is not None and spec.items.trace:
         return iter(spec.items.arrivals(spec.requests))
-    if spec.arrival != "poisson":
+    if spec.arrival not in ("poisson", "constant"):
         return None
-    if spec.rate_rps is None:  # the sweep refuses this (arrival = 'poisson' needs rate_rps)
-        raise ValueError(f"window {spec.window_id}: arrival = 'poisson' needs rate_rps")
+    if spec.rate_rps is None:  # the sweep refuses this (an open loop needs rate_rps)
+        raise ValueError(f"window {spec.window_id}: arrival = '{spec.arrival}' needs rate_rps")
+    if spec.arrival == "constant":
+        return constant_arrivals(spec.rate_rps)
     return poisson_arrivals(spec.rate_rps, spec.seed)
 
 

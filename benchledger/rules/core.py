@@ -107,6 +107,9 @@ SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server
 # The population label of a value computed from the completed requests alone (written by
 # warehouse.derive and warehouse.evidence_entries), which the population rules demand.
 COMPLETED_ONLY = "completed_only"
+# Goodput's population (issue #27): the requests that met every SLO, judged over all
+# submitted (a failed or unfinished request meets none).
+SLO_MET = "slo_met"
 
 # What the code of a GX check works on: a suite's prepared frame (a RangeIndex, so row
 # labels are positions), row positions in it, and the expectation's arguments.

@@ -16,6 +16,7 @@ from benchledger.rules.core import (
     BALANCED,
     BLOCK_ENTRIES,
     COMPLETED_ONLY,
+    SLO_MET,
     COUNTED_TOKEN_SOURCES,
     DECODE_SPAN_METRICS,
     DEFAULT_MAX_BURST_FRACTION,
@@ -116,9 +117,10 @@ def _incomplete_rate(frame: Frame) -> pd.Series:
 INCOMPLETE_RATE_LABELLED = Rule(
     name="incomplete_rate_labelled", traps=("T14",), applies_to="entry", effect=BLOCK_ENTRIES,
     summary="a rate from a window with unresolved requests (drain incomplete) is labelled "
-            f"population = '{COMPLETED_ONLY}'",
+            f"population = '{COMPLETED_ONLY}' (goodput: '{SLO_MET}', the requests that "
+            "met every SLO)",
     check=_label_check("incomplete_rate_check", "population", _incomplete_rate,
-                       [COMPLETED_ONLY]))
+                       [COMPLETED_ONLY, SLO_MET]))
 
 
 def _troubled_latency(frame: Frame) -> pd.Series:

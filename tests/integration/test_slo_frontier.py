@@ -1,0 +1,222 @@
+"""Issue #27 through the real pipeline: two SLOs and a rate ladder on simulator arms that
+differ in speed (the simulator's batch penalty makes each request slower as more run at
+once), an A/A twin of the fast arm, a frontier comparison held to that twin, and an arm
+whose requests stall past the drain deadline. Goodput and attainment are recomputed here
+by hand from the raw request rows."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import textwrap
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_sweep_text
+
+pytestmark = pytest.mark.integration
+
+TTFT_S, TPOT_S, ITL_S = 0.25, 0.007, 0.2
+RATES = [8, 32, 128]
+
+
+def sweep_text() -> str:
+    def arm(name: str, step_ms: float, extra: str = "") -> str:
+        return textwrap.dedent(f"""
+            [[arms]]
+            name = "{name}"
+            server = "simulator"
+            model = "sim-model"
+            {extra}
+            [arms.simulator]
+            step_ms = {step_ms}
+            batch_penalty = 0.15
+            """)
+
+    return textwrap.dedent(f"""
+        [sweep]
+        name = "it-slo-frontier"
+        retries = 0
+        [defaults]
+        requests = 24
+        warmup = 2
+        restarts = 2
+        max_tokens = 24
+        concurrency = [64]
+        arrival = "constant"
+        rate_rps = {RATES}
+        clock_source = "http"
+        clock_url = "{{base_url}}/clocks"
+        clock_interval_s = 0.1
+        max_arrival_lag_ms = 1000
+        [[slos]]
+        name = "ttft"
+        metric = "ttft"
+        max_ms = {TTFT_S * 1000}
+        percentile = 90
+        [[slos]]
+        name = "tpot"
+        metric = "tpot"
+        max_ms = {TPOT_S * 1000}
+        [[slos]]
+        name = "itl"
+        metric = "itl"
+        max_ms = {ITL_S * 1000}
+        [[comparisons]]
+        a = "slow"
+        b = "fast"
+        metric = "frontier"
+        control = ["fast", "fast-twin"]
+        [[workloads]]
+        name = "prose"
+        """) + arm("fast", 1.0) + arm("fast-twin", 1.0) + arm("slow", 4.0) + arm(
+        "stalling", 1.0, 'rate_rps = [8]\ndrain_timeout_s = 2.0').replace(
+        "batch_penalty = 0.15", "batch_penalty = 0.15\nstall_every = 6\nstall_s = 60")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("slo")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        run_id, state, con = run_sweep_text(workdir, sweep_text())
+    yield run_id, state, con
+    con.close()
+
+
+def frame(run, sql: str) -> pd.DataFrame:
+    run_id, _, con = run
+    return con.execute(sql, [run_id]).df()
+
+
+def by_hand(run) -> pd.DataFrame:
+    """Per window, from the raw request rows alone: requests meeting both SLOs, their
+    output tokens, and the window's submitted/completed counts and elapsed time."""
+    rows = frame(run, """
+        SELECT w.arm, coalesce(w.load_point, 'c' || w.concurrency) AS load_point, w.window_id,
+               w.restart_id, w.submitted, w.completed, w.elapsed_s, r.status, r.output_tokens,
+               r.t_submit_ns, r.t_first_ns, r.t_last_ns, r.content_event_ns
+        FROM request_records r JOIN windows w USING (window_id)
+        WHERE w.run_id = ? AND NOT r.is_warmup""")
+    out = []
+    for window_id, mine in rows.groupby("window_id"):
+        met = 0
+        tokens = 0
+        for r in mine.itertuples():
+            if r.status != "completed":
+                continue
+            events = list(r.content_event_ns)
+            gaps = [b - a for a, b in zip(events, events[1:], strict=False)]
+            tpot = (r.t_last_ns - r.t_first_ns) / 1e9 / (r.output_tokens - 1) \
+                if r.output_tokens >= 2 else 0.0
+            if (r.t_first_ns - r.t_submit_ns) / 1e9 <= TTFT_S and tpot <= TPOT_S \
+                    and (not gaps or max(gaps) / 1e9 <= ITL_S):
+                met += 1
+                tokens += r.output_tokens
+        w = mine.iloc[0]
+        out.append({"arm": w.arm, "load_point": w.load_point, "window_id": window_id,
+                    "met": met, "goodput_rps": met / w.elapsed_s,
+                    "goodput_tok_s": tokens / w.elapsed_s,
+                    "attainment": met / w.submitted, "completed_attainment":
+                    met / w.completed if w.completed else None})
+    return pd.DataFrame(out)
+
+
+def entry_values(run, metric: str, numerator: str, unit: str | None = None) -> pd.Series:
+    rows = frame(run, "SELECT arm, load_point, value, unit, population, publishable "
+                      "FROM current_entries WHERE run_id = ? AND metric = '" + metric
+                 + "' AND numerator = '" + numerator + "'")
+    if unit:
+        rows = rows[rows["unit"] == unit]
+    return rows.set_index(["arm", "load_point"])
+
+
+def test_run_succeeds_with_every_point_kept(run):
+    _, state, _ = run
+    assert state == "success"
+    points = frame(run, "SELECT arm, load_point FROM frontier WHERE run_id = ?")
+    # every rung of every arm is a frontier point, past saturation included
+    for arm in ("fast", "fast-twin", "slow"):
+        assert sorted(points.loc[points["arm"] == arm, "load_point"]) == sorted(
+            f"c64-r{r}" for r in RATES)
+
+
+@pytest.mark.parametrize(("metric", "numerator", "unit", "column"), [
+    ("goodput", "requests_meeting_all_slos", "req/s", "goodput_rps"),
+    ("goodput", "output_tokens", "tok/s", "goodput_tok_s"),
+    ("slo_attainment", "requests_meeting_all_slos", "fraction", "attainment"),
+    ("slo_attainment_completed", "requests_meeting_all_slos", "fraction",
+     "completed_attainment"),
+])
+def test_goodput_and_attainment_equal_a_hand_recomputation(run, metric, numerator, unit,
+                                                           column):
+    hand = by_hand(run).groupby(["arm", "load_point"])[column].mean()
+    entries = entry_values(run, metric, numerator, unit)
+    if metric == "slo_attainment":
+        entries = entries[entries["population"] == "all_submitted"]
+    assert len(entries) == len(hand) == 3 * 3 + 1
+    for key, value in hand.items():
+        assert entries.loc[key, "value"] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert set(entries["population"]) == {
+        "goodput": {"slo_met"}, "slo_attainment": {"all_submitted"},
+        "slo_attainment_completed": {"completed_only"}}[metric]
+
+
+def test_some_load_meets_the_slos_and_some_does_not(run):
+    hand = by_hand(run)
+    assert hand["attainment"].max() == 1.0
+    assert hand["attainment"].min() < 0.9
+
+
+def test_the_saturation_point_moves_down_when_the_server_is_slower(run):
+    points = frame(run, "SELECT arm, requested_rate_rps, sustained, meets_target, saturated,"
+                        " saturation_reason FROM frontier WHERE run_id = ?")
+
+    def sustained(arm: str) -> float:
+        mine = points[(points["arm"] == arm) & points["sustained"]]
+        assert len(mine) <= 1
+        return float(mine["requested_rate_rps"].iloc[0]) if len(mine) else 0.0
+
+    assert sustained("fast") > sustained("slow")
+    assert sustained("fast") > 0
+
+
+def test_frontier_points_have_intervals_on_both_axes(run):
+    points = frame(run, "SELECT * FROM frontier WHERE run_id = ? AND arm <> 'stalling'")
+    for axis in ("per_user", "throughput"):
+        assert points[f"{axis}_low"].notna().all()
+        assert (points[f"{axis}_low"] <= points[f"{axis}_high"]).all()
+    # the batch penalty: per-user speed falls as the rate climbs
+    fast = points[points["arm"] == "fast"].sort_values("requested_rate_rps")
+    assert fast["per_user_tok_s"].iloc[-1] < fast["per_user_tok_s"].iloc[0]
+    assert fast["throughput_tok_s"].iloc[-1] > fast["throughput_tok_s"].iloc[0]
+
+
+def test_frontier_comparison_finds_dominance_and_the_twin_none(run):
+    findings = frame(run, "SELECT * FROM frontier_findings WHERE run_id = ?")
+    ab = findings[findings["role"] == "ab"]
+    control = findings[findings["role"] == "control"]
+    assert sorted(ab["load_point"]) == sorted(f"c64-r{r}" for r in RATES)
+    assert (ab["finding"] == "b dominates").any(), ab[["load_point", "finding", "reason"]]
+    faster = ab[(ab["finding"] == "b dominates") & (ab["per_user_verdict"] == "improvement")]
+    assert len(faster), ab
+    # the interval of the difference over restarts, not a point, excludes 0
+    assert (faster["per_user_ci95_low"] > 0).all()
+    assert (ab["per_user_verdict"] != "regression").all()
+    assert set(control["finding"]) == {"no finding"}, control[["load_point", "reason"]]
+
+
+def test_unfinished_requests_are_slo_misses_and_labelled(run):
+    submitted = entry_values(run, "slo_attainment", "requests_meeting_all_slos")
+    submitted = submitted[submitted["population"] == "all_submitted"]
+    completed = entry_values(run, "slo_attainment_completed", "requests_meeting_all_slos")
+    key = ("stalling", "c64-r8")
+    unresolved = frame(run, "SELECT sum(unresolved) AS n FROM windows WHERE run_id = ? "
+                            "AND arm = 'stalling'")["n"].iloc[0]
+    assert unresolved > 0
+    assert submitted.loc[key, "value"] < completed.loc[key, "value"]
+    assert submitted.loc[key, "population"] == "all_submitted"
+    assert completed.loc[key, "population"] == "completed_only"
+    point = frame(run, "SELECT saturated, saturation_reason FROM frontier WHERE run_id = ? "
+                       "AND arm = 'stalling'").iloc[0]
+    assert point["saturated"] and "unresolved" in point["saturation_reason"]
