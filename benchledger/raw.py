@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from benchledger.slos import LoadPoint
-
 RUN_MANIFEST = "run.json"
 RESTART_MANIFEST = "restart.json"
 SERVER_LOG = "server.log"
@@ -323,6 +321,22 @@ class RunLayout:
                      point: LoadPoint | int) -> WindowFiles:
         return WindowFiles.of(self.slot_dir(arm, restart_index)
                               / window_stem(workload, point))
+
+
+@dataclass(frozen=True, order=True)
+class LoadPoint:
+    """One load an arm is measured at: a concurrency and, on a rate ladder, a rate."""
+
+    concurrency: int
+    rate_rps: float | None = None  # the requested rate of a rate ladder's rung
+
+    @property
+    def label(self) -> str:
+        """How windows, subjects and entries name it: c8, or c64-r2.5 on a rate ladder."""
+        if self.rate_rps is None:
+            return f"c{self.concurrency}"
+        return f"c{self.concurrency}-r{format(self.rate_rps, 'g')}"
+
 
 
 def window_stem(workload: str, point: LoadPoint | int) -> str:

@@ -56,8 +56,8 @@ from benchledger.restart_record import (
     fold_leftover_marks,
     utc_now,
 )
-from benchledger.slos import LoadPoint
 from benchledger.run_record import RecordMismatch, recorded_sweep, write_run_manifest
+from benchledger.slos import LoadPoint
 from benchledger.sweep import (
     Arm,
     ArmPlan,

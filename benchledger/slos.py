@@ -25,11 +25,12 @@ single rate keeps the window's older name (no rate in it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field
 
+# A load point names its windows' files: the raw room owns it (re-exported here).
+from benchledger.raw import LoadPoint
 from benchledger.sweep_types import Name, Strict
 
 SloMetric = Literal["ttft", "first_token", "itl", "tpot", "e2e_latency"]
@@ -81,21 +82,6 @@ class SloTarget(Strict):
     # takes requests slower than they come), or with unresolved requests, is saturated.
     max_rate_shortfall: Annotated[float, Field(ge=0, lt=1)] = 0.05
     max_queue_growth: Annotated[float, Field(gt=1, le=1000)] = 2.0
-
-
-@dataclass(frozen=True, order=True)
-class LoadPoint:
-    """One load an arm is measured at: a concurrency and, on a rate ladder, a rate."""
-
-    concurrency: int
-    rate_rps: float | None = None  # the requested rate of a rate ladder's rung
-
-    @property
-    def label(self) -> str:
-        """How windows, subjects and entries name it: c8, or c64-r2.5 on a rate ladder."""
-        if self.rate_rps is None:
-            return f"c{self.concurrency}"
-        return f"c{self.concurrency}-r{format(self.rate_rps, 'g')}"
 
 
 def load_points(concurrency: list[int], rate_rps: float | list[float] | None

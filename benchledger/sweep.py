@@ -37,6 +37,16 @@ from benchledger.rules import (
     N_AT_LEAST_MIN,
 )
 
+# [[slos]], [slo_target] and load points (re-exported: callers import them here).
+from benchledger.slos import (  # noqa: F401
+    MAX_SLOS,
+    LoadPoint,
+    Slo,
+    SloTarget,
+    load_points,
+    slos_problem,
+)
+
 # The value types and the tables an arm may hold (re-exported: callers import them here).
 from benchledger.sweep_types import (  # noqa: F401
     BUILTIN_PROMPT_SETS,
@@ -53,6 +63,7 @@ from benchledger.sweep_types import (  # noqa: F401
     MAX_TOKENS,
     MAX_WAIT_S,
     MAX_WARMUP,
+    OPEN_LOOP_ARRIVALS,
     SCHEDULE_PRESETS,
     SERVER_FAMILIES,
     URL,
@@ -64,7 +75,6 @@ from benchledger.sweep_types import (  # noqa: F401
     EndpointName,
     Host,
     MaxTokens,
-    OPEN_LOOP_ARRIVALS,
     Name,
     NodeProcess,
     RateRps,
@@ -79,16 +89,6 @@ from benchledger.sweep_types import (  # noqa: F401
     TokenCountName,
     URLPath,
     Warmup,
-)
-
-# [[slos]], [slo_target] and load points (re-exported: callers import them here).
-from benchledger.slos import (  # noqa: F401
-    MAX_SLOS,
-    LoadPoint,
-    Slo,
-    SloTarget,
-    load_points,
-    slos_problem,
 )
 
 # The [[workloads]] table (re-exported: callers import it here).

@@ -48,6 +48,8 @@ from benchledger.publishing.evidence import (
 )
 from benchledger.publishing.read import (
     comparisons,
+    frontier,
+    frontier_findings,
     latest_run_id,
     published_entries,
     run_entry_counts,
@@ -171,6 +173,11 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
         "comparisons.json": _json_records(comparisons(con, run_id)).encode(),
         "report.html": render_report(con, run_id, data_docs).encode(),
     })
+    points = frontier(con, run_id)
+    if not points.empty:  # a run with SLOs or a ladder: its frontier and saturation points
+        files["frontier.json"] = _json_records(points).encode()
+        files["frontier.csv"] = csv_text(points).encode()
+        files["frontier_findings.json"] = _json_records(frontier_findings(con, run_id)).encode()
     for kind, frame in other_evidence(published):
         files[f"{kind}_entries.json"] = _json_records(frame).encode()
         files[f"{kind}_entries.csv"] = csv_text(_stable(frame)).encode()

@@ -88,3 +88,12 @@ def ruler(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """Per window: the client's lag, CPU share, bunched events and bursts (T17), with what
     the lag rule expected there."""
     return query_frame(con, "ruler_for_run", run_id=run_id, rule=CLIENT_LAG_WITHIN_BOUND.name)
+
+
+def frontier(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's frontier points (table frontier; empty for a run without a ladder)."""
+    return _frame(con, "frontier_for_run", run_id)
+
+
+def frontier_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return _frame(con, "frontier_findings_for_run", run_id)

@@ -21,7 +21,7 @@ def load_point(row: object) -> str:
     point = getattr(row, "load_point", None)
     if isinstance(point, str) and point:
         return point.replace("c", "c=", 1).replace("-r", " r=")
-    return f"c={getattr(row, 'concurrency')}"
+    return f"c={getattr(row, 'concurrency', '')}"
 
 
 def _number(value) -> str:

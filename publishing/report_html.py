@@ -20,15 +20,18 @@ from benchledger.publishing.evidence import (
     section_rows,
 )
 from benchledger.publishing.findings import FINDINGS_TITLE, speculation_finding_lines
-from benchledger.publishing.report import load_point
+from benchledger.publishing.frontier_report import frontier_section
 from benchledger.publishing.read import (
     blocks,
     comparisons,
     delivered_vs_server,
+    frontier,
+    frontier_findings,
     published_entries,
     ruler,
     rules_behind_blocked,
 )
+from benchledger.publishing.report import load_point
 from benchledger.stats import restart_interval_meaning
 from benchledger.warehouse.db import query_frame
 
@@ -314,6 +317,8 @@ def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
         _figure(plot_arms_side_by_side(entries),
                 "Mean decode rate per arm, code and prose side by side."),
         _figure(plot_ladder(entries), "Concurrency ladder: per-user vs aggregate (T6)."),
+        *frontier_section(frontier(con, run_id), frontier_findings(con, run_id), _svg,
+                          _pyplot, _figure, _table),
         "<h2>TTFT vs input length</h2>",
         _figure(plot_ttft_vs_input(ttft_requests),
                 "Time to first token per request against its prompt tokens (at most "

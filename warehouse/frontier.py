@@ -6,11 +6,11 @@ nothing else: x is the per-user decode rate (the request-level mean of decode_ra
 user), y the deployment's output throughput (the window metric), each with its
 restart-level 95% interval, and y per GPU where the arm's telemetry listed its GPUs the
 same on every restart. Beside them the load's SLO attainment over all submitted requests
-and whether the load is sustained (attainment at or above the
-sweep's target: the mean over restarts, its interval stored beside it; every percentile
-SLO met; not saturated; publishable) or saturated (the
-achieved arrival rate fell short of the requested one, requests stayed unresolved, or the
-arrivals fell behind their schedule). The arm's sustained load is the last point of its
+and whether the load is sustained (attainment at or above the sweep's target: the mean
+over restarts, its interval stored beside it; every percentile SLO met; not saturated;
+publishable) or saturated (its submissions fell behind their schedule, the wait for the
+first token grew over the window, requests stayed unresolved, or the arrivals rule
+blocked the point). The arm's sustained load is the last point of its
 ladder, in load order, before the first that is not sustained.
 
 A comparison of metric "frontier" is measured as two ordinary comparisons at every load
@@ -102,7 +102,7 @@ def frontier_points(entries: pd.DataFrame, sweep: Sweep, gpus: dict[str, int],
     for (arm, workload), mine in points.groupby(["arm", "workload"], sort=False):
         mine = mine.sort_values(["concurrency", "requested_rate_rps"], na_position="first")
         sustained_so_far, last_sustained = True, None
-        records = []
+        records: list[dict] = []
         for p in mine.to_dict("records"):
             key = (arm, workload, p["load_point"])
             record = _point_record(p, sweep, gpus.get(arm), key in blocked_late,
@@ -254,7 +254,7 @@ def _write_findings(con: duckdb.DuckDBPyConnection, run_id: str, sweep: Sweep,
     for comparison in frontier:
         pairs = [("ab", comparison.a, comparison.b)]
         if comparison.control:
-            pairs.insert(0, ("control", *comparison.control))
+            pairs.insert(0, ("control", comparison.control[0], comparison.control[1]))
         for role, a, b in pairs:
             mine = rows[(rows["role"] == role) & (rows["a"] == a) & (rows["b"] == b)]
             for (workload, point), both in mine.groupby(["workload", "load_point"]):
