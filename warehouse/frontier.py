@@ -31,6 +31,7 @@ import duckdb
 import pandas as pd
 
 from benchledger import __version__
+from benchledger.rules import ARRIVALS_ON_SCHEDULE
 from benchledger.sweep import Sweep
 from benchledger.warehouse.db import insert_frame, query_frame, recorded_sweep
 from benchledger.warehouse.entries import as_float
@@ -38,7 +39,7 @@ from benchledger.warehouse.entries import as_float
 # What each axis reads: the metric, its scope, and the numerators in order of preference
 # (a reasoning model's rates count answer tokens).
 NUMERATORS = ("output_tokens", "answer_tokens")
-ARRIVAL_RULE = "arrivals_on_schedule"
+ARRIVAL_RULE = ARRIVALS_ON_SCHEDULE.name
 FRONTIER_AXES = (("throughput", "throughput"), ("decode_rate", "per_user"))
 # A first-token wait that grew by less than this over a window is jitter, not a queue.
 QUEUE_GROWTH_MIN_S = 0.05
