@@ -43,6 +43,7 @@ READINESS_PROGRESS = "readiness.progress"  # the latest report of the wait for r
 REQUESTS_SUFFIX = ".parquet"
 MANIFEST_SUFFIX = ".json"
 OBSERVED_SUFFIX = ".observed.json"
+SEARCH_SUFFIX = ".search"
 TELEMETRY_SUFFIX = ".telemetry.parquet"
 NODES_DIR = "nodes"  # a restart's processes on other nodes: one manifest and log each
 STARTED_SUFFIX = ".started"
@@ -317,6 +318,11 @@ class RunLayout:
                   point: LoadPoint | int) -> str:
         return f"{self.restart_id(arm, restart_index)}/{window_stem(workload, point)}"
 
+    def search_record(self, arm: str, restart_index: int, workload: str) -> Path:
+        """The rates a searching restart measured for a workload and why (issue #27;
+        benchledger.rate_search): JSON, but not named .json (never a window's manifest)."""
+        return self.slot_dir(arm, restart_index) / f"{workload}{SEARCH_SUFFIX}"
+
     def window_files(self, arm: str, restart_index: int, workload: str,
                      point: LoadPoint | int) -> WindowFiles:
         return WindowFiles.of(self.slot_dir(arm, restart_index)
@@ -336,6 +342,15 @@ class LoadPoint:
         if self.rate_rps is None:
             return f"c{self.concurrency}"
         return f"c{self.concurrency}-r{format(self.rate_rps, 'g')}"
+
+    @classmethod
+    def parse(cls, label: str) -> LoadPoint:
+        """The point a label names (the inverse of `label`)."""
+        match = re.fullmatch(r"c(\d+)(?:-r([0-9.e+-]+))?", label)
+        if match is None:
+            raise ValueError(f"not a load point: {label!r} (c<concurrency>[-r<rate>])")
+        rate = match.group(2)
+        return cls(int(match.group(1)), None if rate is None else float(rate))
 
 
 

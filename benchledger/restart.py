@@ -47,6 +47,7 @@ from benchledger.client.items import Items
 from benchledger.deployment import as_written
 from benchledger.observe import LogSlice, MetricsScrape, observe_all, server_family
 from benchledger.prompts import load_prompt_set
+from benchledger.rate_search import search_or_repeat, searched_points
 from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout, WindowFiles
 from benchledger.redaction import redact
 from benchledger.restart_record import (
@@ -215,15 +216,15 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
                     api_key=api_key, token_count=plan.arm.token_count,
                     tokenize_path=plan.arm.tokenize_path)
     items = window_items(layout, sweep, workload_name)  # checked against its sha256
-    summaries = []
-    for point in plan.load_points:
+
+    def measure(point: LoadPoint) -> dict[str, Any]:
+        """The point's window: written whole by an earlier attempt, or measured now."""
         window_id = layout.window_id(arm_name, k, workload_name, point)
         written = written_window(layout, arm_name, k, workload_name, point)
         if written is not None:
             log.info("%s: written whole by attempt %s; not measured again", window_id,
                      written.get("attempt"))
-            summaries.append(_window_summary(written))
-            continue
+            return dict(written)
         files = layout.window_files(arm_name, k, workload_name, point)
         record.mark_started(files, window_id, attempt)
         spec = _window_spec(plan, sweep, workload_name, window_id, point, items)
@@ -248,8 +249,13 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
             after_window()
         if gone:
             raise record.crashed(window_id, gone[1], gone[0])
-        summaries.append(_window_summary(manifest))
-    return summaries
+        return dict(manifest)
+
+    if plan.rate_search is None:
+        manifests = [measure(point) for point in plan.load_points]
+    else:  # restart 0 searches the rates; the others repeat them
+        manifests = search_or_repeat(layout, sweep, plan, arm_name, k, workload_name, measure)
+    return [_window_summary(manifest) for manifest in manifests]
 
 
 def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str,
@@ -482,7 +488,13 @@ def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
                                 f"{': ' + error if error else ''}")
                 continue
             for workload in sweep.workloads:
-                for point in plan.load_points:
+                points = plan.load_points
+                if plan.rate_search is not None:
+                    points = searched_points(layout, arm.name, workload.name) or []
+                    if not points:
+                        problems.append(f"{arm.name}: restart 0 left no finished rate "
+                                        f"search for {workload.name}")
+                for point in points:
                     files = layout.window_files(arm.name, k, workload.name, point)
                     if not files.manifest.exists():
                         problems.append(f"{arm.name} r{k}: no window for {workload.name} "

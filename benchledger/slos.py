@@ -25,16 +25,18 @@ single rate keeps the window's older name (no rate in it).
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 # A load point names its windows' files: the raw room owns it (re-exported here).
 from benchledger.raw import LoadPoint
 from benchledger.sweep_types import Name, Strict
 
 SloMetric = Literal["ttft", "first_token", "itl", "tpot", "e2e_latency"]
-# What each SLO metric is of one request, in words (the SQL of queries/derive_slo_sums.sql
+# What each SLO metric is of one request, in words (the SQL of slo_judge.sql
 # computes them; docs/protocol.md repeats this table).
 SLO_METRIC_MEANING: dict[str, str] = {
     "ttft": "submission to the first answer token (ttft_s)",
@@ -104,3 +106,110 @@ def slos_problem(slos: list[Slo], workloads: list[str]) -> str | None:
             return f"slos[{i}] ({slo.name}): no workload named {unknown} (workloads: " \
                    f"{sorted(workloads)})"
     return None
+
+
+def judge_sql() -> str:
+    """The one definition of which requests met which SLO (slo_judge.sql: the relations
+    it reads and what it returns are in its header)."""
+    return Path(__file__).with_name("slo_judge.sql").read_text(encoding="utf-8")
+
+
+def queue_growth_sql() -> str:
+    """The one definition of a window's queue growth (queue_growth.sql)."""
+    return Path(__file__).with_name("queue_growth.sql").read_text(encoding="utf-8")
+
+
+# --- rate search -----------------------------------------------------------------------------
+
+
+class RateSearch(Strict):
+    """`rate_search = {min = 1, max = 64}`: instead of a fixed ladder, restart 0 of the arm
+    searches, at each concurrency, for the highest open-loop rate it sustains (every SLO of
+    the workload met as [slo_target] says, not saturated): from `min`, doubling while
+    sustained (up to `max`; it stops at the first load that is not, never measuring far
+    past saturation), then bisecting on a log scale between the highest rate sustained and
+    the lowest not, until they are within `resolution` of each other or `points` rates
+    were measured. The arm's other restarts measure exactly the rates restart 0 chose, so
+    every point has its restart-level interval (benchledger/rate_search.py)."""
+
+    min: Annotated[float, Field(gt=0, le=1e6)]
+    max: Annotated[float, Field(gt=0, le=1e6)]
+    points: Annotated[int, Field(ge=2, le=32)] = 8
+    resolution: Annotated[float, Field(gt=0, le=10)] = 0.1
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RateSearch:
+        if self.min >= self.max:
+            raise ValueError(f"rate_search: min ({self.min:g}) must be below max "
+                             f"({self.max:g})")
+        return self
+
+
+def search_rate(value: float) -> float:
+    """A rate as the search names it: three significant digits (so it names its window)."""
+    return float(f"{value:.3g}")
+
+
+def next_rate(search: RateSearch, history: list[tuple[float, bool]]) -> float | None:
+    """The next rate to measure after `history` ((rate, sustained) in the order measured),
+    or None when the search is done."""
+    if len(history) >= search.points:
+        return None
+    if not history:
+        return search_rate(search.min)
+    sustained = [rate for rate, ok in history if ok]
+    if not sustained:
+        return None  # the lowest rate is already not sustained
+    low = max(sustained)
+    above = [rate for rate, ok in history if not ok and rate > low]
+    if not above:  # nothing failed above the best: keep doubling towards max
+        step = search_rate(min(low * 2, search.max))
+        return None if step <= low else step
+    high = min(above)
+    middle = search_rate(math.sqrt(low * high))
+    if high / low <= 1 + search.resolution or middle in (low, high):
+        return None
+    return middle
+
+
+def bounds_rows(slos: list[Slo], cell: int = 0) -> list[tuple[int, str, str, float]]:
+    """The slo_bounds rows (cell, slo, metric, max_s) of one cell's SLOs."""
+    return [(cell, slo.name, slo.metric, slo.max_s) for slo in slos]
+
+
+# A first-token wait that grew by less than this over a window is jitter, not a queue.
+QUEUE_GROWTH_MIN_S = 0.05
+
+
+def saturation_reasons(target: SloTarget, schedule_kept: float | None,
+                       queue_growth: float | None, queue_growth_s: float | None,
+                       unresolved: float | None, arrivals_late: bool) -> list[str]:
+    """Why a load is saturated (empty: it is not): the one judgement of the frontier
+    (warehouse/frontier.py) and of a searching restart (benchledger/rate_search.py)."""
+    reasons = []
+    if schedule_kept is not None and schedule_kept < 1 - target.max_rate_shortfall:
+        reasons.append(f"submissions kept {schedule_kept:.0%} of their schedule's rate")
+    if queue_growth is not None and queue_growth > target.max_queue_growth \
+            and (queue_growth_s or 0.0) > QUEUE_GROWTH_MIN_S:
+        reasons.append(f"the wait for the first token grew {queue_growth:.3g}x over the "
+                       f"window (bound {target.max_queue_growth:g}x)")
+    if unresolved:
+        reasons.append("requests stayed unresolved at the drain deadline")
+    if arrivals_late:
+        reasons.append("arrivals fell behind their schedule (arrival lag p99 beyond "
+                       "max_arrival_lag_ms)")
+    return reasons
+
+
+def meets_target(target: SloTarget, slos: list[Slo], attainment: float | None,
+                 per_slo: dict[str, float | None]) -> bool | None:
+    """Whether a load meets the SLO target: attainment over every SLO (all submitted
+    requests) at or above target.attainment, and each SLO with a percentile met by that
+    share of them (per_slo: each SLO's attainment). None: no SLO applies."""
+    if not slos:
+        return None
+    if attainment is None or attainment < target.attainment:
+        return False
+    return all(per_slo.get(slo.name) is not None
+               and per_slo[slo.name] >= slo.percentile / 100  # type: ignore[operator]
+               for slo in slos if slo.percentile is not None)

@@ -41,6 +41,7 @@ from benchledger.rules import (
 from benchledger.slos import (  # noqa: F401
     MAX_SLOS,
     LoadPoint,
+    RateSearch,
     Slo,
     SloTarget,
     load_points,
@@ -146,6 +147,8 @@ class Defaults(Strict):
     # constant: the same, evenly spaced. rate_rps = [...]: a rate ladder (issue #27).
     arrival: Arrival = "closed"
     rate_rps: RateRps | None = None
+    # instead of rate_rps: restart 0 searches the highest rate sustained (issue #27)
+    rate_search: RateSearch | None = None
     prompt_cache: Literal["warm", "cold"] = "warm"  # cold: a unique prefix on every prompt
     # arrival times and cold-prompt prefixes derive from it; stored as a 64-bit integer
     seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] = 0
@@ -193,6 +196,7 @@ class _PerArmKeys(Strict):
     ready_timeout_s: Seconds | None = None
     arrival: Arrival | None = None
     rate_rps: RateRps | None = None
+    rate_search: RateSearch | None = None
     clock_source: ClockSource | None = None
     clock_url: URL | None = None
     min_clock_ratio: ClockRatio | None = None
@@ -334,6 +338,7 @@ class ArmPlan(BaseModel):
     endpoint: EndpointName
     arrival: Arrival
     rate_rps: float | list[float] | None
+    rate_search: RateSearch | None
     prompt_cache: Literal["warm", "cold"]
     seed: int
     reconcile_tolerance: float
@@ -351,8 +356,9 @@ class ArmPlan(BaseModel):
     @property
     def load_points(self) -> list[LoadPoint]:
         """One window per restart and workload at each: every concurrency, and on a rate
-        ladder every rate at each concurrency."""
-        return load_points(self.concurrency, self.rate_rps)
+        ladder every rate at each concurrency. A searching arm's points are not known
+        before its restart 0 measures them (none here: benchledger.rate_search)."""
+        return [] if self.rate_search else load_points(self.concurrency, self.rate_rps)
 
     @property
     def rate_ladder(self) -> bool:
@@ -562,6 +568,19 @@ def _never_publishes(plan: ArmPlan) -> str | None:
 
 
 def _arrival_problem(plan: ArmPlan) -> str | None:
+    if plan.rate_search is not None:
+        if plan.arrival not in OPEN_LOOP_ARRIVALS:
+            return (f"rate_search searches open-loop rates, and arrival = '{plan.arrival}' "
+                    "sends none: set arrival = 'poisson' or 'constant'")
+        if plan.arm.rate_rps is not None or (plan.arm.rate_search is None
+                                             and plan.rate_rps is not None):
+            return ("rate_search and rate_rps both give the arm's rates: set one (an arm's "
+                    "own key overrides [defaults]; set the other there only)")
+        if plan.arm.server == "external":
+            return ("rate_search needs restarts measured one after another on the arm's "
+                    "node (restart 0 searches, the others repeat its rates); an external "
+                    "server has one restart: give it a rate_rps ladder")
+        return None
     if plan.arrival in OPEN_LOOP_ARRIVALS and plan.rate_rps is None:
         return f"arrival = '{plan.arrival}' needs rate_rps (in [defaults] or the arm)"
     if plan.rate_ladder and plan.arrival not in OPEN_LOOP_ARRIVALS:

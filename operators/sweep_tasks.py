@@ -241,11 +241,16 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     """Warm-up, then the measured window(s) of one workload; writes raw files. A retry
     measures only the windows no earlier attempt wrote whole."""
     from benchledger.client import TokenCountUnavailable
+    from benchledger.rate_search import SearchNotRecorded
+    from benchledger.raw_store import pull_restart
     from benchledger.restart import ServerCrashed, measure_restart_workload
     from benchledger.workload_files import PreparedFileMismatch
 
     with _restart_files(arm, restart_index) as (layout, push):
         sweep, sha256 = _recorded(layout, sweep_path)
+        if restart_index > 0 and sweep.arm(arm).rate_search is not None:
+            # the rates restart 0 searched, wherever it ran (an object store: its record)
+            pull_restart(run_paths().storage, layout, arm, 0)
         try:
             return measure_restart_workload(layout, sweep, arm, restart_index, handle,
                                             workload, _attempt(), sha256, after_window=push)
@@ -258,6 +263,8 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
             # meet the dead server again, and a new server would be another restart.
             raise AirflowFailException(str(exc)) from exc
         except PreparedFileMismatch as exc:  # not the requests the run planned
+            raise AirflowFailException(str(exc)) from exc
+        except SearchNotRecorded as exc:  # restart 0 is over: a retry reads the same record
             raise AirflowFailException(str(exc)) from exc
 
 

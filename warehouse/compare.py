@@ -164,11 +164,15 @@ def _difference(a: Side, b: Side, single_instance: bool) -> Difference | None:
     return welch_from_summary(summary[0], summary[1])
 
 
-def shared_points(sweep: Sweep, comparison: Comparison) -> list[LoadPoint]:
-    """The load points both arms (and the control's) measured, lowest first, narrowed to the
-    comparison's concurrency and rate where it names them."""
+def shared_points(comparison: Comparison, entries: pd.DataFrame) -> list[LoadPoint]:
+    """The load points both arms (and the control's) have entries at (every planned point
+    has them, blocked or not; a searching arm's are those it measured), lowest first,
+    narrowed to the comparison's concurrency and rate where it names them."""
     arms = [comparison.a, comparison.b, *(comparison.control or [])]
-    shared = set.intersection(*(set(sweep.arm(arm).load_points) for arm in arms))
+    shared = set.intersection(*(
+        {LoadPoint.parse(label)
+         for label in set(entries.loc[entries["arm"] == arm, "load_point"].dropna())}
+        for arm in arms))
     return sorted(p for p in shared
                   if comparison.concurrency in (None, p.concurrency)
                   and comparison.rate_rps in (None, p.rate_rps))
@@ -178,7 +182,7 @@ def shared_points(sweep: Sweep, comparison: Comparison) -> list[LoadPoint]:
 FRONTIER_AXES = (("throughput", "output_tokens"), ("decode_rate", "output_tokens"))
 
 
-def _expanded(sweep: Sweep) -> list[Comparison]:
+def _expanded(sweep: Sweep, entries: pd.DataFrame) -> list[Comparison]:
     """The sweep's comparisons, each frontier comparison as its two axes at every load point
     the arms share (warehouse/frontier.py reads them back as findings)."""
     out = []
@@ -189,13 +193,13 @@ def _expanded(sweep: Sweep) -> list[Comparison]:
         out += [comparison.model_copy(update={
                     "metric": metric, "numerator": numerator,
                     "concurrency": point.concurrency, "rate_rps": point.rate_rps})
-                for point in shared_points(sweep, comparison)
+                for point in shared_points(comparison, entries)
                 for metric, numerator in FRONTIER_AXES]
     return out
 
 
-def _point(sweep: Sweep, comparison: Comparison) -> LoadPoint | None:
-    points = shared_points(sweep, comparison)
+def _point(comparison: Comparison, entries: pd.DataFrame) -> LoadPoint | None:
+    points = shared_points(comparison, entries)
     return points[0] if points else None
 
 
@@ -221,7 +225,7 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
     entries["load_point"] = entries["load_point"].fillna(
         "c" + entries["concurrency"].astype(str))
     pending = []
-    for comparison in _expanded(sweep):
+    for comparison in _expanded(sweep, entries):
         pairs = [("ab", comparison)]
         if comparison.control:  # the A/A is recorded too: its own verdict says if it held
             control = comparison.model_copy(update={"a": comparison.control[0],
@@ -327,7 +331,7 @@ class Measured:
 def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
              entries: pd.DataFrame, restart_means: pd.DataFrame, restarts: pd.DataFrame,
              run_id: str) -> Measured:
-    point = _point(sweep, comparison)
+    point = _point(comparison, entries)
     c = point.concurrency if point else None
     numerator = comparison.numerator or DEFAULT_NUMERATOR.get(comparison.metric)
     # a rate ladder's rung is part of what is compared (a concurrency's own point keeps the

@@ -41,9 +41,10 @@ from benchledger.rules import (
     EXCLUDE_RESTART,
     names_with_effect,
 )
+from benchledger.slos import bounds_rows, judge_sql
 from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, LoadPoint, Sweep
-from benchledger.warehouse.db import query_frame, recorded_sweep
+from benchledger.warehouse.db import query_frame, query_sql, recorded_sweep
 from benchledger.warehouse.entries import (
     Block,
     Candidate,
@@ -60,7 +61,7 @@ from benchledger.warehouse.entries import (
 )
 from benchledger.warehouse.metrics import LOG_METRICS, WINDOW_METRICS, slo_window_metrics
 from benchledger.warehouse.reconcile import COUNTERS
-from benchledger.warehouse.validate import coverage_subject
+from benchledger.warehouse.validate import arm_points, coverage_subject
 
 # Rules whose failure leaves a restart out (its windows feed no entry) instead of
 # blocking the entries: a throttled node is a fault of that instance, not of the arm.
@@ -234,7 +235,7 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
         plan = sweep.plan(arm)
         restarts = facts.restarts[facts.restarts["arm"] == arm.name]
         for workload in sweep.workloads:
-            for point in plan.load_points:
+            for point in arm_points(sweep, arm.name, workload.name, facts.windows):
                 windows = facts.windows[(facts.windows["arm"] == arm.name)
                                         & (facts.windows["workload"] == workload.name)
                                         & (facts.windows["load_point"] == point.label)]
@@ -339,19 +340,21 @@ def _log_entries(cell: Cell) -> list[Candidate]:
 def _slo_totals(con: duckdb.DuckDBPyConnection, sweep: Sweep, cells: list[Cell],
                 windows: pd.DataFrame) -> pd.DataFrame:
     """By window_id: each SLO's met requests (`slo_met:<name>`), and over every SLO of the
-    window's workload `slo_met_all` and `slo_met_output_tokens` (queries/derive_slo_sums.sql);
+    window's workload `slo_met_all` and `slo_met_output_tokens` (benchledger/slo_judge.sql);
     no columns when no cell has an SLO."""
-    slos = pd.DataFrame([(cell.index, slo.name, slo.metric, slo.max_s)
-                         for cell in cells for slo in sweep.slos_of(cell.workload)],
+    slos = pd.DataFrame([row for cell in cells
+                         for row in bounds_rows(sweep.slos_of(cell.workload), cell.index)],
                         columns=["cell", "slo", "metric", "max_s"])
     if slos.empty or windows.empty:
         return pd.DataFrame(index=pd.Index([], name="window_id"))
-    con.register("derive_slos", slos)
+    con.register("slo_bounds", slos)
     con.register("derive_windows", windows)
     try:
-        sums = query_frame(con, "derive_slo_sums")
+        con.execute(query_sql("slo_requests"))
+        sums = con.execute(judge_sql()).df()
     finally:
-        con.unregister("derive_slos")
+        con.execute("DROP VIEW IF EXISTS slo_requests")
+        con.unregister("slo_bounds")
         con.unregister("derive_windows")
     wide = sums.pivot(index="window_id", columns="slo", values="met")
     wide.columns = ["slo_met_all" if c == "*" else f"slo_met:{c}" for c in wide.columns]

@@ -32,17 +32,17 @@ import pandas as pd
 
 from benchledger import __version__
 from benchledger.rules import ARRIVALS_ON_SCHEDULE
+from benchledger.slos import meets_target, queue_growth_sql, saturation_reasons
 from benchledger.sweep import Sweep
-from benchledger.warehouse.db import insert_frame, query_frame, recorded_sweep
+from benchledger.warehouse.db import insert_frame, query_frame, query_sql, recorded_sweep
 from benchledger.warehouse.entries import as_float
+from benchledger.warehouse.metrics import MEETING_ALL, MEETING_SLO
 
 # What each axis reads: the metric, its scope, and the numerators in order of preference
 # (a reasoning model's rates count answer tokens).
 NUMERATORS = ("output_tokens", "answer_tokens")
 ARRIVAL_RULE = ARRIVALS_ON_SCHEDULE.name
 FRONTIER_AXES = (("throughput", "throughput"), ("decode_rate", "per_user"))
-# A first-token wait that grew by less than this over a window is jitter, not a queue.
-QUEUE_GROWTH_MIN_S = 0.05
 
 
 def _digest(*parts: Any) -> str:
@@ -83,7 +83,7 @@ def frontier_points(entries: pd.DataFrame, sweep: Sweep, gpus: dict[str, int],
     """The frontier's points of one run's current entries (see the module's docstring)."""
     per_user = _axis(_pick(entries, "decode_rate", aggregate=False), "per_user")
     throughput = _axis(_pick(entries, "throughput", aggregate=True), "throughput")
-    submitted = entries[entries["numerator"] == "requests_meeting_all_slos"]
+    submitted = entries[entries["numerator"] == MEETING_ALL]
     attainment = _axis(_pick(submitted, "slo_attainment", True, "all_submitted"),
                        "attainment")
     goodput = _pick(entries, "goodput", True)
@@ -98,7 +98,7 @@ def frontier_points(entries: pd.DataFrame, sweep: Sweep, gpus: dict[str, int],
     if points.empty:
         return points
     blocked_late = _late_points(entries)
-    percentiles = _percentiles_met(entries, sweep)
+    percentiles = _per_slo(entries)
     out = []
     for (arm, workload), mine in points.groupby(["arm", "workload"], sort=False):
         mine = mine.sort_values(["concurrency", "requested_rate_rps"], na_position="first")
@@ -107,7 +107,7 @@ def frontier_points(entries: pd.DataFrame, sweep: Sweep, gpus: dict[str, int],
         for p in mine.to_dict("records"):
             key = (arm, workload, p["load_point"])
             record = _point_record(p, sweep, gpus.get(arm), key in blocked_late,
-                                   percentiles.get(key, True))
+                                   percentiles.get(key, {}))
             if sustained_so_far and record["meets_target"] and not record["saturated"] \
                     and record["publishable"]:
                 last_sustained = len(records)
@@ -128,27 +128,17 @@ def _late_points(entries: pd.DataFrame) -> set[tuple[str, str, str]]:
 
 
 def _point_record(p: dict, sweep: Sweep, gpus: int | None, late: bool,
-                  percentiles_met: bool) -> dict:
+                  percentiles: dict[str, float | None]) -> dict:
     target = sweep.slo_target
-    reasons = []
     requested, achieved = as_float(p.get("requested_rate_rps")), as_float(
         p.get("achieved_rate_rps"))
     kept, growth = as_float(p.get("schedule_kept")), as_float(p.get("queue_growth"))
-    if kept is not None and kept < 1 - target.max_rate_shortfall:
-        reasons.append(f"submissions kept {kept:.0%} of their schedule's rate")
-    grown_s = as_float(p.get("queue_growth_s")) or 0.0
-    if growth is not None and growth > target.max_queue_growth \
-            and grown_s > QUEUE_GROWTH_MIN_S:
-        reasons.append(f"the wait for the first token grew {growth:.3g}x over the window "
-                       f"(bound {target.max_queue_growth:g}x)")
-    if p.get("drain_status") == "incomplete" or (as_float(p.get("unresolved")) or 0) > 0:
-        reasons.append("requests stayed unresolved at the drain deadline")
-    if late:
-        reasons.append(f"arrivals fell behind their schedule ({ARRIVAL_RULE})")
-    attained = as_float(p.get("attainment"))  # the restart-level mean (its interval beside)
-    has_slos = bool(sweep.slos_of(p["workload"]))
-    meets = None if not has_slos else (attained is not None and attained >= target.attainment
-                                       and percentiles_met)
+    unresolved = as_float(p.get("unresolved")) or (p.get("drain_status") == "incomplete")
+    reasons = saturation_reasons(target, kept, growth, as_float(p.get("queue_growth_s")),
+                                 unresolved, late)
+    # the attainment's restart-level mean (its interval stored beside it)
+    meets = meets_target(target, sweep.slos_of(p["workload"]), as_float(p.get("attainment")),
+                         percentiles)
     y, y_low, y_high = (as_float(p.get(k)) for k in
                         ("throughput", "throughput_low", "throughput_high"))
     per_gpu = {f"throughput_per_gpu{suffix}": (None if v is None or not gpus else v / gpus)
@@ -179,20 +169,37 @@ def _point_record(p: dict, sweep: Sweep, gpus: int | None, late: bool,
     }
 
 
-def _percentiles_met(entries: pd.DataFrame, sweep: Sweep) -> dict[tuple[str, str, str], bool]:
-    """Per (arm, workload, load point): every SLO with a percentile met, its attainment (the
-    mean over restarts) at or above the percentile (absent: no such SLO measured)."""
-    met: dict[tuple[str, str, str], bool] = {}
-    for slo in sweep.slos:
-        if slo.percentile is None:
-            continue
-        rows = entries[(entries["metric"] == "slo_attainment")
-                       & (entries["numerator"] == f"requests_meeting_slo:{slo.name}")]
-        mean = rows["restart_mean"].fillna(rows["value"])
-        for key, ok in zip(zip(rows["arm"], rows["workload"], rows["load_point"], strict=True),
-                           mean >= slo.percentile / 100, strict=True):
-            met[key] = met.get(key, True) and bool(ok)
-    return met
+def _per_slo(entries: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, float | None]]:
+    """Per (arm, workload, load point): each SLO's attainment (its restart-level mean)."""
+    rows = entries[(entries["metric"] == "slo_attainment")
+                   & entries["numerator"].fillna("").str.startswith(MEETING_SLO)]
+    out: dict[tuple[str, str, str], dict[str, float | None]] = {}
+    for r in rows.itertuples():
+        value = as_float(r.restart_mean) if as_float(r.restart_mean) is not None \
+            else as_float(r.value)
+        out.setdefault((r.arm, r.workload, r.load_point), {})[
+            r.numerator.removeprefix(MEETING_SLO)] = value
+    return out
+
+
+def _load(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Per (arm, workload, load point): the schedule its submissions kept (the worst of its
+    windows), how its first-token wait grew (the window whose wait grew most) and its
+    unresolved requests."""
+    windows = query_frame(con, "frontier_load_for_run", run_id=run_id)
+    con.register("derive_windows", windows[["window_id"]].assign(restart_id=None, cell=0))
+    try:
+        con.execute(query_sql("slo_requests"))
+        growth = con.execute(queue_growth_sql()).df()
+    finally:
+        con.execute("DROP VIEW IF EXISTS slo_requests")
+        con.unregister("derive_windows")
+    windows = windows.merge(growth, on="window_id", how="left")
+    worst = windows.sort_values("queue_growth", na_position="first").groupby(
+        KEYS, sort=False).tail(1).set_index(KEYS)[["queue_growth", "queue_growth_s"]]
+    totals = windows.groupby(KEYS).agg(schedule_kept=("schedule_kept", "min"),
+                                       unresolved=("unresolved", "sum"))
+    return totals.join(worst).reset_index()
 
 
 def derive_frontier(con: duckdb.DuckDBPyConnection, run_id: str,
@@ -207,8 +214,7 @@ def derive_frontier(con: duckdb.DuckDBPyConnection, run_id: str,
         "c" + entries["concurrency"].astype(str))
     gpus = {r.arm: int(r.gpus) for r in query_frame(
         con, "frontier_gpus_for_run", run_id=run_id).itertuples() if not pd.isna(r.gpus)}
-    points = frontier_points(entries, sweep, gpus,
-                             query_frame(con, "frontier_load_for_run", run_id=run_id))
+    points = frontier_points(entries, sweep, gpus, _load(con, run_id))
     now = datetime.now(UTC)
     con.execute("DELETE FROM frontier WHERE run_id = ?", [run_id])
     if not points.empty:

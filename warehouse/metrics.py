@@ -298,10 +298,11 @@ LOG_METRICS = (("server_log_generation_throughput", "generation_tok_s"),
 
 
 # --- SLOs (issue #27) ------------------------------------------------------------------------
-# A window's SLO totals (queries/derive_slo_sums.sql, joined by warehouse/derive.py): per SLO
+# A window's SLO totals (benchledger/slo_judge.sql, joined by warehouse/derive.py): per SLO
 # `slo_met:<name>`, and over every SLO of its workload `slo_met_all` requests with their
 # `slo_met_output_tokens`. Failed and unfinished requests meet no SLO.
 MEETING_ALL = "requests_meeting_all_slos"
+MEETING_SLO = "requests_meeting_slo:"  # and the SLO's name: one SLO's attainment
 
 
 def _met(w: pd.Series, column: str) -> float | None:
@@ -355,7 +356,7 @@ def slo_window_metrics(slo_names: list[str]) -> tuple[WindowMetric, ...]:
                      "completed_only", "completed", stamped=True),
     ]
     out += [WindowMetric("slo_attainment", "fraction", "end_to_end",
-                         f"requests_meeting_slo:{name}", "submitted_requests",
+                         f"{MEETING_SLO}{name}", "submitted_requests",
                          _share(f"slo_met:{name}", "submitted"), "all_submitted", "submitted",
                          stamped=True)
             for name in slo_names]

@@ -23,12 +23,29 @@ def coverage_subject(run_id: str, arm: str, workload: str, point: LoadPoint | in
     return f"{run_id}/{arm}/{workload}-{point.label}"
 
 
-def planned_cells(run_id: str, sweep: Sweep) -> pd.DataFrame:
-    """The run's plan: one row per (arm, workload, load point) with its planned windows."""
+def arm_points(sweep: Sweep, arm: str, workload: str,
+               measured: pd.DataFrame) -> list[LoadPoint]:
+    """The load points of an arm and workload: its ladder's, or for a searching arm those
+    its restarts measured (`measured`: the run's windows, with arm, workload and
+    load_point), lowest first: a search's plan is what restart 0 chose, and every restart
+    must then have measured each of them."""
+    plan = sweep.arm(arm)
+    if plan.rate_search is None:
+        return plan.load_points
+    mine = measured[(measured["arm"] == arm) & (measured["workload"] == workload)]
+    return sorted(LoadPoint.parse(label) for label in set(mine["load_point"].dropna()))
+
+
+def planned_cells(run_id: str, sweep: Sweep,
+                  measured: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The run's plan: one row per (arm, workload, load point) with its planned windows
+    (`measured`: the run's windows, for the points of searching arms)."""
+    if measured is None:
+        measured = pd.DataFrame(columns=["arm", "workload", "load_point"])
     rows = [(coverage_subject(run_id, arm.name, workload.name, point), arm.name,
              workload.name, point.concurrency, point.label, sweep.plan(arm).restarts)
             for arm in sweep.arms for workload in sweep.workloads
-            for point in sweep.plan(arm).load_points]
+            for point in arm_points(sweep, arm.name, workload.name, measured)]
     return pd.DataFrame(rows, columns=["subject", "arm", "workload", "concurrency",
                                        "load_point", "planned_windows"])
 
@@ -82,7 +99,9 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
     requests = gate_requests(con, run_id)
     results = (run_gate(restarts, windows, requests, docs_dir=docs_dir)
                + query_check_results(con, R.WINDOWS_PRESENT, run_id,
-                                     planned_cells=planned_cells(run_id, sweep)))
+                                     planned_cells=planned_cells(
+                                         run_id, sweep,
+                                         query_frame(con, "run_windows", run_id=run_id))))
     store_results(con, run_id, results)
     if docs_dir is not None:
         con.execute("UPDATE runs SET data_docs_path = ? WHERE run_id = ?",

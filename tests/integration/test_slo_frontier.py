@@ -19,6 +19,8 @@ pytestmark = pytest.mark.integration
 
 TTFT_S, TPOT_S, ITL_S = 0.25, 0.007, 0.2
 RATES = [8, 32, 128]
+POINTS = 6  # at most this many rates per searching arm
+LADDER = ("fast", "fast-twin", "slow", "stalling")
 
 
 def sweep_text() -> str:
@@ -72,7 +74,9 @@ def sweep_text() -> str:
         name = "prose"
         """) + arm("fast", 1.0) + arm("fast-twin", 1.0) + arm("slow", 4.0) + arm(
         "stalling", 1.0, 'rate_rps = [8]\ndrain_timeout_s = 2.0').replace(
-        "batch_penalty = 0.15", "batch_penalty = 0.15\nstall_every = 6\nstall_s = 60")
+        "batch_penalty = 0.15", "batch_penalty = 0.15\nstall_every = 6\nstall_s = 60") + "".join(
+        arm(f"{name}-search", step, f"rate_search = {{ min = 4, max = 512, points = {POINTS} }}")
+        for name, step in (("fast", 1.0), ("slow", 4.0)))
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +158,8 @@ def test_goodput_and_attainment_equal_a_hand_recomputation(run, metric, numerato
     entries = entry_values(run, metric, numerator, unit)
     if metric == "slo_attainment":
         entries = entries[entries["population"] == "all_submitted"]
-    assert len(entries) == len(hand) == 3 * 3 + 1
+    assert len(entries) == len(hand)
+    assert len(hand[hand.index.get_level_values("arm").isin(LADDER)]) == 3 * 3 + 1
     for key, value in hand.items():
         assert entries.loc[key, "value"] == pytest.approx(value, rel=1e-9, abs=1e-12), key
     assert set(entries["population"]) == {
@@ -183,6 +188,8 @@ def test_the_saturation_point_moves_down_when_the_server_is_slower(run):
 
 def test_frontier_points_have_intervals_on_both_axes(run):
     points = frame(run, "SELECT * FROM frontier WHERE run_id = ? AND arm <> 'stalling'")
+    assert (points["gpus"] == 1).all()  # the simulator's telemetry lists one GPU
+    assert (points["throughput_per_gpu_tok_s"] == points["throughput_tok_s"]).all()
     for axis in ("per_user", "throughput"):
         assert points[f"{axis}_low"].notna().all()
         assert (points[f"{axis}_low"] <= points[f"{axis}_high"]).all()
@@ -220,3 +227,29 @@ def test_unfinished_requests_are_slo_misses_and_labelled(run):
     point = frame(run, "SELECT saturated, saturation_reason FROM frontier WHERE run_id = ? "
                        "AND arm = 'stalling'").iloc[0]
     assert point["saturated"] and "unresolved" in point["saturation_reason"]
+
+
+def test_a_rate_search_stops_past_saturation_and_every_restart_repeats_it(run):
+    windows = frame(run, "SELECT arm, restart_id, load_point FROM windows WHERE run_id = ? "
+                         "AND arm LIKE '%-search'")
+    points = frame(run, "SELECT arm, requested_rate_rps, sustained, meets_target, saturated,"
+                        " n_restarts, publishable FROM frontier WHERE run_id = ? "
+                        "AND arm LIKE '%-search'")
+    for arm in ("fast-search", "slow-search"):
+        mine = windows[windows["arm"] == arm]
+        per_restart = mine.groupby("restart_id")["load_point"].apply(frozenset)
+        assert len(per_restart) == 2 and per_restart.nunique() == 1  # r1 repeats r0
+        assert 2 <= len(per_restart.iloc[0]) <= POINTS
+        measured = points[points["arm"] == arm]
+        assert (measured["n_restarts"] == 2).all()
+        failed = measured.loc[~measured["meets_target"].astype(bool)
+                              | measured["saturated"].astype(bool), "requested_rate_rps"]
+        if len(failed):  # it never went more than one doubling past the first failure
+            assert measured["requested_rate_rps"].max() <= 2 * failed.min() + 1e-9
+
+    def sustained(arm: str) -> float:
+        mine = points[(points["arm"] == arm) & points["sustained"]]
+        return float(mine["requested_rate_rps"].iloc[0]) if len(mine) else 0.0
+
+    assert sustained("fast-search") > sustained("slow-search")
+    assert sustained("fast-search") >= 8  # the lowest rate was not its ceiling

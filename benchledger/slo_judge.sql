@@ -1,9 +1,15 @@
--- Per window and SLO (issue #27): how many of its submitted measured requests met the SLO,
--- and over every SLO of its workload (slo = '*': the DistServe goodput's requests) how many
--- met all of them and their output tokens. `derive_windows` (window_id, restart_id, cell)
--- and `derive_slos` (cell, slo, metric, max_s) are registered by the caller
--- (warehouse/derive.py). Judged on what the user saw, from the raw stamps (one monotonic
--- clock per measuring process):
+-- Which requests met which SLO (issue #27; docs/protocol.md: SLOs, goodput and the
+-- frontier): the one definition, run by the warehouse over a run's windows
+-- (warehouse/derive.py) and by a searching restart over the window it just measured
+-- (benchledger/rate_search.py). Relations, registered by the caller:
+--   slo_requests (cell, window_id, request_id, status, output_tokens, t_submit_ns,
+--                 t_first_ns, t_last_ns, t_done_ns, t_first_reasoning_ns, t_last_reasoning_ns,
+--                 content_event_ns): the measured requests (warm-up left out)
+--   slo_bounds (cell, slo, metric, max_s): each cell's SLOs
+-- Returns per window and SLO the requests that met it, and (slo = '*') those that met
+-- every SLO of their cell with their output tokens (NULL when one of them lacks a count).
+-- Judged on what the user saw, from the raw stamps (one monotonic clock per measuring
+-- process):
 --   ttft         submission to the first answer token
 --   first_token  submission to the first token of either kind (reasoning or answer)
 --   itl          the longest gap between consecutive answer events after the first
@@ -14,7 +20,7 @@
 -- (no token count for tpot). tpot and itl of a request with one output token (or one
 -- event) have no gap to exceed: they are met.
 WITH judged AS (
-    SELECT d.window_id, r.request_id, s.slo, r.output_tokens,
+    SELECT r.window_id, r.request_id, s.slo, r.output_tokens,
            r.status = 'completed' AND coalesce(CASE s.metric
                WHEN 'ttft' THEN (r.t_first_ns - r.t_submit_ns) / 1e9 <= s.max_s
                WHEN 'first_token' THEN
@@ -33,9 +39,8 @@ WITH judged AS (
                               - least(r.t_first_ns, r.t_first_reasoning_ns))
                              / 1e9 / (r.output_tokens - 1) <= s.max_s END
            END, false) AS met
-    FROM derive_windows AS d
-    JOIN derive_slos AS s ON s.cell = d.cell
-    JOIN request_records AS r ON r.window_id = d.window_id AND NOT r.is_warmup
+    FROM slo_requests AS r
+    JOIN slo_bounds AS s ON s.cell = r.cell
 ), per_request AS (
     SELECT window_id, request_id, bool_and(met) AS met, any_value(output_tokens) AS output_tokens
     FROM judged
