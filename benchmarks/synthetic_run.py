@@ -29,8 +29,23 @@ RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
 ANCHOR_WALL_NS = 1_796_000_000 * S
 
 
+# --slos (issue #27): two SLOs every request is judged by in derive, and a frontier
+# comparison of the first two arms at every load point.
+SLOS = textwrap.dedent("""
+    [[slos]]
+    name = "ttft"
+    metric = "ttft"
+    max_ms = 50
+    percentile = 90
+    [[slos]]
+    name = "itl"
+    metric = "itl"
+    max_ms = 60
+    """)
+
+
 def sweep_text(name: str, requests: int, restarts: int, arms: tuple[str, ...],
-               workloads: tuple[str, ...]) -> str:
+               workloads: tuple[str, ...], slos: bool = False) -> str:
     arm_blocks = "".join(textwrap.dedent(f"""
         [[arms]]
         name = "{arm}"
@@ -55,7 +70,8 @@ def sweep_text(name: str, requests: int, restarts: int, arms: tuple[str, ...],
         clock_source = "none"
         require_clock_check = false
         """) + arm_blocks + "".join(f'\n[[workloads]]\nname = "{w}"\n' for w in workloads) \
-        + comparison
+        + comparison + (SLOS + comparison.replace('"decode_rate"', '"frontier"')
+                        if slos else "")
 
 
 def window_rows(window_id: str, n: int, events: int, speculative: bool,
@@ -135,15 +151,18 @@ def write_scale_run(out: Path, requests: int, *, restarts: int = 5,
                     arms: tuple[str, ...] = ("base", "spec"),
                     workloads: tuple[str, ...] = ("code", "prose"), events: int = 30,
                     seed: int = 0, run_id: str = RUN_ID, name: str = "scale",
-                    telemetry: tuple[int, int, int] | None = None) -> RunLayout:
+                    telemetry: tuple[int, int, int] | None = None,
+                    slos: bool = False) -> RunLayout:
     """Write one run of about `requests` measured requests under out/; returns its layout.
     `telemetry`: (nodes, GPUs per node, readings per window) of a deployment across nodes,
-    each window's GPU samples written as a telemetry file (None: none)."""
+    each window's GPU samples written as a telemetry file (None: none). `slos`: the sweep
+    has two SLOs and a frontier comparison (SLOS)."""
     windows = len(arms) * restarts * len(workloads)
     per_window = max(1, requests // windows)
     out.mkdir(parents=True, exist_ok=True)
     sweep_file = out / f"{name}.toml"
-    sweep_file.write_text(sweep_text(name, min(per_window, 15), restarts, arms, workloads))
+    sweep_file.write_text(sweep_text(name, min(per_window, 15), restarts, arms, workloads,
+                                     slos))
     layout = RunLayout(out / "data", run_id)
     write_run_manifest(layout, sweep_file)
     rng = np.random.default_rng(seed)

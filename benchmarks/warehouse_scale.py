@@ -12,7 +12,8 @@ each in a fresh child process so that the peak RSS of a stage is that stage's al
     load      connect(W); load_run_dir(con, run_dir)
     validate  connect(W); validate_run(con, run_id, docs_dir=<the run's Data Docs>)
     derive    connect(W); derive_entries(con, run_id, docs_dir=<the run's Data Docs>)
-    compare   connect(W); derive_comparisons(con, run_id); mark_run_ended(con, run_id)
+    compare   connect(W); derive_comparisons(con, run_id); derive_frontier(con, run_id);
+              mark_run_ended(con, run_id)
     export    connect(W, read_only=True); export_run(con, run_id, <the run's export dir>)
 
 (The derive task runs derive and compare in one process; here they are two, so each has
@@ -140,11 +141,13 @@ def _stage_derive(spec: dict) -> dict:
 def _stage_compare(spec: dict) -> dict:
     from benchledger.warehouse.compare import derive_comparisons
     from benchledger.warehouse.db import connect, mark_run_ended
+    from benchledger.warehouse.frontier import derive_frontier
 
     with connect(spec["warehouse"]) as con:
         comparisons = derive_comparisons(con, spec["run_id"])
+        frontier = derive_frontier(con, spec["run_id"])
         mark_run_ended(con, spec["run_id"])
-    return {"comparisons": comparisons}
+    return {"comparisons": comparisons, "frontier_points": frontier}
 
 
 def _stage_export(spec: dict) -> dict:
@@ -368,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--telemetry", type=_telemetry_shape, metavar="NODES,GPUS,READINGS",
                         help="GPU telemetry in every window: a deployment of NODES nodes of "
                              "GPUS GPUs each, read READINGS times per window (issue #24)")
+    parser.add_argument("--slos", action="store_true",
+                        help="two SLOs and a frontier comparison in the sweep (issue #27): "
+                             "derive judges every request, compare makes the frontier")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -449,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             **code_version(),
             "requests": written["request_records"] // args.runs, "requests_asked": args.requests,
             "runs": args.runs, "events": args.events, "telemetry": args.telemetry,
+            "slos": args.slos,
             "windows_per_run": written["windows"] // args.runs,
             "warehouse": str(warehouse), "kept": not temporary or args.keep,
             "machine": machine(),
@@ -486,7 +493,7 @@ def _run_files(base: Path, index: int, args, write_scale_run):
 
     layout = RunLayout(base / "data", run_id_of(index))
     shape = {"requests": args.requests, "events": args.events, "restarts": args.restarts,
-             "seed": args.seed + index, "telemetry": args.telemetry}
+             "seed": args.seed + index, "telemetry": args.telemetry, "slos": args.slos}
     stamp = base / "shapes" / f"{layout.run_dir.name}.json"
     if (stamp.exists() and layout.run_manifest.exists()
             and json.loads(stamp.read_text()) == shape):
@@ -495,7 +502,7 @@ def _run_files(base: Path, index: int, args, write_scale_run):
     shutil.rmtree(layout.run_dir, ignore_errors=True)
     layout = write_scale_run(base, args.requests, restarts=args.restarts, events=args.events,
                              seed=args.seed + index, run_id=layout.run_id,
-                             telemetry=args.telemetry)
+                             telemetry=args.telemetry, slos=args.slos)
     stamp.parent.mkdir(exist_ok=True)
     stamp.write_text(json.dumps(shape))  # written last: a half-written run is redone
     return layout, 0

@@ -103,3 +103,88 @@ def test_bad_slos_are_refused_by_name(more, message):
 ])
 def test_frontier_finding_words(throughput, per_user, expected):
     assert finding(throughput, per_user)[0] == expected
+
+
+def test_a_rate_search_doubles_then_bisects_and_stops_past_the_first_failure():
+    from benchledger.slos import RateSearch, next_rate
+
+    search = RateSearch(min=1, max=64, points=8, resolution=0.1)
+    history: list[tuple[float, bool]] = []
+    while (rate := next_rate(search, history)) is not None:
+        history.append((rate, rate <= 11.0))  # a server that sustains up to 11 rps
+    rates = [rate for rate, _ in history]
+    assert rates[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]  # never beyond the first failure
+    assert max(rates) == 16.0 and len(rates) <= 8
+    best = max(rate for rate, ok in history if ok)
+    assert 9.5 <= best <= 11.0  # bisected close to the ceiling
+
+
+@pytest.mark.parametrize(("ceiling", "expected"), [
+    (0.5, [1.0]),  # the lowest rate already fails: nothing else is measured
+    (100.0, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),  # sustained up to max: stops there
+])
+def test_a_rate_search_stops_at_its_bounds(ceiling, expected):
+    from benchledger.slos import RateSearch, next_rate
+
+    search = RateSearch(min=1, max=64, points=10)
+    history: list[tuple[float, bool]] = []
+    while (rate := next_rate(search, history)) is not None:
+        history.append((rate, rate <= ceiling))
+    assert [rate for rate, _ in history] == expected
+
+
+def test_rate_search_and_rate_rps_are_exclusive_and_need_an_open_loop():
+    with pytest.raises(SweepError, match="open-loop"):
+        sweep("rate_search = { min = 1, max = 8 }")
+    with pytest.raises(SweepError, match="both give the arm's rates"):
+        sweep('arrival = "poisson"\nrate_rps = 2\nrate_search = { min = 1, max = 8 }')
+    with pytest.raises(SweepError, match="min"):
+        sweep('arrival = "poisson"\nrate_search = { min = 8, max = 8 }')
+    s = sweep('arrival = "poisson"\nrate_search = { min = 1, max = 8 }')
+    assert s.plan(s.arms[0]).load_points == []  # restart 0 chooses them
+
+
+def test_load_point_labels_parse_back():
+    for point in (LoadPoint(8), LoadPoint(64, 2.5), LoadPoint(4, 22.6)):
+        assert LoadPoint.parse(point.label) == point
+    with pytest.raises(ValueError, match="not a load point"):
+        LoadPoint.parse("r8")
+
+
+def test_a_searching_restart_judges_its_window_by_the_slos(tmp_path):
+    """judge_window runs the one SLO definition over the window's requests file: a window
+    where 2 of 4 submitted requests meet the TTFT bound (one too slow, one failed) misses
+    the 90% target, and unresolved requests are a saturation sign of their own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchledger.rate_search import SLO_COLUMNS, judge_window
+
+    ms = 1_000_000
+    rows = [{"window_id": "w", "request_id": f"r{i}", "status": status,
+             "output_tokens": 3, "t_submit_ns": i * 100 * ms,
+             "t_first_ns": i * 100 * ms + ttft * ms, "t_last_ns": i * 100 * ms + (ttft + 20) * ms,
+             "t_done_ns": i * 100 * ms + (ttft + 21) * ms, "t_first_reasoning_ns": None,
+             "t_last_reasoning_ns": None,
+             "content_event_ns": [i * 100 * ms + (ttft + d) * ms for d in (0, 10, 20)],
+             "is_warmup": False}
+            for i, (status, ttft) in enumerate([("completed", 10), ("completed", 20),
+                                                ("completed", 300), ("failed", 5)])]
+    schema = pa.schema([(c, pa.list_(pa.int64()) if c == "content_event_ns"
+                         else pa.bool_() if c == "is_warmup"
+                         else pa.string() if c in ("window_id", "request_id", "status")
+                         else pa.int64()) for c in SLO_COLUMNS])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "w.parquet")
+    s = sweep('arrival = "poisson"\nrate_search = { min = 1, max = 8 }', more="""
+        [[slos]]
+        name = "ttft"
+        metric = "ttft"
+        max_ms = 100
+        """)
+    manifest = {"requests_file": "w.parquet", "submitted": 4, "unresolved": 0,
+                "requested_span_s": 0.3, "achieved_span_s": 0.3}
+    verdict = judge_window(manifest, tmp_path, s, s.plan(s.arms[0]), "prose")
+    assert verdict["attainment"] == pytest.approx(0.5)  # r0, r1 of 4 submitted
+    assert not verdict["sustained"] and "below the target" in verdict["why"]
+    manifest["unresolved"] = 2
+    assert "unresolved" in judge_window(manifest, tmp_path, s, s.plan(s.arms[0]), "prose")["why"]
