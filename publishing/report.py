@@ -260,6 +260,24 @@ def _ruler_worth_showing(windows: pd.DataFrame) -> bool:
                 or (windows["burst_requests"] > 0).any())
 
 
+def format_frontier(points: pd.DataFrame, findings: pd.DataFrame) -> str:
+    """The frontier's points, one line each, then the frontier comparisons' findings."""
+    rows = [{"arm": p.arm, "workload": p.workload,
+             "load": ("* " if p.sustained else "  ") + load_point(p),
+             "per-user tok/s": f"{_number(p.per_user_tok_s)} "
+                               f"{_interval(p.per_user_low, p.per_user_high)}",
+             "aggregate tok/s": f"{_number(p.throughput_tok_s)} "
+                                f"{_interval(p.throughput_low, p.throughput_high)}",
+             "attainment": _percent(p.attainment),
+             "saturated": p.saturation_reason if p.saturated else "-"}
+            for p in points.itertuples()]
+    text = pd.DataFrame(rows).to_string(index=False)
+    for f in findings.itertuples():
+        text += (f"\n  {f.role} {f.a} vs {f.b}  {f.workload} {f.load_point}: "
+                 f"{f.finding.upper()} ({f.reason})")
+    return text
+
+
 def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """What `benchledger run` prints of a finished run: the published headline means,
     delivered beside what the server said, blocked entries by rule, the comparisons and
@@ -294,6 +312,12 @@ def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     if len(found):
         parts += ["\nComparisons (Welch over restart means, held to the A/A control; "
                   "refuted ones included):", format_comparisons(found)]
+    points = read.frontier(con, run_id)
+    if len(points):
+        parts += ["\nThe frontier (issue #27): per load, per-user decode tok/s against "
+                  "aggregate tok/s with restart-level 95% intervals; SLO attainment over all "
+                  "submitted requests; * the load the arm sustains:",
+                  format_frontier(points, read.frontier_findings(con, run_id))]
     parts += ["\nVariance report (decode rate): spread within vs between restarts",
               format_variance(read.variance(con, run_id))]
     from benchledger.publishing.findings import speculation_findings  # issue #23, item 2

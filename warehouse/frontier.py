@@ -17,7 +17,8 @@ A comparison of metric "frontier" is measured as two ordinary comparisons at eve
 point both arms (and their A/A control) share: throughput and per-user decode rate, each
 held to the control by warehouse/compare.py. At each point the two verdicts together say
 which arm dominates: b dominates where b is better on one axis beyond the control and not
-worse on the other; a trade-off where each is better on one; no finding elsewhere.
+worse on the other; a trade-off where each is better on one; no finding elsewhere. The
+control pair's own findings are never a dominance (control_finding).
 """
 
 from __future__ import annotations
@@ -246,6 +247,22 @@ def finding(throughput: str | None, per_user: str | None) -> tuple[str, str]:
     return "no finding", "neither axis differs beyond what the A/A control shows"
 
 
+def control_finding(throughput: str | None, per_user: str | None) -> tuple[str, str]:
+    """What an A/A pair's two axes say: never a dominance (one configuration cannot beat
+    itself); 'no finding', with a note where its own interval excluded 0 (its instances
+    vary more than its restarts average out: the A/B's findings are held to that
+    difference), or 'not decidable' where an axis could not be compared."""
+    verdicts = {"throughput": throughput, "per-user decode rate": per_user}
+    if any(v is None for v in verdicts.values()):
+        return "not decidable", "an axis of the A/A control has no comparison: " + "; ".join(
+            f"{axis}: {v or 'none'}" for axis, v in verdicts.items())
+    noisy = [axis for axis, v in verdicts.items() if v == "not decidable"]
+    return "no finding", ("same-vs-same" + (
+        f"; its own interval excluded 0 on {' and '.join(noisy)} (instances vary more than "
+        "the restarts average out: add restarts)" if noisy else
+        ": neither axis differs"))
+
+
 def _write_findings(con: duckdb.DuckDBPyConnection, run_id: str, sweep: Sweep,
                     now: datetime) -> None:
     con.execute("DELETE FROM frontier_findings WHERE run_id = ?", [run_id])
@@ -268,8 +285,10 @@ def _write_findings(con: duckdb.DuckDBPyConnection, run_id: str, sweep: Sweep,
                 axes = {m: both[both["metric"] == m].iloc[0] if (both["metric"] == m).any()
                         else None for m, _ in FRONTIER_AXES}
                 t, u = axes["throughput"], axes["decode_rate"]
-                word, reason = finding(None if t is None else t["verdict"],
-                                       None if u is None else u["verdict"])
+                verdicts = (None if t is None else t["verdict"],
+                            None if u is None else u["verdict"])
+                word, reason = (control_finding(*verdicts) if role == "control"
+                                else finding(*verdicts))
                 out.append({
                     "finding_id": _digest(run_id, role, a, b, workload, point),
                     "run_id": run_id, "role": role, "a": a, "b": b, "workload": workload,

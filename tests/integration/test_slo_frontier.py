@@ -17,7 +17,8 @@ from tests.conftest import run_sweep_text
 
 pytestmark = pytest.mark.integration
 
-TTFT_S, TPOT_S, ITL_S = 0.25, 0.007, 0.2
+TTFT_S, TPOT_S, ITL_S = 0.25, 0.012, 0.2
+FAST_MS, SLOW_MS = 2.0, 8.0  # the simulator's decode step of one running request
 RATES = [8, 32, 128]
 POINTS = 6  # at most this many rates per searching arm
 LADDER = ("fast", "fast-twin", "slow", "stalling")
@@ -70,13 +71,29 @@ def sweep_text() -> str:
         b = "fast"
         metric = "frontier"
         control = ["fast", "fast-twin"]
+        [[comparisons]]
+        a = "slow"
+        b = "fast"
+        metric = "slo_attainment"
+        rate_rps = 128
+        control = ["fast", "fast-twin"]
+        [[comparisons]]
+        a = "slow"
+        b = "fast"
+        metric = "goodput"
+        rate_rps = 128
+        control = ["fast", "fast-twin"]
         [[workloads]]
         name = "prose"
-        """) + arm("fast", 1.0) + arm("fast-twin", 1.0) + arm("slow", 4.0) + arm(
-        "stalling", 1.0, 'rate_rps = [8]\ndrain_timeout_s = 2.0').replace(
+        """) + "".join(
+        # three restarts behind the frontier comparison: Welch's interval over two restart
+        # means has one degree of freedom (t = 12.7), too wide to find anything under load
+        arm(name, step, "restarts = 3")
+        for name, step in (("fast", FAST_MS), ("fast-twin", FAST_MS), ("slow", SLOW_MS))
+    ) + arm("stalling", FAST_MS, 'rate_rps = [8]\ndrain_timeout_s = 2.0').replace(
         "batch_penalty = 0.15", "batch_penalty = 0.15\nstall_every = 6\nstall_s = 60") + "".join(
         arm(f"{name}-search", step, f"rate_search = {{ min = 4, max = 512, points = {POINTS} }}")
-        for name, step in (("fast", 1.0), ("slow", 4.0)))
+        for name, step in (("fast", FAST_MS), ("slow", SLOW_MS)))
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +227,10 @@ def test_frontier_comparison_finds_dominance_and_the_twin_none(run):
     # the interval of the difference over restarts, not a point, excludes 0
     assert (faster["per_user_ci95_low"] > 0).all()
     assert (ab["per_user_verdict"] != "regression").all()
+    # an A/A pair never dominates itself: no finding at every point (its noise, where its
+    # own interval excluded 0, is in the reason; the A/B's verdicts are held to it)
     assert set(control["finding"]) == {"no finding"}, control[["load_point", "reason"]]
+    assert sorted(control["load_point"]) == sorted(f"c64-r{r}" for r in RATES)
 
 
 def test_unfinished_requests_are_slo_misses_and_labelled(run):
@@ -241,7 +261,7 @@ def test_a_rate_search_stops_past_saturation_and_every_restart_repeats_it(run):
         assert len(per_restart) == 2 and per_restart.nunique() == 1  # r1 repeats r0
         assert 2 <= len(per_restart.iloc[0]) <= POINTS
         measured = points[points["arm"] == arm]
-        assert (measured["n_restarts"] == 2).all()
+        assert (measured["n_restarts"] == 2).all()  # every searched point, both restarts
         failed = measured.loc[~measured["meets_target"].astype(bool)
                               | measured["saturated"].astype(bool), "requested_rate_rps"]
         if len(failed):  # it never went more than one doubling past the first failure
@@ -253,3 +273,19 @@ def test_a_rate_search_stops_past_saturation_and_every_restart_repeats_it(run):
 
     assert sustained("fast-search") > sustained("slow-search")
     assert sustained("fast-search") >= 8  # the lowest rate was not its ceiling
+
+
+def test_goodput_and_attainment_compare_like_any_entry(run):
+    rows = frame(run, "SELECT role, metric, numerator, load_point, verdict, difference, "
+                      "ci95_low, control_difference FROM comparisons WHERE run_id = ? "
+                      "AND metric IN ('goodput', 'slo_attainment')")
+    ab = rows[rows["role"] == "ab"].set_index("metric")
+    assert set(ab.index) == {"goodput", "slo_attainment"}
+    assert set(ab["load_point"]) == {"c64-r128"}
+    assert ab.loc["goodput", "numerator"] == "output_tokens"
+    # at 128 rps the slow arm meets almost no SLO and the fast one nearly all
+    assert ab.loc["slo_attainment", "difference"] > 0.5
+    assert ab.loc["slo_attainment", "verdict"] == "improvement"
+    assert ab.loc["goodput", "verdict"] == "improvement"
+    assert rows.loc[rows["role"] == "control", "verdict"].isin(
+        ["no finding", "not decidable"]).all()

@@ -188,3 +188,30 @@ def test_a_searching_restart_judges_its_window_by_the_slos(tmp_path):
     assert not verdict["sustained"] and "below the target" in verdict["why"]
     manifest["unresolved"] = 2
     assert "unresolved" in judge_window(manifest, tmp_path, s, s.plan(s.arms[0]), "prose")["why"]
+
+
+def test_the_slo_frontier_example_parses():
+    from pathlib import Path
+
+    from benchledger.sweep import load_sweep
+
+    example = load_sweep(Path(__file__).parents[2] / "docs/examples/slo_frontier.toml")
+    assert [slo.metric for slo in example.slos] == ["ttft", "tpot"]
+    assert {c.metric for c in example.comparisons} == {"frontier", "goodput"}
+    assert example.arm("spec-on-search").rate_search is not None
+    assert [p.label for p in example.arm("spec-on").load_points] == [
+        "c64-r4", "c64-r16", "c64-r64"]
+
+
+@pytest.mark.parametrize(("throughput", "per_user", "expected"), [
+    ("no finding", "no finding", "no finding"),
+    ("not decidable", "no finding", "no finding"),  # noisy: said in the reason
+    (None, "no finding", "not decidable"),
+])
+def test_an_aa_pair_never_dominates(throughput, per_user, expected):
+    from benchledger.warehouse.frontier import control_finding
+
+    word, reason = control_finding(throughput, per_user)
+    assert word == expected
+    if throughput == "not decidable":
+        assert "excluded 0 on throughput" in reason

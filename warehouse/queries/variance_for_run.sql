@@ -2,4 +2,4 @@
 SELECT *
 FROM variance_report
 WHERE run_id = $run_id AND metric = 'decode_rate'
-ORDER BY arm, workload, concurrency
+ORDER BY arm, workload, concurrency, load_point, numerator

@@ -1,10 +1,11 @@
--- One row per (run, arm, workload, metric, scope, concurrency) of the current mean entries
--- over requests (scope single_stream or per_user): the metric's spread within restarts
+-- One row per (run, arm, workload, metric, numerator, scope, load point) of the current mean
+-- entries over requests (scope single_stream or per_user): the metric's spread within restarts
 -- (mean per-restart CV) next to its spread between restarts (CV of the restart means).
 -- When the second is large next to the first, the hardware needs more restarts, not more
 -- requests.
 CREATE VIEW variance_report AS
-SELECT e.run_id, e.arm, e.workload, e.metric, e.scope, e.concurrency,
+SELECT e.run_id, e.arm, e.workload, e.metric, e.numerator, e.scope, e.concurrency,
+       coalesce(e.load_point, 'c' || e.concurrency) AS load_point,
        count(*)                              AS n_restarts,
        sum(m.n_requests)                     AS n_requests,
        avg(m.sd / nullif(m.mean, 0))         AS cv_within_restarts,
