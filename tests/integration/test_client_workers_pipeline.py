@@ -150,10 +150,10 @@ def test_the_entries_are_the_same(runs):
             # A latency of a few milliseconds, measured twice on a busy 2-core machine:
             # one time slice lost by either run (up to ~20 ms under load) doubles a 12 ms
             # TTFT. A tail statistic of 16 requests (p90, p99, max) is one or two requests'
-            # value, so two lost slices set it (seen: 15 vs 38 ms in a loaded CI run).
-            # What the workers could get wrong (a stamp taken in the wrong process, a
-            # request submitted a window late) shifts it by far more than that.
-            slack = 0.02 if key[2] in ("p50", "mean", "median") else 0.05
+            # value, so two lost slices set it (seen: 15 vs 38 ms, and 16 vs 70 ms, in
+            # loaded CI runs). What the workers could get wrong (a stamp taken in the wrong
+            # process, a request submitted a window late) shifts it by far more than that.
+            slack = 0.02 if key[2] in ("p50", "mean", "median") else 0.1
             assert 0.5 < value / other < 2 or abs(value - other) < slack, (key, value, other)
         else:  # a rate: the same server, measured twice
             assert 0.5 < value / other < 2, (key, value, other)
