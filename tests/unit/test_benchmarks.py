@@ -28,7 +28,7 @@ TOP_FIELDS = {
     "runs", "events", "windows_per_run", "warehouse", "kept", "machine", "generate_seconds",
     "raw_runs_reused", "raw_mib_last_run", "stages", "plain_ctas", "load_seconds_all",
     "plain_seconds_all", "load_vs_plain", "peak_rss_mib_max", "rows", "written",
-    "warehouse_mib", "prior_runs", "audit_entry_id", "audit_queries", "telemetry"}
+    "warehouse_mib", "prior_runs", "audit_entry_id", "audit_queries", "telemetry", "slos"}
 MACHINE_FIELDS = {"nproc", "affinity", "mem_total_gib", "cpu", "python", "duckdb", "pandas",
                   "pyarrow", "great_expectations", "load_average"}
 

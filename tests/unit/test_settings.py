@@ -317,7 +317,8 @@ SWEEP_WIDE = {"request_timeout_s": 30.0, "endpoint": "completions", "prompt_cach
               "max_arrival_lag_ms": 250.0}
 PLAN_FIELDS = ["arm", "requests", "min_requests_key", "warmup", "restarts", "max_tokens",
                "temperature", "concurrency", "drain_timeout_s", "request_timeout_s",
-               "ready_timeout_s", "endpoint", "arrival", "rate_rps", "prompt_cache", "seed",
+               "ready_timeout_s", "endpoint", "arrival", "rate_rps", "rate_search",
+               "prompt_cache", "seed",
                "reconcile_tolerance", "clock_source", "clock_url", "clock_interval_s",
                "min_clock_ratio", "require_clock_check", "client_workers",
                "max_client_lag_ms", "max_burst_fraction", "max_arrival_lag_ms"]
@@ -340,9 +341,14 @@ def _plan_value(plan, key: str):
     return getattr(plan, "min_requests_key" if key == "min_requests" else key)
 
 
+# Per arm too, but never beside rate_rps (one of the two gives an arm's rates): PER_ARM
+# sets rate_rps, and tests/unit/test_slos.py an arm's own rate_search.
+EXCLUSIVE_PER_ARM = {"rate_search"}
+
+
 def test_which_defaults_an_arm_may_set_is_unchanged():
-    assert set(PER_ARM_KEYS) == set(PER_ARM)
-    assert set(Defaults.model_fields) == set(PER_ARM) | set(SWEEP_WIDE)
+    assert set(PER_ARM_KEYS) == set(PER_ARM) | EXCLUSIVE_PER_ARM
+    assert set(Defaults.model_fields) == set(PER_ARM) | EXCLUSIVE_PER_ARM | set(SWEEP_WIDE)
     assert set(ArmPlan.model_fields) == set(PLAN_FIELDS)
 
 
