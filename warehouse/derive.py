@@ -44,13 +44,14 @@ from benchledger.rules import (
 from benchledger.slos import bounds_rows, judge_sql
 from benchledger.stats import t_bounds
 from benchledger.sweep import ArmPlan, LoadPoint, Sweep
-from benchledger.warehouse.db import query_frame, query_sql, recorded_sweep
+from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.entries import (
     Block,
     Candidate,
     Entry,
     RestartLevel,
     cell_candidates,
+    over_slo_requests,
     record_entries,
     request_stats,
     scope,
@@ -347,15 +348,7 @@ def _slo_totals(con: duckdb.DuckDBPyConnection, sweep: Sweep, cells: list[Cell],
                         columns=["cell", "slo", "metric", "max_s"])
     if slos.empty or windows.empty:
         return pd.DataFrame(index=pd.Index([], name="window_id"))
-    con.register("slo_bounds", slos)
-    con.register("derive_windows", windows)
-    try:
-        con.execute(query_sql("slo_requests"))
-        sums = con.execute(judge_sql()).df()
-    finally:
-        con.execute("DROP VIEW IF EXISTS slo_requests")
-        con.unregister("slo_bounds")
-        con.unregister("derive_windows")
+    sums = over_slo_requests(con, windows, judge_sql(), slo_bounds=slos)
     wide = sums.pivot(index="window_id", columns="slo", values="met")
     wide.columns = ["slo_met_all" if c == "*" else f"slo_met:{c}" for c in wide.columns]
     tokens = sums[sums["slo"] == "*"].set_index("window_id")["met_output_tokens"]

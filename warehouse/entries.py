@@ -32,7 +32,7 @@ from benchledger.imports.evidence import NOT_RECORDED
 from benchledger.rules import BLOCK_STREAM_ENTRIES, names_with_effect
 from benchledger.rules.core import COMPLETED_ONLY
 from benchledger.stats import t_bounds
-from benchledger.warehouse.db import insert_frame, query_frame
+from benchledger.warehouse.db import insert_frame, query_frame, query_sql
 from benchledger.warehouse.metrics import (
     REQUEST_METRICS,
     STAMPED_WINDOW_METRICS,
@@ -240,6 +240,21 @@ def _query_windows(con: duckdb.DuckDBPyConnection, windows: pd.DataFrame,
         return query_frame(con, query)
     finally:
         con.unregister("derive_windows")
+
+
+def over_slo_requests(con: duckdb.DuckDBPyConnection, windows: pd.DataFrame, sql: str,
+                      **relations: pd.DataFrame) -> pd.DataFrame:
+    """Run a core query over `slo_requests` (benchledger/slo_judge.sql's relation: the
+    measured requests of `windows`, registered as derive_windows) and `relations`."""
+    for name, frame in {"derive_windows": windows, **relations}.items():
+        con.register(name, frame)
+    try:
+        con.execute(query_sql("slo_requests"))
+        return con.execute(sql).df()
+    finally:
+        con.execute("DROP VIEW IF EXISTS slo_requests")
+        for name in ("derive_windows", *relations):
+            con.unregister(name)
 
 
 def window_totals(con: duckdb.DuckDBPyConnection, windows: pd.DataFrame) -> pd.DataFrame:

@@ -35,8 +35,8 @@ from benchledger import __version__
 from benchledger.rules import ARRIVALS_ON_SCHEDULE
 from benchledger.slos import meets_target, queue_growth_sql, saturation_reasons
 from benchledger.sweep import Sweep
-from benchledger.warehouse.db import insert_frame, query_frame, query_sql, recorded_sweep
-from benchledger.warehouse.entries import as_float
+from benchledger.warehouse.db import insert_frame, query_frame, recorded_sweep
+from benchledger.warehouse.entries import as_float, over_slo_requests
 from benchledger.warehouse.metrics import MEETING_ALL, MEETING_SLO
 
 # What each axis reads: the metric, its scope, and the numerators in order of preference
@@ -188,13 +188,8 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     windows), how its first-token wait grew (the window whose wait grew most) and its
     unresolved requests."""
     windows = query_frame(con, "frontier_load_for_run", run_id=run_id)
-    con.register("derive_windows", windows[["window_id"]].assign(restart_id=None, cell=0))
-    try:
-        con.execute(query_sql("slo_requests"))
-        growth = con.execute(queue_growth_sql()).df()
-    finally:
-        con.execute("DROP VIEW IF EXISTS slo_requests")
-        con.unregister("derive_windows")
+    growth = over_slo_requests(con, windows[["window_id"]].assign(restart_id=None, cell=0),
+                               queue_growth_sql())
     windows = windows.merge(growth, on="window_id", how="left")
     worst = windows.sort_values("queue_growth", na_position="first").groupby(
         KEYS, sort=False).tail(1).set_index(KEYS)[["queue_growth", "queue_growth_s"]]
