@@ -1,5 +1,5 @@
-"""`benchledger`: demo, run, publish, sql, explain, compare, import, cluster, simulator
-(docs/protocol.md, command line).
+"""`benchledger`: demo, run, publish, sql, explain, compare, history, import, cluster,
+simulator (docs/protocol.md, command line).
 
 argparse and one thin function per command; what a command does lives below it:
 benchledger/local_run.py (run, demo), publishing/ (publish, sql, explain), warehouse/
@@ -116,6 +116,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "difference", "ratio", "verdict", "reason"):
         print(f"{key:>10}: {result[key]}")
     return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """A recurring sweep's headline entries across its runs; exit 1 when the newest run
+    regressed beyond the A/A control (as the regression gate would fail)."""
+    from benchledger.publishing.history import format_history, history
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.history import REGRESSION
+
+    with connect(Path(args.warehouse), read_only=True) as con:
+        try:
+            frame = history(con, args.sweep, args.metric)
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+    print(format_history(frame))
+    if frame.empty:
+        return 0
+    newest = frame[frame["run_id"] == frame["run_id"].iloc[-1]]
+    return 1 if (newest["change"] == REGRESSION).any() else 0
 
 
 def _settings(pairs: list[str]) -> dict[str, dict[str, str]]:
@@ -310,6 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("b", help="entry id")
     compare.add_argument("--warehouse", required=True)
     compare.set_defaults(func=cmd_compare)
+
+    history = sub.add_parser("history", help="a recurring sweep's headline entries across "
+                                             "its runs, changes held to its A/A control")
+    history.add_argument("sweep", help="the sweep's name ([sweep] name)")
+    history.add_argument("--warehouse", required=True)
+    history.add_argument("--metric", action="append", default=[],
+                         help="only this headline metric (repeatable): decode_rate, "
+                              "throughput, ttft, goodput, energy_per_token")
+    history.set_defaults(func=cmd_history)
 
     imports = sub.add_parser("import", help="load another tool's results, or a historical "
                                             "report's rows, as labelled evidence")

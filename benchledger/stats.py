@@ -28,6 +28,35 @@ def t_bounds(mean, sd, n, confidence: float = CONFIDENCE):
     return mean - half, mean + half
 
 
+def sd_from_interval(mean, high, n, confidence: float = CONFIDENCE):
+    """The sd behind t_bounds' interval, for whole columns: its half-width times sqrt(n)
+    over t(n - 1); NaN where there is no interval (n < 2, a bound missing)."""
+    mean, high, n = (np.asarray(x, dtype=float) for x in (mean, high, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        usable = (n >= 2) & ~np.isnan(high) & ~np.isnan(mean)
+        t = _scipy_stats.t.ppf(0.5 + confidence / 2, np.where(usable, n - 1, 1))
+        return np.where(usable, (high - mean) * np.sqrt(np.where(usable, n, 1)) / t, np.nan)
+
+
+def welch_bounds(mean_a, sd_a, n_a, mean_b, sd_b, n_b, confidence: float = CONFIDENCE):
+    """Vectorised welch_from_summary: the bounds of mean_b - mean_a for whole columns; NaN
+    where a side has fewer than 2 values or no sd. Zero spread on both sides gives the
+    difference itself as both bounds, as welch_from_summary does."""
+    mean_a, sd_a, n_a, mean_b, sd_b, n_b = (
+        np.asarray(x, dtype=float) for x in (mean_a, sd_a, n_a, mean_b, sd_b, n_b))
+    diff = mean_b - mean_a
+    with np.errstate(invalid="ignore", divide="ignore"):
+        usable = (n_a >= 2) & (n_b >= 2) & ~np.isnan(sd_a) & ~np.isnan(sd_b)
+        var_a, var_b = sd_a**2 / n_a, sd_b**2 / n_b
+        se = np.sqrt(var_a + var_b)
+        df = (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
+        spread = usable & (se > 0)
+        half = np.where(spread, _scipy_stats.t.ppf(0.5 + confidence / 2,
+                                                   np.where(spread, df, 1)) * se, 0.0)
+    half = np.where(usable, half, np.nan)
+    return diff - half, diff + half
+
+
 @dataclass(frozen=True)
 class Difference:
     """b - a with a two-sided Welch t-interval (unequal variances)."""

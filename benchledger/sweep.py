@@ -74,6 +74,7 @@ from benchledger.sweep_types import (  # noqa: F401
     ClockSource,
     Concurrency,
     EndpointName,
+    HeadlineMetric,
     Host,
     MaxTokens,
     Name,
@@ -113,6 +114,19 @@ class SweepSection(Strict):
     # worker per node); on one node, one restart at a time. false: every restart of the
     # sweep after the other, for nodes that share a network link or a power budget.
     nodes_in_parallel: bool = True
+    # A regression gate after derive (issue #28): each headline entry against the sweep's
+    # previous run of the same configuration, held to its A/A control; the task fails on a
+    # regression, and every verdict is a `regression_checks` row (warehouse/history.py).
+    # true: every headline metric; a list: those metrics only.
+    regression_gate: bool | Annotated[list[HeadlineMetric], Field(min_length=1)] = False
+
+    @property
+    def gated_metrics(self) -> list[str] | None:
+        """The metrics the regression gate checks ([]: every headline metric); None: no
+        gate."""
+        if self.regression_gate is False:
+            return None
+        return [] if self.regression_gate is True else list(self.regression_gate)
 
     @model_validator(mode="after")
     def _schedule_is_airflows(self) -> SweepSection:

@@ -70,6 +70,10 @@ Concurrency = Annotated[list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]],
 # poisson: open-loop arrivals at rate_rps, exponential gaps (seeded); constant: open loop at
 # rate_rps, evenly spaced. Open loops keep at most `concurrency` requests outstanding.
 Arrival = Literal["closed", "poisson", "constant"]
+# The headline metrics a sweep's history follows and its regression gate may check
+# (warehouse/history.py): per-user decode rate, output throughput, TTFT p50/p90, goodput,
+# energy per token.
+HeadlineMetric = Literal["decode_rate", "throughput", "ttft", "goodput", "energy_per_token"]
 OPEN_LOOP_ARRIVALS = ("poisson", "constant")
 Rate = Annotated[float, Field(gt=0, le=1e6)]
 # One rate, or a rate ladder (issue #27): one load point per rate (and concurrency).

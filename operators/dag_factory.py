@@ -118,6 +118,9 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                                     **NEVER_RETRIED)(sweep.sweep.name)
         chain(loaded, t.validate.override(**NEVER_RETRIED)(), derived,
               t.finalize.override(**NEVER_RETRIED)(path))
+        gated = sweep.sweep.gated_metrics
+        if gated is not None:  # beside finalize: either failing fails the run
+            derived >> t.regression_gate.override(**NEVER_RETRIED)(sweep.sweep.name, gated)
     return dag
 
 

@@ -423,6 +423,27 @@ def derive(sweep_name: str) -> dict:
     return counts
 
 
+@lineage.lineage_task(pool=WAREHOUSE_POOL)
+def regression_gate(sweep_name: str, metrics: list[str]) -> dict:
+    """Hold this run's headline entries (of `metrics`; none named: all) to the sweep's
+    previous run of the same configuration and its A/A control; every verdict becomes a
+    `regression_checks` row, and the task fails where any entry regressed (a result:
+    never retried)."""
+    from benchledger.warehouse.db import connect
+    from benchledger.warehouse.history import REGRESSION, check_regressions
+
+    paths = run_paths()
+    with connect(paths.warehouse) as con:
+        checks = check_regressions(con, paths.run_id, sweep_name, metrics)
+    regressed = checks[checks["verdict"] == REGRESSION]
+    if len(regressed):
+        lines = [f"{r.arm} / {r.workload} {r.metric} {r.statistic} {r.load_point}: "
+                 f"{r.previous_restart_mean:.4g} -> {r.restart_mean:.4g} {r.unit} "
+                 f"(run {r.previous_run_id}); {r.reason}" for r in regressed.itertuples()]
+        raise AirflowFailException("regressed beyond the A/A control:\n  " + "\n  ".join(lines))
+    return checks["verdict"].value_counts().to_dict()
+
+
 def _publication_target() -> tuple[str | None, Path, Path]:
     """Which run to publish: the asset event that triggered this run, else the params
     (benchledger run/publish pass them), else the warehouse's latest run."""

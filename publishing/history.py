@@ -1,0 +1,152 @@
+"""The history of a recurring sweep, for people (issue #28): the terminal table of
+`benchledger history`, its chart, and the report's history section. What a change is and
+when a line breaks is decided once, in warehouse/history.py; this module only shows it."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+
+import duckdb
+import pandas as pd
+
+from benchledger.publishing.report import _interval, _number
+from benchledger.warehouse.history import (
+    CONFIG_CHANGED,
+    FLAGGED,
+    LINE,
+    REGRESSION,
+    UnknownSweep,
+    sweep_history,
+)
+
+__all__ = ["UnknownSweep", "format_history", "history", "history_chart_svg",
+           "history_section"]
+
+# The report and the UI draw at most this many panels (one per quantity and load point);
+# the terminal and the warehouse have every line.
+MAX_PANELS = 9
+
+
+def history(con: duckdb.DuckDBPyConnection, sweep_name: str,
+            metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every headline entry of every run of the sweep, with its verdict
+    (warehouse.history.sweep_history); `value`, `low`, `high` are the restart-level mean
+    and 95% interval a chart draws."""
+    frame = sweep_history(con, sweep_name, metrics or ())
+    return frame.assign(value=frame["restart_mean"], low=frame["restart_ci95_low"],
+                        high=frame["restart_ci95_high"],
+                        kind=frame["scheduled_for"].notna().map(
+                            {True: "scheduled", False: "manual"}))
+
+
+def _line_title(row) -> str:
+    numerator = f" {row.numerator}" if row.numerator else ""
+    return (f"{row.arm} / {row.workload}: {row.metric} {row.statistic} {row.scope}"
+            f"{numerator} at {row.load_point}")
+
+
+def format_history(frame: pd.DataFrame) -> str:
+    """One block per line, one row per run: value with its restart-level interval, the
+    change against the previous run and why; a configuration change named where the line
+    breaks."""
+    if frame.empty:
+        return "(no headline entries in this sweep's runs)"
+    out = []
+    for _, line in frame.groupby(LINE, sort=False):
+        first = line.iloc[0]
+        out.append(_line_title(first) + f" ({first.unit})")
+        for row in line.itertuples():
+            if row.change == CONFIG_CHANGED:
+                out.append(f"  -- line broken: {row.config_change}")
+            spread = _interval(row.restart_ci95_low, row.restart_ci95_high)
+            value = f"{_number(row.restart_mean)} {spread}" if row.publishable else "blocked"
+            change = _interval(row.ci95_low, row.ci95_high)
+            diff = "" if pd.isna(row.difference) else f" diff {_number(row.difference)} {change}"
+            control = ("" if pd.isna(row.control_difference)
+                       else f" A/A {_number(row.control_difference)}")
+            out.append(f"  {row.run_id:<44} {row.kind:<9} {value:<26} n={row.n_restarts} "
+                       f"{row.change}{diff}{control}")
+        out.append("")
+    flagged = frame[frame["change"].isin(FLAGGED)]
+    out.append(f"{len(flagged)} change(s) beyond the A/A control "
+               f"({(flagged['change'] == REGRESSION).sum()} regression(s)) over "
+               f"{frame['run_id'].nunique()} run(s)")
+    return "\n".join(out)
+
+
+def history_chart_svg(frame: pd.DataFrame, svg: Callable, pyplot: Callable) -> str | None:
+    """One panel per quantity and load point (at most MAX_PANELS), one line per arm and
+    configuration segment (a configuration change starts a new line, never joined to the
+    old one), restart-level 95% error bars, flagged changes ringed (red: regression)."""
+    shown = frame[frame["publishable"].astype(bool) & frame["value"].notna()]
+    if shown.empty or shown["run_id"].nunique() < 2:
+        return None
+    panels = list(shown.groupby(["workload", "metric", "statistic", "scope", "numerator",
+                                 "load_point"], sort=False))[:MAX_PANELS]
+    order = {run: i for i, run in enumerate(dict.fromkeys(frame["run_id"]))}
+    plt = pyplot()
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.8 * rows),
+                             squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, ((workload, metric, statistic, _, _, point), panel) in zip(flat, panels,
+                                                                        strict=False):
+        for (arm, segment), part in panel.groupby(["arm", "segment"], sort=False):
+            x = part["run_id"].map(order)
+            err = [(part["value"] - part["low"]).fillna(0).clip(lower=0),
+                   (part["high"] - part["value"]).fillna(0).clip(lower=0)]
+            label = arm if segment == 0 else f"{arm} (config {segment + 1})"
+            ax.errorbar(x, part["value"], yerr=err, fmt="o-" if segment == 0 else "s--",
+                        capsize=3, label=label)
+            flagged = part[part["change"].isin(FLAGGED)]
+            ax.scatter(flagged["run_id"].map(order), flagged["value"], s=140,
+                       facecolors="none",
+                       edgecolors=["tab:red" if c == REGRESSION else "tab:green"
+                                   for c in flagged["change"]])
+        ax.set_title(f"{workload}: {metric} {statistic} at {point}", fontsize=8)
+        ax.set_xlabel("run (oldest first)")
+        ax.set_ylabel(panel["unit"].iloc[0])
+        ax.legend(fontsize=6)
+    return svg(fig)
+
+
+def history_section(con: duckdb.DuckDBPyConnection, run_id: str, svg: Callable,
+                    pyplot: Callable, figure: Callable, table: Callable) -> list[str]:
+    """The report's history section: this run's sweep across its runs up to this one."""
+    row = con.execute("SELECT sweep_name, started_at FROM runs WHERE run_id = ?",
+                      [run_id]).fetchone()
+    if row is None:
+        return []
+    frame = history(con, row[0])
+    frame = frame[frame["started_at"] <= row[1]]  # a report shows what came before it
+    runs = frame["run_id"].nunique()
+    parts = ["<h2>History of this sweep</h2>"]
+    if runs < 2:
+        return [*parts, "<p class='note'>The first run of this sweep: no history yet. Later "
+                        "runs (scheduled or manual) are compared with it here.</p>"]
+    mine = frame[frame["run_id"] == run_id]
+    flagged = mine[mine["change"].isin(FLAGGED)]
+    summary = (f"{len(flagged)} headline entr{'y' if len(flagged) == 1 else 'ies'} of this "
+               f"run changed beyond the A/A control since the sweep's previous run"
+               if mine["has_control"].any() else
+               "This sweep has no A/A control: no change can be flagged "
+               "(no control: not decidable).")
+    return [
+        *parts,
+        f"<p class='note'>{runs} runs of sweep {html.escape(row[0])}. Each value is a run's "
+        "restart-level mean with its 95% interval; a change is flagged only where the "
+        "run-to-run interval excludes 0 and the difference exceeds what the sweep's A/A "
+        "control shows. A configuration change (effective config, server version) starts "
+        f"a new line. {html.escape(summary)}</p>",
+        figure(history_chart_svg(frame, svg, pyplot),
+               "Headline entries across runs: ringed points changed beyond the A/A "
+               "control (red: regression)."),
+        table(mine, ["arm", "workload", "metric", "statistic", "load_point",
+                     "previous_run_id", "previous_restart_mean", "restart_mean",
+                     "difference", "ci95_low", "ci95_high", "control_difference",
+                     "change", "config_change"]),
+    ]

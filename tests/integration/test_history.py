@@ -1,0 +1,176 @@
+"""Issue #28: the history of a recurring sweep and its regression gate, on four real runs
+of one sweep through Airflow (the simulator as the server).
+
+Runs 1 and 2 are alike. Run 3 is the same sweep file and the same configuration on a
+slower machine: the simulator's decode step comes from an environment variable that is not
+part of the recorded configuration (as a throttled GPU is not), 3 ms -> 9 ms for the arms
+`base` and `base-twin` (the sweep's A/A control); `other` keeps its fixed step. Run 4 changes
+a server setting of `base` and `base-twin` (a flag that does not change their speed at
+concurrency 1) and is fast again: its line must be broken and labelled, not read as an
+improvement over run 3.
+
+The gate and the assertions on flags follow the decode rate and the throughput, the
+quantities the slowdown is about: the simulator's first token comes in about 15 ms, and on
+a shared 2-core machine its run-to-run drift can exceed what one A/A pair shows, which the
+gate would rightly report (the sweep's gate names its metrics, as a user's would).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import sys
+import textwrap
+
+import pytest
+
+from benchledger.cli import main
+from benchledger.warehouse.history import (
+    CONFIG_CHANGED,
+    FIRST_RUN,
+    FLAGGED,
+    REGRESSION,
+    sweep_history,
+)
+from tests.conftest import run_sweep_text
+
+pytestmark = pytest.mark.integration
+
+SWEEP_NAME = "it-history"
+GATED = ["decode_rate", "throughput"]
+STEP_ENV = "HISTORY_TEST_STEP_MS"  # not a recorded prefix (lifecycle.ENV_PREFIXES)
+
+
+def _command(step: str, *extra: str) -> str:
+    """A simulator started through a shell, so its decode step can come from the
+    environment (`step` is "$VAR" or a number); {port} is the harness's."""
+    inner = " ".join([shlex.quote(sys.executable), "-m", "benchledger.simulator",
+                      "--port", "{port}", "--step-ms", step, "--speed-spread", "0",
+                      "--prefill-tok-s", "4000", *extra])
+    return shlex.join(["sh", "-c", "exec " + inner])
+
+
+def _arm(name: str, command: str) -> str:
+    # a TOML literal string: the shell command holds both kinds of quotes
+    return textwrap.dedent(f"""
+        [[arms]]
+        name = "{name}"
+        server = "command"
+        model = "sim-model"
+        command = '''{command}'''
+        clock_source = "none"
+        require_clock_check = false
+    """)
+
+
+def sweep_text(*extra: str) -> str:
+    """The sweep; `extra` flags go to base and base-twin (a changed server setting)."""
+    measured = _command(f'"${STEP_ENV}"', *extra)
+    return textwrap.dedent(f"""
+        [sweep]
+        name = "{SWEEP_NAME}"
+        retries = 0
+        regression_gate = ["decode_rate", "throughput"]
+        [defaults]
+        requests = 8
+        warmup = 1
+        restarts = 2
+        max_tokens = 48
+        concurrency = [1]
+
+        [[comparisons]]
+        a = "base"
+        b = "other"
+        metric = "decode_rate"
+        control = ["base", "base-twin"]
+        [[workloads]]
+        name = "code"
+    """) + _arm("base", measured) + _arm("base-twin", measured) + _arm(
+        "other", _command("2.5"))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Four runs into one warehouse: (run_id, state) each, and the warehouse path."""
+    workdir = tmp_path_factory.mktemp("history")
+    plan = [("3", sweep_text()), ("3", sweep_text()), ("9", sweep_text()),
+            ("3", sweep_text("--max-num-seqs", "32"))]
+    done = []
+    with pytest.MonkeyPatch.context() as patch:
+        for step, text in plan:
+            patch.setenv(STEP_ENV, step)
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                run_id, state, con = run_sweep_text(workdir, text)
+            con.close()
+            done.append((run_id, state))
+    return {"runs": done, "warehouse": workdir / "wh.duckdb"}
+
+
+@pytest.fixture(scope="module")
+def history(runs):
+    import duckdb
+
+    with duckdb.connect(str(runs["warehouse"]), read_only=True) as con:
+        frame = sweep_history(con, SWEEP_NAME, GATED)
+        checks = con.execute(
+            "SELECT run_id, arm, metric, statistic, verdict FROM regression_checks"
+        ).df()
+    return frame, checks
+
+
+def test_history_flags_only_the_slower_run(runs, history):
+    frame, _ = history
+    ids = [run_id for run_id, _ in runs["runs"]]
+    assert list(dict.fromkeys(frame["run_id"])) == ids  # every run, oldest first
+    flagged = frame[frame["change"].isin(FLAGGED)]
+    assert set(flagged["run_id"]) == {ids[2]}, flagged[["run_id", "arm", "metric", "change"]]
+    decode = flagged[flagged["metric"] == "decode_rate"]
+    # both arms of the slowed configuration regressed, beyond the A/A control's difference
+    assert set(decode["arm"]) == {"base", "base-twin"}
+    assert set(decode["change"]) == {REGRESSION}
+    assert (decode["difference"].abs() > decode["control_difference"]).all()
+    assert (decode["ci95_high"] < 0).all()
+    # the arm whose speed did not change is not flagged in run 3
+    other = frame[(frame["arm"] == "other") & (frame["run_id"] == ids[2])]
+    assert not other["change"].isin(FLAGGED).any()
+    first = frame[frame["run_id"] == ids[0]]
+    assert set(first["change"]) == {FIRST_RUN}
+
+
+def test_a_changed_server_setting_breaks_the_line_and_says_so(runs, history):
+    frame, _ = history
+    ids = [run_id for run_id, _ in runs["runs"]]
+    fourth = frame[frame["run_id"] == ids[3]]
+    changed = fourth[fourth["arm"].isin(["base", "base-twin"])]
+    assert set(changed["change"]) == {CONFIG_CHANGED}  # not "improvement" over run 3
+    assert changed["config_change"].str.startswith("effective config ").all()
+    assert (changed["segment"] == 1).all() and changed["previous_run_id"].isna().all()
+    unchanged = fourth[fourth["arm"] == "other"]
+    assert (unchanged["segment"] == 0).all() and unchanged["previous_run_id"].notna().all()
+
+
+def test_the_regression_gate_fails_the_slower_run_only(runs, history):
+    _, checks = history
+    states = [state for _, state in runs["runs"]]
+    assert states == ["success", "success", "failed", "success"]
+    ids = [run_id for run_id, _ in runs["runs"]]
+    assert set(checks["run_id"]) == set(ids)  # every run's gate left its rows
+    assert set(checks["metric"]) == set(GATED)
+    regressed = checks[checks["verdict"] == REGRESSION]
+    assert set(regressed["run_id"]) == {ids[2]}
+    assert {"base", "base-twin"} <= set(regressed["arm"])
+
+
+def test_history_command_prints_the_lines_and_exits_by_the_newest_run(runs, capsys):
+    warehouse = str(runs["warehouse"])
+    assert main(["history", SWEEP_NAME, "--warehouse", warehouse,
+                 "--metric", "decode_rate"]) == 0  # the newest run (4) did not regress
+    out = capsys.readouterr().out
+    assert "-- line broken: effective config" in out
+    assert out.count(REGRESSION) >= 2 and "ttft" not in out
+    assert main(["history", SWEEP_NAME, "--warehouse", warehouse]) in (0, 1)
+    assert "ttft p90" in capsys.readouterr().out  # without --metric: every headline metric
+    assert main(["history", "no-such-sweep", "--warehouse", warehouse]) == 2
+    assert "no run of sweep 'no-such-sweep'" in capsys.readouterr().err
