@@ -292,3 +292,32 @@ def test_pinned_restarts_put_every_task_after_the_launch_on_the_restarts_own_que
     assert dag.get_task("ab__r1.settle_restart").op_args[-1] == a_own
     # plan, load and the rest stay on the default queue
     assert dag.get_task("load").queue == plain.get_task("load").queue
+
+
+def test_the_regression_gate_runs_after_derive_beside_finalize_in_the_warehouse_pool():
+    """docs/examples/nightly.toml names the gate's metrics: its DAG gets the task, after
+    derive, never retried (a regression is a result), in the one-writer pool; a sweep
+    without the key gets none."""
+    from benchledger.operators.dag_factory import build_sweep_dag
+
+    example = REPO / "docs" / "examples" / "nightly.toml"
+    assert load_sweep(example).sweep.gated_metrics == ["decode_rate", "throughput"]
+    dag = build_sweep_dag(example)
+    gate = dag.get_task("regression_gate")
+    assert gate.upstream_task_ids == {"derive"} and gate.downstream_task_ids == set()
+    assert "finalize" in dag.get_task("derive").downstream_task_ids
+    assert gate.retries == 0 and gate.pool == "benchledger_warehouse"
+    assert gate.op_args[1] == ["decode_rate", "throughput"]
+    assert "regression_gate" not in build_sweep_dag(DAGS / "sweeps" / "demo.toml").task_dict
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('["tpot"]', "regression_gate"), ("[]", "regression_gate"), ('"maybe"', "regression_gate")])
+def test_a_regression_gate_naming_no_headline_metric_is_refused(tmp_path, value, message):
+    from benchledger.sweep import SweepError
+
+    sweep = tmp_path / "gated.toml"
+    sweep.write_text((DAGS / "sweeps" / "demo.toml").read_text().replace(
+        'schedule = "none"', f'schedule = "none"\nregression_gate = {value}'))
+    with pytest.raises(SweepError, match=message):
+        load_sweep(sweep)
