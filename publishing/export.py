@@ -10,7 +10,10 @@ One folder per publication:
     entries.md                  a Markdown table for a methodology page, and a section
                                 per other evidence kind
     comparisons.json            every verdict, refuted hypotheses included
-    report.html                 a static page with plots; blocked entries in their own section
+    report.html                 the page that reads top-down: verdicts, headline cards,
+                                charts, workload, blocked entries by rule, provenance
+    charts/<name>.svg           every chart report.html draws, as a file a publishing job
+                                can embed (the same drawing as the page's inline SVG)
     gx-data-docs/               the run's GX Data Docs, linked from the report
     MANIFEST.sha256             `sha256sum -c` checks all of the above
     .benchledger-publication    the mark of a folder benchledger publishes into
@@ -55,7 +58,7 @@ from benchledger.publishing.read import (
     run_entry_counts,
     unknown_run_message,
 )
-from benchledger.publishing.report_html import render_report
+from benchledger.publishing.report_html import build_report
 from benchledger.records import file_sha256
 from benchledger.warehouse.db import first_row
 
@@ -164,6 +167,7 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
     data_docs = Path(DATA_DOCS) / "index.html" if files else None
     published = published_entries(con, run_id)
     entries = rerun_entries(published)  # other evidence: its own files and sections
+    report = build_report(con, run_id, data_docs)
     files.update({
         "entries.json": _json_records(entries).encode(),
         "entries.csv": csv_text(_stable(entries)).encode(),
@@ -171,7 +175,8 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
                        + evidence_markdown(published)).encode(),
         # Verdicts are published like entries, refuted hypotheses included.
         "comparisons.json": _json_records(comparisons(con, run_id)).encode(),
-        "report.html": render_report(con, run_id, data_docs).encode(),
+        "report.html": report.html.encode(),
+        **{chart.path: chart.svg.encode() for chart in report.charts},
     })
     points = frontier(con, run_id)
     if not points.empty:  # a run with SLOs or a ladder: its frontier and saturation points

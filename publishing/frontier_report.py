@@ -1,16 +1,19 @@
-"""The report's frontier section (issue #27): the throughput-interactivity frontier with
-restart-level error bars on both axes, SLO attainment against load, and the frontier
-comparisons' findings. Reads the warehouse's `frontier` and `frontier_findings` tables."""
+"""The report's frontier charts (issue #27): the throughput-interactivity frontier with
+restart-level error bars on both axes, and SLO attainment against load, with the frontier
+points as a table. Reads the warehouse's `frontier` table; the frontier comparisons'
+findings are among the report's verdicts (report_cards.py)."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
 
 import pandas as pd
 
+from benchledger.publishing.report_charts import Chart, pyplot, svg_document
+from benchledger.publishing.report_markup import details, figure, table
 
-def plot_frontier(points: pd.DataFrame, svg: Callable, pyplot: Callable) -> str | None:
+
+def plot_frontier(points: pd.DataFrame) -> Chart | None:
     """Aggregate output tok/s against per-user tok/s, one line per arm and workload along
     its ladder, each point with its restart-level 95% interval on both axes; the sustained
     point ringed."""
@@ -33,10 +36,14 @@ def plot_frontier(points: pd.DataFrame, svg: Callable, pyplot: Callable) -> str 
     ax.set_xlabel("per-user decode rate (tok/s), restart-level 95% CI")
     ax.set_ylabel("aggregate output throughput (tok/s)")
     ax.legend(fontsize=7)
-    return svg(fig)
+    return Chart("frontier", "The throughput-interactivity frontier",
+                 "Throughput against per-user speed; each point one load of the arm's "
+                 "ladder, both axes with the restart-level 95% interval. Ringed: the highest "
+                 "load sustained under the sweep's SLOs (every point is kept, past "
+                 "saturation included).", svg_document(fig))
 
 
-def plot_attainment(points: pd.DataFrame, svg: Callable, pyplot: Callable) -> str | None:
+def plot_attainment(points: pd.DataFrame) -> Chart | None:
     """SLO attainment (all submitted requests) against the load asked for."""
     points = points[points["attainment"].notna()]
     if points.empty:
@@ -54,12 +61,19 @@ def plot_attainment(points: pd.DataFrame, svg: Callable, pyplot: Callable) -> st
     ax.set_xlabel("load: requested rate (rps), or concurrency without a rate")
     ax.set_ylabel("SLO attainment (all submitted)")
     ax.legend(fontsize=7)
-    return svg(fig)
+    return Chart("slo-attainment", "SLO attainment against load",
+                 "Failed and unfinished requests count as misses.", svg_document(fig))
 
 
-def frontier_section(points: pd.DataFrame, findings: pd.DataFrame, svg: Callable,
-                     pyplot: Callable, figure: Callable, table: Callable) -> list[str]:
-    """The section's HTML parts; none for a run without frontier points."""
+def frontier_charts(points: pd.DataFrame) -> list[Chart]:
+    """The frontier's charts; none for a run without frontier points."""
+    if points.empty:
+        return []
+    return [c for c in (plot_frontier(points), plot_attainment(points)) if c is not None]
+
+
+def frontier_parts(points: pd.DataFrame, charts: list[Chart]) -> list[str]:
+    """The frontier's figures, the loads each arm sustains, and its points (collapsed)."""
     if points.empty:
         return []
     sustained = points[points["sustained"].astype(bool)]
@@ -68,23 +82,11 @@ def frontier_section(points: pd.DataFrame, findings: pd.DataFrame, svg: Callable
         f"{html.escape(r.load_point)} (attainment {r.attainment:.0%})</li>"
         for r in sustained.itertuples() if pd.notna(r.attainment))
     return [
-        "<h2>The throughput-interactivity frontier</h2>",
-        "<p class='note'>Each point is one load of the arm's ladder; both axes carry the "
-        "restart-level 95% interval. Ringed: the highest load sustained under the sweep's "
-        "SLOs (every point is kept, past saturation included).</p>",
+        *(figure(chart) for chart in charts),
         f"<ul>{lines}</ul>" if lines else "",
-        figure(plot_frontier(points, svg, pyplot), "Throughput against per-user speed."),
-        figure(plot_attainment(points, svg, pyplot), "SLO attainment against load: "
-               "failed and unfinished requests count as misses."),
-        table(points, ["arm", "workload", "load_point", "per_user_tok_s", "per_user_low",
-                       "per_user_high", "throughput_tok_s", "throughput_low",
-                       "throughput_high", "throughput_per_gpu_tok_s", "attainment",
-                       "attainment_low", "attainment_high", "goodput_tok_s",
-                       "meets_target", "saturated", "saturation_reason", "sustained"]),
-        *([] if findings.empty else [
-            "<h3>Frontier comparisons</h3>",
-            table(findings, ["role", "a", "b", "workload", "load_point", "finding",
-                             "throughput_difference", "throughput_ci95_low",
-                             "throughput_ci95_high", "per_user_difference",
-                             "per_user_ci95_low", "per_user_ci95_high", "reason"])]),
+        details("Frontier points", table(
+            points, ["arm", "workload", "load_point", "per_user_tok_s", "per_user_low",
+                     "per_user_high", "throughput_tok_s", "throughput_low", "throughput_high",
+                     "throughput_per_gpu_tok_s", "attainment", "goodput_tok_s",
+                     "saturated", "saturation_reason", "sustained"])),
     ]

@@ -4,13 +4,14 @@ when a line breaks is decided once, in warehouse/history.py; this module only sh
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
 
 import duckdb
 import pandas as pd
 
 from benchledger.publishing.report import _interval, _number
+from benchledger.publishing.report_charts import Chart, inline_svg, pyplot, svg_document
+from benchledger.publishing.report_markup import esc
 from benchledger.warehouse.history import (
     CONFIG_CHANGED,
     FLAGGED,
@@ -20,8 +21,8 @@ from benchledger.warehouse.history import (
     sweep_history,
 )
 
-__all__ = ["UnknownSweep", "format_history", "history", "history_chart_svg",
-           "history_section"]
+__all__ = ["UnknownSweep", "format_history", "history", "history_chart",
+           "history_chart_svg", "history_section"]
 
 # The report and the UI draw at most this many panels (one per quantity and load point);
 # the terminal and the warehouse have every line.
@@ -75,10 +76,18 @@ def format_history(frame: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def history_chart_svg(frame: pd.DataFrame, svg: Callable, pyplot: Callable) -> str | None:
+HISTORY_TITLE = "History of this sweep"
+HISTORY_CAPTION = ("Headline entries across the sweep's runs (restart-level means with their "
+                   "95% intervals): ringed points changed beyond the A/A control (red: "
+                   "regression); a dashed line is a new configuration, never joined to the "
+                   "old one.")
+
+
+def history_chart(frame: pd.DataFrame) -> Chart | None:
     """One panel per quantity and load point (at most MAX_PANELS), one line per arm and
     configuration segment (a configuration change starts a new line, never joined to the
-    old one), restart-level 95% error bars, flagged changes ringed (red: regression)."""
+    old one), restart-level 95% error bars, flagged changes ringed (red: regression).
+    None with fewer than two runs to draw."""
     shown = frame[frame["publishable"].astype(bool) & frame["value"].notna()]
     if shown.empty or shown["run_id"].nunique() < 2:
         return None
@@ -111,42 +120,52 @@ def history_chart_svg(frame: pd.DataFrame, svg: Callable, pyplot: Callable) -> s
         ax.set_xlabel("run (oldest first)")
         ax.set_ylabel(panel["unit"].iloc[0])
         ax.legend(fontsize=6)
-    return svg(fig)
+    return Chart("history", HISTORY_TITLE, HISTORY_CAPTION, svg_document(fig))
 
 
-def history_section(con: duckdb.DuckDBPyConnection, run_id: str, svg: Callable,
-                    pyplot: Callable, figure: Callable, table: Callable) -> list[str]:
-    """The report's history section: this run's sweep across its runs up to this one."""
+def history_chart_svg(frame: pd.DataFrame) -> str | None:
+    """The history chart as an inline <svg> element (the UI page's), or None."""
+    chart = history_chart(frame)
+    return None if chart is None else inline_svg(chart.svg)
+
+
+def history_section(con: duckdb.DuckDBPyConnection, run_id: str,
+                    figure: Callable[[Chart | None], str],
+                    table: Callable[[pd.DataFrame, list[str]], str],
+                    ) -> tuple[list[str], Chart | None]:
+    """The report's history section (its HTML parts) and its chart: this run's sweep
+    across its runs up to this one."""
     row = con.execute("SELECT sweep_name, started_at FROM runs WHERE run_id = ?",
                       [run_id]).fetchone()
     if row is None:
-        return []
+        return [], None
     frame = history(con, row[0])
-    frame = frame[frame["started_at"] <= row[1]]  # a report shows what came before it
+    if not frame.empty:
+        frame = frame[frame["started_at"] <= row[1]]  # what came before this run
     runs = frame["run_id"].nunique()
-    parts = ["<h2>History of this sweep</h2>"]
+    parts = [f"<section id='history'><h2>{HISTORY_TITLE}</h2>"]
     if runs < 2:
         return [*parts, "<p class='note'>The first run of this sweep: no history yet. Later "
-                        "runs (scheduled or manual) are compared with it here.</p>"]
+                        "runs (scheduled or manual) are compared with it here.</p>",
+                "</section>"], None
     mine = frame[frame["run_id"] == run_id]
     flagged = mine[mine["change"].isin(FLAGGED)]
     summary = (f"{len(flagged)} headline entr{'y' if len(flagged) == 1 else 'ies'} of this "
-               f"run changed beyond the A/A control since the sweep's previous run"
+               "run changed beyond the A/A control since the sweep's previous run."
                if mine["has_control"].any() else
                "This sweep has no A/A control: no change can be flagged "
                "(no control: not decidable).")
+    chart = history_chart(frame)
     return [
         *parts,
-        f"<p class='note'>{runs} runs of sweep {html.escape(row[0])}. Each value is a run's "
+        f"<p class='note'>{runs} runs of sweep {esc(row[0])}. Each value is a run's "
         "restart-level mean with its 95% interval; a change is flagged only where the "
         "run-to-run interval excludes 0 and the difference exceeds what the sweep's A/A "
         "control shows. A configuration change (effective config, server version) starts "
-        f"a new line. {html.escape(summary)}</p>",
-        figure(history_chart_svg(frame, svg, pyplot),
-               "Headline entries across runs: ringed points changed beyond the A/A "
-               "control (red: regression)."),
+        f"a new line. {esc(summary)}</p>",
+        figure(chart),
         table(mine, ["arm", "workload", "metric", "statistic", "load_point",
-                     "previous_run_id", "previous_restart_mean", "restart_mean",
-                     "difference", "ci95_low", "ci95_high", "control_difference",
-                     "change", "config_change"]),
-    ]
+                     "previous_restart_mean", "restart_mean", "difference", "ci95_low",
+                     "ci95_high", "control_difference", "change", "config_change"]),
+        "</section>",
+    ], chart

@@ -97,3 +97,72 @@ def frontier(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
 
 def frontier_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, "frontier_findings_for_run", run_id)
+
+
+def workload_lengths(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Per workload, length (input, output) and side (requested, delivered): count,
+    missing, min, p50, p90, max and mean over the measured requests behind published
+    entries."""
+    return _frame(con, "workload_lengths_for_run", run_id)
+
+
+def workload_length_bins(con: duckdb.DuckDBPyConnection, run_id: str,
+                         bins: int) -> pd.DataFrame:
+    """The same requests' lengths in `bins` equal bins per workload and length."""
+    return query_frame(con, "workload_length_bins_for_run", run_id=run_id, bins=bins)
+
+
+def workload_samples(con: duckdb.DuckDBPyConnection, run_id: str,
+                     per_workload: int) -> pd.DataFrame:
+    """At most `per_workload` distinct prompts per workload, with one request's lengths."""
+    return query_frame(con, "workload_samples_for_run", run_id=run_id,
+                       per_workload=per_workload)
+
+
+def run_provenance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's sweep name and sha256, harness version, evidence kind and start."""
+    return _frame(con, "run_provenance", run_id)
+
+
+def arm_servers(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Per arm: nodes, server kind, versions and effective configuration sha256s."""
+    return _frame(con, "arm_servers_for_run", run_id)
+
+
+def raw_files(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """Every raw file of the run: kind, sha256, rows and name within the run's folder."""
+    return _frame(con, "raw_files_for_run", run_id)
+
+
+def sweeps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per sweep: its runs, and its newest run's published and blocked entries and
+    verdicts (ui_sweeps.sql)."""
+    return query_frame(con, "ui_sweeps")
+
+
+def runs_of_sweep(con: duckdb.DuckDBPyConnection, sweep_name: str) -> pd.DataFrame:
+    """A sweep's runs, newest first, with their published and blocked entries and
+    verdicts (ui_runs_of_sweep.sql)."""
+    return query_frame(con, "ui_runs_of_sweep", sweep_name=sweep_name)
+
+
+def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
+    """The run's sweep, times and evidence kind; None for a run the warehouse lacks."""
+    found = _frame(con, "ui_run", run_id)
+    return None if found.empty else found.iloc[0].to_dict()
+
+
+def entry_summary(con: duckdb.DuckDBPyConnection, entry_id: str) -> dict | None:
+    """One entry's labels, value and publishability; None for an unknown entry."""
+    found = query_frame(con, "entry_summary", entry_id=entry_id)
+    return None if found.empty else found.iloc[0].to_dict()
+
+
+def entry_blocks(con: duckdb.DuckDBPyConnection, entry_id: str) -> pd.DataFrame:
+    """Why one entry is blocked: each failed rule and its subject (empty: published)."""
+    return query_frame(con, "entry_blocks_of_entry", entry_id=entry_id)
+
+
+def entry_windows(con: duckdb.DuckDBPyConnection, entry_id: str) -> pd.DataFrame:
+    """The windows an entry rests on, each with its restart (entry_windows.sql)."""
+    return query_frame(con, "entry_windows", entry_id=entry_id)

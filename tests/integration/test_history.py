@@ -174,3 +174,28 @@ def test_history_command_prints_the_lines_and_exits_by_the_newest_run(runs, caps
     assert "ttft p90" in capsys.readouterr().out  # without --metric: every headline metric
     assert main(["history", "no-such-sweep", "--warehouse", warehouse]) == 2
     assert "no run of sweep 'no-such-sweep'" in capsys.readouterr().err
+
+
+def _history_section(page: str) -> str:
+    start = page.index("<section id='history'>")
+    return page[start:page.index("</section>", start)]
+
+
+def test_the_report_shows_the_history_up_to_its_run(runs, tmp_path):
+    warehouse = str(runs["warehouse"])
+    ids = [run_id for run_id, _ in runs["runs"]]
+    pages = {}
+    for index in (0, 2):
+        out = tmp_path / f"run{index + 1}"
+        assert main(["publish", "--warehouse", warehouse, "--out", str(out),
+                     "--run", ids[index]]) == 0
+        pages[index] = out
+    first = _history_section((pages[0] / "report.html").read_text())
+    assert "The first run of this sweep: no history yet." in first
+    third = _history_section((pages[2] / "report.html").read_text())
+    assert f"3 runs of sweep {SWEEP_NAME}" in third  # run 4 came later: not in run 3's
+    assert ids[3] not in third and "<svg" in third
+    assert f"<td>{REGRESSION}</td>" in third
+    manifest = (pages[2] / "MANIFEST.sha256").read_text()
+    assert "charts/history.svg" in manifest and (pages[2] / "charts/history.svg").exists()
+    assert "charts/history.svg" not in (pages[0] / "MANIFEST.sha256").read_text()

@@ -1,11 +1,13 @@
 """Publication: validated-only exports, a verifying manifest, byte-stable re-export,
-report.html rendered in headless Chromium, and `benchledger explain`'s lineage."""
+report.html rendered in headless Chromium (its sections in reading order, its charts also
+as files), and `benchledger explain`'s lineage."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import textwrap
@@ -24,6 +26,7 @@ from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
+from tests.browser import opened
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
 
 pytestmark = pytest.mark.integration
@@ -48,9 +51,6 @@ SWEEP = textwrap.dedent("""
     [[workloads]]
     name = "code"
 """)
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
 # The files every publication holds (the manifest lists them, Data Docs aside).
 EXPORTED_FILES = ("entries.json", "entries.csv", "entries.md", "comparisons.json",
                   "report.html")
@@ -97,7 +97,9 @@ def test_manifest_verifies_every_exported_file(exported):
         digest, name = line.split("  ")
         listed[name] = digest
     assert set(EXPORTED_FILES) <= set(listed)
-    assert all(name.startswith("gx-data-docs/") for name in set(listed) - set(EXPORTED_FILES))
+    assert any(name.startswith("charts/") for name in listed)  # the report's charts
+    assert all(name.startswith(("gx-data-docs/", "charts/"))
+               for name in set(listed) - set(EXPORTED_FILES))
     for name, digest in listed.items():
         assert hashlib.sha256((exported / name).read_bytes()).hexdigest() == digest
     if shutil.which("sha256sum"):
@@ -138,37 +140,24 @@ def test_republishing_is_byte_identical(warehouse, exported, tmp_path):
         assert (tmp_path / name).read_bytes() == (exported / name).read_bytes(), name
 
 
-def chromium_binary() -> str:
-    """The browser, or a skip on a developer machine without one. Under CI (`make test`
-    installs Debian's chromium as root first) a missing browser is a failure, never a skip."""
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary:
-        return binary
-    if "CI" in os.environ:
-        pytest.fail("CI is set but no `chromium` is on PATH: `make test` (make browser) "
-                    "installs Debian's chromium package")
-    pytest.skip("no `chromium` on PATH: install Debian's chromium (`make browser`) to render "
-                "report.html; with CI set this is a failure, not a skip")
-
-
-def _chromium(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([chromium_binary(), *CHROMIUM_FLAGS, *args], capture_output=True,
-                          text=True, timeout=120)
-
-
 class Page(HTMLParser):
-    """What a reader sees of the report: headings, tables (under the heading they follow)
-    and figures (caption, and the elements their inline SVG draws, with matplotlib's group
-    ids: PathCollection_* are scatter points, xtick_* the x axis ticks)."""
+    """What a reader sees of the report: headings, tables (under the heading they follow),
+    headline numbers (the entry each card line shows, and its value) and figures (title,
+    caption, and the elements their inline SVG draws, with matplotlib's group ids:
+    PathCollection_* are scatter points, xtick_* the x axis ticks)."""
 
     def __init__(self, dom: str):
         super().__init__()
         self.headings: list[str] = []  # the h2s, in order
         self.section: str | None = None  # the nearest heading above, h2 or h3
         self.tables: list[dict] = []  # {"section", "rows": [[cell text]], "classes"}
-        self.figures: list[dict] = []  # {"section", "caption", "tags": Counter, "groups"}
+        self.figures: list[dict] = []  # {"title", "caption", "tags": Counter, "groups"}
+        self.numbers: list[dict] = []  # {"entry", "value", "labels"} of the headline cards
+        self.chart_links: list[str] = []
         self.scripts = 0
+        self.dom = dom
         self._text: list[str] | None = None
+        self._number_field: str | None = None
         self._figure: dict | None = None
         self._group: list[str] = []  # ids of the open SVG <g> elements
         self.feed(dom)
@@ -176,6 +165,7 @@ class Page(HTMLParser):
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         section = self.section
+        css = attrs.get("class") or ""
         if tag == "script":
             self.scripts += 1
         elif tag in ("h2", "h3", "td", "th", "figcaption"):
@@ -184,12 +174,18 @@ class Page(HTMLParser):
             self.tables.append({"section": section, "rows": [], "classes": []})
         elif tag == "tr":
             self.tables[-1]["rows"].append([])
-            self.tables[-1]["classes"].append(attrs.get("class") or "")
+            self.tables[-1]["classes"].append(css)
+        elif tag == "div" and css == "number":
+            self.numbers.append({"entry": attrs["data-entry"]})
+        elif tag == "span" and css in ("value", "labels") and self.numbers:
+            self._number_field, self._text = css, []
+        elif tag == "a" and (attrs.get("href") or "").startswith("charts/"):
+            self.chart_links.append(attrs["href"])
         elif tag == "figure":
-            self._figure = {"section": section, "caption": None, "tags": Counter(),
+            self._figure = {"title": None, "caption": None, "tags": Counter(),
                             "markers": Counter(), "groups": [], "svg": None}
             self.figures.append(self._figure)
-        if self._figure is not None and tag not in ("figure", "figcaption"):
+        if self._figure is not None and tag not in ("figure", "figcaption", "h3", "a"):
             self._figure["tags"][tag] += 1
             if tag == "svg" and self._figure["svg"] is None:
                 self._figure["svg"] = attrs
@@ -204,7 +200,13 @@ class Page(HTMLParser):
 
     def handle_endtag(self, tag):
         text = None if self._text is None else " ".join("".join(self._text).split())
-        if tag in ("h2", "h3"):
+        if tag == "span" and self._number_field is not None:
+            self.numbers[-1][self._number_field] = text
+            self._number_field, self._text = None, None
+            return
+        if tag == "h3" and self._figure is not None:
+            self._figure["title"] = text
+        elif tag in ("h2", "h3"):
             self.section = text
         if tag == "h2":
             self.headings.append(text)
@@ -230,77 +232,98 @@ class Page(HTMLParser):
         return [dict(zip(header, row, strict=True)) for row in rows]
 
 
-REPORT_SECTIONS = ["Headline entries", "Requests per restart", "Arms side by side",
-                   "TTFT vs input length", "Delivered vs the server log",
-                   "The ruler's own error (T17)", "Comparisons",
-                   "Blocked entries (not published)"]
+# Top-down, as issue #28 asks: what the run was for first, then what it rests on.
+REPORT_SECTIONS = ["Verdicts", "Headline entries", "Charts", "History of this sweep", "Workload",
+                   "Blocked entries (not published)", "The ruler's own error (T17)",
+                   "Provenance", "Every published entry"]
 
 
-def test_report_is_a_static_page_without_scripts(exported):
-    # report.html has no scripts at all (a static page: inline SVG and CSS), so there is
-    # no console to watch for errors; a script added to it is what this test catches.
+def test_report_needs_nothing_from_the_network(exported):
+    # One small inline script (sorting, expand/collapse, printing) and inline SVG and CSS:
+    # no src or href leaves the publication's folder.
     page = (exported / "report.html").read_text()
-    assert "<script" not in page.lower()
-    assert Page(page).scripts == 0
+    assert Page(page).scripts == 1
+    assert "<script src" not in page.lower() and "<link" not in page.lower()
+    assert not re.search(r"""(src|href)=['"]?(https?:)?//""", page)
 
 
 @pytest.fixture(scope="module")
 def rendered(exported, tmp_path_factory):
     """report.html as headless Chromium rendered it: the DOM it built and a screenshot."""
-    tmp = tmp_path_factory.mktemp("chromium")
-    page = (exported / "report.html").as_uri()
-    dom = _chromium(f"--user-data-dir={tmp / 'profile-dom'}", "--dump-dom", page)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    shot = tmp / "report.png"
-    run = _chromium(f"--user-data-dir={tmp / 'profile-shot'}", "--window-size=1200,2400",
-                    f"--screenshot={shot}", page)
-    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
-    return Page(dom.stdout), shot
+    shot = tmp_path_factory.mktemp("chromium") / "report.png"
+    with opened(exported / "report.html", 1200, 2400) as seen:
+        dom = seen.page.content()
+        seen.page.screenshot(path=str(shot))
+        assert seen.errors == []
+    return Page(dom), shot
 
 
-def test_rendered_report_has_every_section_and_the_published_headline_values(
+def test_rendered_report_reads_top_down_with_the_published_headline_values(
         rendered, warehouse):
     page, _ = rendered
     assert page.headings == REPORT_SECTIONS
-    assert page.scripts == 0
+    assert page.scripts == 1
     with duckdb.connect(str(warehouse), read_only=True) as con:
+        # the cards' picks, asked of the warehouse: per-request decode and TTFT p50/p90,
+        # window-level output throughput (one load point in this run)
         expected = con.execute(
-            "SELECT arm, workload, metric, scope, coalesce(numerator, ''), value "
-            "FROM published_entries WHERE run_id = ? AND statistic = 'mean' AND metric IN "
-            "('decode_rate', 'e2e_rate', 'ttft', 'throughput')", [RUN_ID]).fetchall()
+            "SELECT entry_id, value, population, numerator, scope FROM published_entries "
+            "WHERE run_id = ? AND ((metric = 'decode_rate' AND statistic = 'mean' "
+            "AND scope <> 'aggregate' AND numerator = 'output_tokens') "
+            "OR (metric = 'throughput' AND scope = 'aggregate' "
+            "AND numerator = 'output_tokens') "
+            "OR (metric = 'ttft' AND statistic IN ('p50', 'p90')))", [RUN_ID]).fetchall()
         unpublished = set(con.execute("SELECT arm, workload, metric FROM entries "
                                       "WHERE run_id = ? AND NOT publishable", [RUN_ID]).fetchall())
-    expected = sorted((a, w, m, s, n, f"{v:.4g}") for a, w, m, s, n, v in expected)
-    shown = sorted((r["arm"], r["workload"], r["metric"], r["scope"], r["numerator"],
-                    r["value"]) for r in page.table("Headline entries"))
-    assert {m for _, _, m, *_ in expected} == {"decode_rate", "e2e_rate", "ttft", "throughput"}
-    assert shown == expected  # every published headline entry, its value as published
-    blocked = page.table("Blocked entries (not published)")
-    assert {(r["arm"], r["workload"], r["metric"]) for r in blocked} == unpublished
+        rule_blocks = set(con.execute(
+            "SELECT b.rule, e.arm, e.workload, e.metric, e.statistic FROM entry_blocks AS b "
+            "JOIN entries AS e USING (entry_id) WHERE e.run_id = ?", [RUN_ID]).fetchall())
+    assert len(expected) == 4
+    shown = {n["entry"]: n for n in page.numbers}
+    assert set(shown) == {entry_id for entry_id, *_ in expected}
+    for entry_id, value, population, numerator, scope in expected:
+        assert shown[entry_id]["value"] == f"{value:.4g}"  # as published
+        labels = shown[entry_id]["labels"].split(" · ")
+        assert labels[0] == "2 restarts"
+        assert {population, scope, "c=1"} <= set(labels)
+        assert numerator is None or numerator in labels
+    # no comparison in this sweep: the verdicts say so, in words
+    verdicts = page.dom.split('<section id="verdicts">', 1)[1].split("</section>", 1)[0]
+    assert "No verdict: this run compared no arms" in verdicts
+    # blocked entries, grouped by the rule that blocked them, each with expected and found
+    groups = [t for t in page.tables if t["classes"][1:] and
+              all(c == "blocked" for c in t["classes"][1:])
+              and t["section"] != "Beneath the blocked entries: restarts left out, "
+                                  "windows failed"]
+    blocked = [(t["section"], row) for t in groups
+               for row in [dict(zip(t["rows"][0], r, strict=True)) for r in t["rows"][1:]]]
+    assert {(r["arm"], r["workload"], r["metric"]) for _, r in blocked} == unpublished
     assert ("broken", "code", "decode_rate") in unpublished  # the arm with the bad window
+    assert {(section.split(" (")[0], r["arm"], r["workload"], r["metric"], r["statistic"])
+            for section, r in blocked} == rule_blocks  # each under the rule that blocked it
+    assert all(r["expected"] and r["found"] for _, r in blocked)
     # beneath them, each rule that failed on a restart, window or request, with counts
     beneath = page.table("Beneath the blocked entries: restarts left out, windows failed")
     entry_rules = {rule.name for rule in CATALOGUE if rule.applies_to == "entry"}
-    failed_rules = {r["rule"] for r in blocked} - entry_rules
+    failed_rules = {s.split(" (")[0] for s, _ in blocked} - entry_rules
     assert failed_rules  # the broken arm's window failed a rule beneath its entries
     assert failed_rules <= {r["rule"] for r in beneath}
     assert all(0 < int(r["n_failed"]) <= int(r["n_checked"]) for r in beneath)
-    assert all(cls == "blocked" for cls in next(t["classes"][1:] for t in page.tables
-                                                if t["section"] == REPORT_SECTIONS[-1]))
 
 
-def test_rendered_plots_draw_the_published_requests(rendered):
+def test_rendered_charts_draw_the_published_requests_and_are_files_too(rendered, exported):
     page, _ = rendered
-    # no ladder (one concurrency) and no server log lines in this run: three plots
-    assert [f["section"] for f in page.figures] == ["Requests per restart", "Arms side by side",
-                                                    "TTFT vs input length"]
+    # no ladder (one concurrency), no frontier and no server log lines in this run
+    assert [f["title"] for f in page.figures] == [
+        "Requests per restart", "Arms side by side", "TTFT vs input length",
+        "Requested and delivered lengths"]
     for figure in page.figures:
         assert figure["caption"]
         svg = figure["svg"]
         assert svg is not None and float(svg["width"].removesuffix("pt")) > 100
         assert float(svg["height"].removesuffix("pt")) > 100
         assert figure["tags"]["path"] > 20  # axes, ticks, glyphs and the data drawn
-    dots, bars, ttft = page.figures
+    dots, bars, ttft, *_ = page.figures
     # the published arm's 2 restarts x 5 requests, one dot each (legend keys aside); the
     # broken arm is not drawn
     assert sorted(dots["markers"].values()) == [5, 5]
@@ -312,6 +335,16 @@ def test_rendered_plots_draw_the_published_requests(rendered):
     assert ticks(dots, "x") == 4  # r0, r1, then the request- and restart-level intervals
     assert ticks(bars, "x") == 1  # one bar group: the published arm only
     assert "LineCollection_1" in bars["groups"]  # its 95% CI whisker
+    # every chart drawn is a file of the publication, listed in its manifest, and the same
+    # drawing as the page's
+    listed = {line.split("  ")[1] for line in
+              (exported / "MANIFEST.sha256").read_text().splitlines()}
+    charts = {name for name in listed if name.startswith("charts/")}
+    assert charts == set(page.chart_links) and len(charts) == len(page.figures)
+    html_text = (exported / "report.html").read_text()
+    for name in charts:
+        svg = (exported / name).read_text()
+        assert svg.startswith("<?xml") and svg[svg.index("<svg"):] in html_text
 
 
 def test_report_screenshot_is_not_blank(rendered):
