@@ -51,6 +51,7 @@ from benchledger.cluster_config import (  # the folder's files
     all_workers,
     api_credentials,
     database_settings,
+    install_ui_plugin,
     worker_queues,
     write_config,
     write_join_file,
@@ -248,6 +249,7 @@ def up(home: Path, nodes: list[str], port: int | None = None,
         port = int(previous.api_url.rsplit(":", 1)[1])
     _, api_url = write_config(home, port, settings, host)
     _ensure_password(home)
+    install_ui_plugin(home)
     write_join_file(home, api_url)
     programs = _programs(home, api_url, nodes, workers_per_node)
     cluster = Cluster(home=home, api_url=api_url, nodes=nodes,

@@ -156,6 +156,7 @@ def write_config(home: Path, port: int | None = None,
     cfg["api"].update({"host": host, "port": str(port), "base_url": api_url})
     cfg["core"].update({
         "dags_folder": str(home / "dags"),
+        "plugins_folder": str(home / PLUGINS_FOLDER),
         "execution_api_server_url": f"{api_url}/execution/",
         "simple_auth_manager_passwords_file": str(home / PASSWORDS_FILE),
     })
@@ -173,10 +174,34 @@ def write_config(home: Path, port: int | None = None,
     return path, api_url
 
 
+PLUGINS_FOLDER = "plugins"
+UI_PLUGIN_FILE = "benchledger_ui.py"
+# The one file that puts the benchledger page into the deployment's Airflow UI: Airflow
+# registers the plugin class it imports (operators/ui_plugin.py). A file in the
+# deployment's plugins folder, not a package entry point, so the page is the deployment's
+# choice: installing benchledger into some other Airflow adds nothing to its UI.
+UI_PLUGIN_SOURCE = '''"""Written by `benchledger cluster up`: the benchledger page in the Airflow UI
+(docs/cluster.md, "The Airflow UI")."""
+from benchledger.operators.ui_plugin import BenchledgerUiPlugin  # noqa: F401
+'''
+
+
+def install_ui_plugin(home: Path) -> Path:
+    """Write the plugin file into the deployment's plugins folder (the API server loads it
+    when it starts)."""
+    path = home / PLUGINS_FOLDER / UI_PLUGIN_FILE
+    path.parent.mkdir(exist_ok=True)
+    if not path.exists() or path.read_text() != UI_PLUGIN_SOURCE:
+        path.write_text(UI_PLUGIN_SOURCE)
+    return path
+
+
 JOIN_FILE = "join.json"
 # the head's settings a worker must not have (secrets it does not need) or must set itself
 _HEAD_ONLY = {("database", "sql_alchemy_conn"), ("api", "secret_key"),
               ("core", "simple_auth_manager_passwords_file"),
+              # the benchledger page is served by the head's API server only
+              ("core", "plugins_folder"),
               ("logging", "base_log_folder")}
 
 

@@ -95,6 +95,8 @@ def history_chart(frame: pd.DataFrame) -> Chart | None:
                                  "load_point"], sort=False))[:MAX_PANELS]
     order = {run: i for i, run in enumerate(dict.fromkeys(frame["run_id"]))}
     plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.8 * rows),
@@ -118,8 +120,10 @@ def history_chart(frame: pd.DataFrame) -> Chart | None:
                                    for c in flagged["change"]])
         ax.set_title(f"{workload}: {metric} {statistic} at {point}", fontsize=8)
         ax.set_xlabel("run (oldest first)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # runs are counted
         ax.set_ylabel(panel["unit"].iloc[0])
         ax.legend(fontsize=6)
+    fig.tight_layout()  # a row's titles clear the axis labels of the row above
     return Chart("history", HISTORY_TITLE, HISTORY_CAPTION, svg_document(fig))
 
 

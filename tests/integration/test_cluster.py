@@ -26,6 +26,7 @@ from benchledger import cluster as local_cluster
 from benchledger import cluster_supervisor as supervisor
 from benchledger.airflow_api import ApiClient
 from benchledger.cluster_config import api_credentials
+from tests.browser import chromium_binary
 from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 from tests.conftest import pids_tagged
 
@@ -65,7 +66,12 @@ def api(deployment) -> ApiClient:
 def two_arm_run(deployment, tmp_path_factory):
     work = tmp_path_factory.mktemp("two-arm")
     sweep = work / "two.toml"
-    sweep.write_text(sweep_text("cl-two", [("on-a", "node-a"), ("on-b", "node-b")]))
+    # One comparison, so the benchledger page in the Airflow UI has a verdict to show; on-b
+    # (the last arm) steps a little slower, so the two arms differ (rule ab_arms_differ).
+    head, tail = sweep_text("cl-two", [("on-a", "node-a"), ("on-b", "node-b")]).rsplit(
+        "step_ms = 2.0", 1)
+    sweep.write_text(f'{head}step_ms = 3.0{tail}[[comparisons]]\na = "on-a"\nb = "on-b"\n'
+                     'metric = "decode_rate"\n')
     warehouse = work / "wh.duckdb"
     done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster", str(deployment))
     return done, warehouse
@@ -190,6 +196,61 @@ def test_openlineage_events_name_raw_files_tables_and_export(deployment, two_arm
     publish = complete("publish", "benchledger_cl-two_publish")
     assert (table, "wh.main.entries") in names(publish, "inputs")
     assert ("file", str(layout.export_dir / "entries.json")) in names(publish, "outputs")
+
+
+def test_the_airflow_ui_shows_the_run_on_the_benchledger_page(deployment, two_arm_run):
+    """Logged in to the Airflow UI as docs/cluster.md says (user benchledger, the password
+    in api-passwords.json), in Chromium: the nav's benchledger entry shows the run's sweep,
+    and the run's page its verdicts and published entries, as the warehouse holds them;
+    an entry links to its lineage. No console error on the way."""
+    from playwright.sync_api import sync_playwright
+
+    _, warehouse = two_arm_run
+    run_id = _run_id(warehouse)
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        verdicts = con.execute("SELECT comparison_id, verdict FROM comparisons "
+                               "WHERE run_id = ? ORDER BY metric, workload, role DESC, a, b, "
+                               "comparison_id", [run_id]).fetchall()
+        published = {e for e, in con.execute("SELECT entry_id FROM published_entries "
+                                             "WHERE run_id = ?", [run_id]).fetchall()}
+    assert verdicts and published
+    url = local_cluster.Cluster.load(deployment).api_url
+    password = json.loads((deployment / "api-passwords.json").read_text())["benchledger"]
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_binary(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{url}/")  # the UI sends a visitor to its login form
+            page.fill("input[name=username]", "benchledger")
+            page.fill("input[name=password]", password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(f"{url}/")
+            # from here on (Airflow's own login page asks for /ui/config before login)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.locator('a[href$="plugin/benchledger"]').click()  # the nav entry
+            frame = page.frame_locator("iframe[title=benchledger]")
+            sweeps = frame.locator("#sweeps")
+            sweeps.wait_for()
+            assert "cl-two" in sweeps.inner_text()
+            frame.locator("#sweeps a", has_text=run_id).click()
+            frame.locator("#published").wait_for()
+            shown = frame.locator("#verdicts tbody tr").evaluate_all(
+                "rows => rows.map(r => [r.dataset.comparisonId, r.dataset.verdict])")
+            assert [tuple(row) for row in shown] == verdicts
+            entries = frame.locator("#published tbody tr").evaluate_all(
+                "rows => rows.map(r => r.dataset.entryId)")
+            assert set(entries) == published and len(entries) == len(published)
+            first = sorted(published)[0]
+            frame.locator(f'#published tr[data-entry-id="{first}"] a').click()
+            explained = frame.locator("#explain")
+            explained.wait_for()
+            assert f"entry_id: {first}" in explained.inner_text()
+            assert page.url.startswith(f"{url}/plugin/benchledger/")
+        finally:
+            browser.close()
+    assert errors == []
 
 
 def _kill_tree(pid: int) -> None:
