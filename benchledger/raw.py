@@ -404,6 +404,11 @@ def restart_manifests(run_dir: Path) -> list[Path]:
     return sorted(Path(run_dir).glob(f"*/r*/{RESTART_MANIFEST}"))
 
 
+def run_dir_of_restart_manifest(path: Path) -> Path:
+    """The run folder a restart manifest lies in (<run>/<arm>/r<k>/restart.json)."""
+    return Path(path).parents[2]
+
+
 def all_restart_manifests(data_dir: Path) -> list[Path]:
     """The restart manifests of every run under the data dir."""
     return sorted(raw_root(data_dir).glob(f"*/*/r*/{RESTART_MANIFEST}"))

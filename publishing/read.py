@@ -166,3 +166,8 @@ def entry_blocks(con: duckdb.DuckDBPyConnection, entry_id: str) -> pd.DataFrame:
 def entry_windows(con: duckdb.DuckDBPyConnection, entry_id: str) -> pd.DataFrame:
     """The windows an entry rests on, each with its restart (entry_windows.sql)."""
     return query_frame(con, "entry_windows", entry_id=entry_id)
+
+
+def prepared_workloads(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's prepared workloads, with what their prompts are rendered from."""
+    return query_frame(con, "prepared_workloads_for_run", run_id=run_id)

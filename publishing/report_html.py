@@ -28,6 +28,7 @@ from benchledger.publishing.read import (
     delivered_vs_server,
     frontier,
     frontier_findings,
+    prepared_workloads,
     published_entries,
     raw_files,
     ruler,
@@ -53,6 +54,7 @@ from benchledger.publishing.report_markup import details, esc, figure, interval,
 from benchledger.publishing.report_workload import (
     LENGTH_BINS,
     SAMPLES_PER_WORKLOAD,
+    prepared_texts,
     workload_section,
 )
 from benchledger.warehouse.db import query_frame
@@ -338,6 +340,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
     compared = comparisons(con, run_id)
     charts, chart_parts = _charts(entries, requests, delivered_vs_server(con, run_id),
                                   frontier(con, run_id))
+    samples = workload_samples(con, run_id, SAMPLES_PER_WORKLOAD)
     history_parts, history_chart = history_section(con, run_id, figure, table)
     if history_chart is not None:
         charts.append(history_chart)
@@ -362,8 +365,8 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
         # after this run's charts, how the same numbers moved over the sweep's earlier
         # runs is what a reader asks next
         *history_parts,
-        *workload_section(workload_samples(con, run_id, SAMPLES_PER_WORKLOAD),
-                          workload_lengths(con, run_id), lengths_chart),
+        *workload_section(samples, workload_lengths(con, run_id), lengths_chart,
+                          prepared_texts(samples, prepared_workloads(con, run_id))),
         *_blocked_section(blocks(con, run_id), rules_behind_blocked(con, run_id)),
         *_energy_section(entries),
         *_evidence_sections(published),

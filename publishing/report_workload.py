@@ -6,12 +6,16 @@ the warehouse (publishing/read.py) and drawn as one chart."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 import pandas as pd
 
 from benchledger.prompts import load_prompt_set
 from benchledger.publishing.report_charts import Chart
 from benchledger.publishing.report_markup import esc, figure, table
+from benchledger.raw import run_dir_of_restart_manifest
+from benchledger.records import file_sha256
+from benchledger.workloads.render import render_request
 
 WORKLOAD_TITLE = "Workload"
 SAMPLES_PER_WORKLOAD = 3
@@ -31,18 +35,56 @@ def _prompt_texts(samples: pd.DataFrame) -> dict[tuple[str, str], str]:
     return texts
 
 
-def _sample_text(row: pd.Series, texts: dict[tuple[str, str], str]) -> str:
+def prepared_texts(samples: pd.DataFrame, prepared: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(workload, prompt id) -> what was sent, for the sampled prompts of prepared workloads
+    (datasets, synthetic lengths, sessions, traces): rendered from the run folder's prepared
+    file as the client renders it (benchledger.workloads.render; a message list as
+    `role: content` lines). The warehouse keeps no prompt text, so a workload whose file is
+    not on this machine (an object store's run, a moved data dir) or is not the file the
+    run recorded (sha256) gets none, and its samples say so."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.ipc as ipc
+
+    texts: dict[tuple[str, str], str] = {}
+    for workload in prepared.itertuples():
+        ids = samples.loc[samples["workload"] == workload.workload, "prompt_id"].dropna()
+        if ids.empty or not isinstance(workload.restart_manifest_path, str):
+            continue
+        run_dir = run_dir_of_restart_manifest(Path(workload.restart_manifest_path))
+        path = run_dir / workload.prepared_file
+        if not path.is_file() or file_sha256(path) != workload.prepared_sha256:
+            continue
+        with pa.memory_map(str(path)) as source:
+            table = ipc.open_file(source).read_all()
+        chosen = table.filter(pc.is_in(table["item_id"], pa.array(ids.unique().tolist())))
+        prefix = (int(workload.shared_prefix_tokens)
+                  if pd.notna(workload.shared_prefix_tokens) else None)
+        for row in chosen.to_pylist():
+            try:
+                sent = render_request(row, int(workload.seed), prefix_tokens=prefix)
+            except (TypeError, ValueError):  # no seed recorded, or nothing to render
+                continue
+            texts[(workload.workload, row["item_id"])] = (
+                sent if isinstance(sent, str)
+                else "\n".join(f"{m['role']}: {m['content']}" for m in sent))
+    return texts
+
+
+def _sample_text(row: pd.Series, texts: dict[tuple[str, str], str],
+                 prepared: dict[tuple[str, str], str]) -> str:
     text = texts.get((row["prompt_set"], row["prompt_id"])) if isinstance(
-        row["prompt_set"], str) else None
+        row["prompt_set"], str) else prepared.get((row["workload"], row["prompt_id"]))
     if text is None:
-        return (f"(text not in the warehouse: a {row['workload_kind'] or 'prepared'} workload's "
-                "prompts are in its prepared file, named by sha256 in the run's workloads)")
+        return (f"(text not shown: a {row['workload_kind'] or 'prepared'} workload's prompts "
+                "are in the run folder's prepared file, named by sha256 in the run's "
+                "workloads, and that file is not readable here)")
     if isinstance(row["prompt_prefix"], str) and row["prompt_prefix"]:
         text = f"{row['prompt_prefix']} {text}"
     return text if len(text) <= SAMPLE_CHARS else text[:SAMPLE_CHARS].rstrip() + " …"
 
 
-def _samples(samples: pd.DataFrame) -> str:
+def _samples(samples: pd.DataFrame, prepared: dict[tuple[str, str], str]) -> str:
     texts = _prompt_texts(samples)
     items = []
     for _, row in samples.iterrows():
@@ -50,14 +92,16 @@ def _samples(samples: pd.DataFrame) -> str:
                    f"prompt tokens {esc(row['prompt_tokens']) or 'not reported'}; max_tokens "
                    f"{esc(row['max_tokens'])}, output tokens "
                    f"{esc(row['output_tokens']) or 'not reported'}")
+        text = html.escape(_sample_text(row, texts, prepared))
         items.append(f"<li><span class='prompt-id'>{esc(row['workload'])} / "
                      f"{esc(row['prompt_id'])}</span> <span class='note'>({numbers})</span>"
-                     f"<pre class='prompt'>{html.escape(_sample_text(row, texts))}</pre></li>")
+                     f"<pre class='prompt'>{text}</pre></li>")
     return f"<ul class='samples'>{''.join(items)}</ul>"
 
 
 def workload_section(samples: pd.DataFrame, lengths: pd.DataFrame,
-                     chart: Chart | None) -> list[str]:
+                     chart: Chart | None,
+                     prepared: dict[tuple[str, str], str] | None = None) -> list[str]:
     """Prompt samples, then the length chart and its table (p50, p90, max per side)."""
     if samples.empty and lengths.empty:
         return [f"<section id='workload'><h2>{WORKLOAD_TITLE}</h2>",
@@ -66,8 +110,9 @@ def workload_section(samples: pd.DataFrame, lengths: pd.DataFrame,
     return [f"<section id='workload'><h2>{WORKLOAD_TITLE}</h2>",
             "<p class='note'>The measured requests behind published entries (warm-up "
             "excluded). Prompts are shown as the prompt set holds them (the recorded cold "
-            f"prefix first, where one was sent), cut at {SAMPLE_CHARS} characters.</p>",
-            "<h3>Prompt samples</h3>", _samples(samples),
+            "prefix first, where one was sent), or as a prepared workload's file renders "
+            f"them, cut at {SAMPLE_CHARS} characters.</p>",
+            "<h3>Prompt samples</h3>", _samples(samples, prepared or {}),
             figure(chart) if chart else "<h3>Requested and delivered lengths</h3>",
             table(lengths, ["workload", "length", "side", "requests", "missing", "min", "p50",
                             "p90", "max", "mean"]),

@@ -280,3 +280,32 @@ def test_shared_prefixes_are_served_from_the_cache(run):
           AND arm = 'plain' AND metric IN ('cached_token_share', 'prefix_cache_hit_rate')"""))
     assert set(shares) == {"cached_token_share", "prefix_cache_hit_rate"}
     assert all(0.2 < share < 1 for share in shares.values()), shares
+
+
+def test_the_report_shows_what_each_prepared_workload_sent(run, tmp_path):
+    """report.html's prompt samples of prepared workloads are rendered from the run folder's
+    prepared file (the warehouse keeps no prompt text): a dataset row's prompt as the file
+    had it, a synthetic request's generated text."""
+    import html as html_module
+    import re
+
+    from benchledger.publishing.export import export_run
+
+    workdir, run_id, _, con = run
+    out = export_run(con, run_id, tmp_path / "published")
+    page = (out / "report.html").read_text()
+    section = page[page.index("<section id='workload'>"):]
+    section = section[:section.index("</section>")]
+    shown = {(w, i): html_module.unescape(t) for w, i, t in re.findall(
+        r"<span class='prompt-id'>([^<]+) / ([^<]+)</span>.*?<pre class='prompt'>(.*?)</pre>",
+        section, flags=re.S)}
+    dataset = {row["id"]: row for row in map(json.loads, (workdir / "prompts.jsonl").open())}
+    own = {i: t for (w, i), t in shown.items() if w == "own-prompts"}
+    assert own, section[:2000]
+    for item_id, text in own.items():
+        row = dataset[item_id]
+        sent = row.get("prompt") or "\n".join(f"{m['role']}: {m['content']}"
+                                              for m in row["messages"])
+        assert text == (sent if len(sent) <= 400 else sent[:400].rstrip() + " …")
+    synthetic = [t for (w, _), t in shown.items() if w == "synthetic"]
+    assert synthetic and all(t and not t.startswith("(text not shown") for t in synthetic)
