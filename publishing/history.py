@@ -143,7 +143,10 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str,
                       [run_id]).fetchone()
     if row is None:
         return [], None
-    frame = history(con, row[0])
+    try:
+        frame = history(con, row[0])
+    except UnknownSweep:  # an import (another tool's file, a report's rows): no reruns
+        return [], None
     if not frame.empty:
         frame = frame[frame["started_at"] <= row[1]]  # what came before this run
     runs = frame["run_id"].nunique()

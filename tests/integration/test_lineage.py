@@ -16,6 +16,7 @@ import pytest
 from benchledger.local_run import execute_sweep
 from benchledger.operators import lineage
 from benchledger.publishing.export import DATA_DOCS, MARKER
+from benchledger.publishing.report_charts import CHARTS_DIR
 from benchledger.raw import RunLayout
 
 pytestmark = pytest.mark.integration
@@ -139,8 +140,11 @@ def test_publish_reads_entries_and_writes_exactly_the_published_files(lineage_ru
     event = complete_event(lineage_run, "publish")
     assert tables(lineage_run, "entries", "comparisons") <= datasets(event, "inputs")
     export = lineage_run["layout"].export_dir
-    written = [export / name for name in os.listdir(export) if name != MARKER]
+    # the chart files count one by one (a publishing job embeds each), Data Docs as a folder
+    written = [export / name for name in os.listdir(export) if name not in (MARKER, CHARTS_DIR)]
+    written += sorted((export / CHARTS_DIR).glob("*.svg"))
     assert export / DATA_DOCS in written and export / "entries.json" in written
+    assert any(path.suffix == ".svg" for path in written)
     assert datasets(event, "outputs") == files(*written)
 
 
