@@ -99,17 +99,19 @@ def frontier_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFra
     return _frame(con, "frontier_findings_for_run", run_id)
 
 
-def workload_lengths(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """Per workload, length (input, output) and side (requested, delivered): count,
-    missing, min, p50, p90, max and mean over the measured requests behind published
-    entries."""
-    return _frame(con, "workload_lengths_for_run", run_id)
-
-
-def workload_length_bins(con: duckdb.DuckDBPyConnection, run_id: str,
-                         bins: int) -> pd.DataFrame:
-    """The same requests' lengths in `bins` equal bins per workload and length."""
-    return query_frame(con, "workload_length_bins_for_run", run_id=run_id, bins=bins)
+def workload_lengths(con: duckdb.DuckDBPyConnection, run_id: str,
+                     bins: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The lengths asked for and delivered over the measured requests behind published
+    entries, from one pass over them (workload_lengths_for_run.sql): per workload, length
+    (input, output) and side (requested, delivered) its count, missing, min, p50, p90, max
+    and mean; and the same lengths in `bins` equal bins per workload and length."""
+    rows = query_frame(con, "workload_lengths_for_run", run_id=run_id, bins=bins)
+    histogram = rows["bin"].notna()
+    summary = rows.loc[~histogram, ["workload", "length", "side", "requests", "missing",
+                                    "min", "p50", "p90", "max", "mean"]]
+    binned = rows.loc[histogram, ["workload", "length", "side", "bin", "bin_low", "bin_high",
+                                  "requests"]].astype({"bin": "int64"})
+    return summary.reset_index(drop=True), binned.reset_index(drop=True)
 
 
 def workload_samples(con: duckdb.DuckDBPyConnection, run_id: str,

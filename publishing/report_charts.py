@@ -202,7 +202,7 @@ def delivered_vs_log(frame: pd.DataFrame) -> Chart | None:
 def length_histograms(bins: pd.DataFrame) -> Chart | None:
     """Per workload, requested against delivered lengths: input tokens asked for against
     the prompt tokens the server counted, max_tokens against the output tokens delivered
-    (bins counted in the warehouse: queries/workload_length_bins_for_run.sql)."""
+    (bins counted in the warehouse: queries/workload_lengths_for_run.sql)."""
     if bins.empty:
         return None
     plt = pyplot()

@@ -34,7 +34,6 @@ from benchledger.publishing.read import (
     ruler,
     rules_behind_blocked,
     run_provenance,
-    workload_length_bins,
     workload_lengths,
     workload_samples,
 )
@@ -344,7 +343,8 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
     history_parts, history_chart = history_section(con, run_id, figure, table)
     if history_chart is not None:
         charts.append(history_chart)
-    lengths_chart = length_histograms(workload_length_bins(con, run_id, LENGTH_BINS))
+    lengths, length_bins = workload_lengths(con, run_id, LENGTH_BINS)
+    lengths_chart = length_histograms(length_bins)
     if lengths_chart is not None:
         charts.append(lengths_chart)
     parts = [
@@ -365,7 +365,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
         # after this run's charts, how the same numbers moved over the sweep's earlier
         # runs is what a reader asks next
         *history_parts,
-        *workload_section(samples, workload_lengths(con, run_id), lengths_chart,
+        *workload_section(samples, lengths, lengths_chart,
                           prepared_texts(samples, prepared_workloads(con, run_id))),
         *_blocked_section(blocks(con, run_id), rules_behind_blocked(con, run_id)),
         *_energy_section(entries),
