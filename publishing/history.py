@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import duckdb
 import pandas as pd
 
-from benchledger.publishing.report import _interval, _number
+from benchledger.publishing.report import text_interval, text_number
 from benchledger.publishing.report_charts import Chart, inline_svg, pyplot, svg_document
 from benchledger.publishing.report_markup import esc
 from benchledger.warehouse.history import (
@@ -60,12 +60,13 @@ def format_history(frame: pd.DataFrame) -> str:
         for row in line.itertuples():
             if row.change == CONFIG_CHANGED:
                 out.append(f"  -- line broken: {row.config_change}")
-            spread = _interval(row.restart_ci95_low, row.restart_ci95_high)
-            value = f"{_number(row.restart_mean)} {spread}" if row.publishable else "blocked"
-            change = _interval(row.ci95_low, row.ci95_high)
-            diff = "" if pd.isna(row.difference) else f" diff {_number(row.difference)} {change}"
+            spread = text_interval(row.restart_ci95_low, row.restart_ci95_high)
+            value = f"{text_number(row.restart_mean)} {spread}" if row.publishable else "blocked"
+            change = text_interval(row.ci95_low, row.ci95_high)
+            diff = ("" if pd.isna(row.difference)
+                    else f" diff {text_number(row.difference)} {change}")
             control = ("" if pd.isna(row.control_difference)
-                       else f" A/A {_number(row.control_difference)}")
+                       else f" A/A {text_number(row.control_difference)}")
             out.append(f"  {row.run_id:<44} {row.kind:<9} {value:<26} n={row.n_restarts} "
                        f"{row.change}{diff}{control}")
         out.append("")

@@ -24,14 +24,15 @@ def load_point(row: object) -> str:
     return f"c={getattr(row, 'concurrency', '')}"
 
 
-def _number(value) -> str:
+def text_number(value) -> str:
+    """A number as the terminal tables print it (also `benchledger history`'s)."""
     if value is None or pd.isna(value):
         return "-"
     return f"{value:.4g}" if abs(value) < 1 else f"{value:.1f}"
 
 
-def _interval(low, high) -> str:
-    return "[-]" if low is None or pd.isna(low) else f"[{_number(low)}, {_number(high)}]"
+def text_interval(low, high) -> str:
+    return "[-]" if low is None or pd.isna(low) else f"[{text_number(low)}, {text_number(high)}]"
 
 
 def _get(row, column: str):
@@ -75,7 +76,7 @@ def format_entries(entries: pd.DataFrame) -> str:
                                  (f"counters: {e.counter_check}",
                                   e.counter_check != "reconciled"),
                                  # the ruler's own error behind it (T17), where measured
-                                 (f"client lag p99 {_number(_get(e, 'client_lag_p99_ms'))} ms",
+                                 (f"client lag p99 {text_number(_get(e, 'client_lag_p99_ms'))} ms",
                                   _known(_get(e, "client_lag_p99_ms"))),
                                  (f"{_count(_get(e, 'n_burst'))} in a burst",
                                   _known(_get(e, "n_burst")) and _get(e, "n_burst") > 0),
@@ -87,10 +88,12 @@ def format_entries(entries: pd.DataFrame) -> str:
             "arm": e.arm, "workload": e.workload, "metric": e.metric, "phase": e.phase,
             "scope": f"{e.scope} {load_point(e)}",
             "numerator": e.numerator if isinstance(e.numerator, str) else "",
-            "mean": f"{_number(e.value)} {e.unit}", "95% CI": _interval(e.ci95_low, e.ci95_high),
+            "mean": f"{text_number(e.value)} {e.unit}",
+            "95% CI": text_interval(e.ci95_low, e.ci95_high),
             "n": e.n_requests, "restarts": e.n_restarts,
             "restart-level mean [95% CI]":
-                f"{_number(e.restart_mean)} {_interval(e.restart_ci95_low, e.restart_ci95_high)}"
+                f"{text_number(e.restart_mean)} "
+                f"{text_interval(e.restart_ci95_low, e.restart_ci95_high)}"
                 + (f" (df {df[i]:g})" if _known(df[i]) else ""),
             "labels": ", ".join(flags + [_reaches_zero_label(needed[i])] if reaches_zero[i]
                                 else flags),
@@ -176,12 +179,12 @@ def format_comparisons(comparisons: pd.DataFrame) -> str:
                 f"c={c.concurrency}: {c.verdict.upper()}")
         numbers = ""
         if c.difference is not None and not pd.isna(c.difference):
-            numbers = (f"  difference {_number(c.difference)} "
-                       f"{_interval(c.ci95_low, c.ci95_high)}{_df(c)}")
+            numbers = (f"  difference {text_number(c.difference)} "
+                       f"{text_interval(c.ci95_low, c.ci95_high)}{_df(c)}")
             if c.ratio is not None and not pd.isna(c.ratio):
                 numbers += f", ratio {c.ratio:.3g}x"
             if c.control_difference is not None and not pd.isna(c.control_difference):
-                numbers += f", A/A control difference {_number(c.control_difference)}"
+                numbers += f", A/A control difference {text_number(c.control_difference)}"
         lines.append(f"{head}{numbers}\n      ({c.reason}){_undecided(c)}")
     return "\n".join(lines)
 
@@ -212,12 +215,12 @@ def format_delivered_vs_server(frame: pd.DataFrame) -> str:
                 f", {int(r.mismatched)} MISMATCH" if r.mismatched else ""))
         rows.append({
             "arm": r.arm, "workload": r.workload, "c": r.concurrency,
-            "delivered throughput": _number(r.delivered_throughput),
-            "delivered decode": _number(r.delivered_decode_rate),
-            "server_log_peak": _number(r.server_log_peak),
-            "server_log_mean": _number(r.server_log_mean),
-            "tokens/chunk": _number(r.tokens_per_chunk),
-            "acceptance (counters)": _number(r.counter_acceptance_length),
+            "delivered throughput": text_number(r.delivered_throughput),
+            "delivered decode": text_number(r.delivered_decode_rate),
+            "server_log_peak": text_number(r.server_log_peak),
+            "server_log_mean": text_number(r.server_log_mean),
+            "tokens/chunk": text_number(r.tokens_per_chunk),
+            "acceptance (counters)": text_number(r.counter_acceptance_length),
             "counters reconciled": checks,
         })
     return pd.DataFrame(rows).to_string(index=False)
@@ -264,10 +267,10 @@ def format_frontier(points: pd.DataFrame, findings: pd.DataFrame) -> str:
     """The frontier's points, one line each, then the frontier comparisons' findings."""
     rows = [{"arm": p.arm, "workload": p.workload,
              "load": ("* " if p.sustained else "  ") + load_point(p),
-             "per-user tok/s": f"{_number(p.per_user_tok_s)} "
-                               f"{_interval(p.per_user_low, p.per_user_high)}",
-             "aggregate tok/s": f"{_number(p.throughput_tok_s)} "
-                                f"{_interval(p.throughput_low, p.throughput_high)}",
+             "per-user tok/s": f"{text_number(p.per_user_tok_s)} "
+                               f"{text_interval(p.per_user_low, p.per_user_high)}",
+             "aggregate tok/s": f"{text_number(p.throughput_tok_s)} "
+                                f"{text_interval(p.throughput_low, p.throughput_high)}",
              "attainment": _percent(p.attainment),
              "saturated": p.saturation_reason if p.saturated else "-"}
             for p in points.itertuples()]
