@@ -9,7 +9,7 @@ import html
 
 import pandas as pd
 
-from benchledger.publishing.report_charts import Chart, pyplot, svg_document
+from benchledger.publishing.report_charts import Chart, error_bars, pyplot, svg_document
 from benchledger.publishing.report_markup import details, figure, table
 
 
@@ -24,11 +24,9 @@ def plot_frontier(points: pd.DataFrame) -> Chart | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for (arm, workload), mine in points.groupby(["arm", "workload"], sort=False):
         x, y = mine["per_user_tok_s"], mine["throughput_tok_s"]
-        xerr = [(x - mine["per_user_low"]).fillna(0).clip(lower=0),
-                (mine["per_user_high"] - x).fillna(0).clip(lower=0)]
-        yerr = [(y - mine["throughput_low"]).fillna(0).clip(lower=0),
-                (mine["throughput_high"] - y).fillna(0).clip(lower=0)]
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o-", capsize=3,
+        ax.errorbar(x, y, xerr=error_bars(x, mine["per_user_low"], mine["per_user_high"]),
+                    yerr=error_bars(y, mine["throughput_low"], mine["throughput_high"]),
+                    fmt="o-", capsize=3,
                     label=f"{arm} / {workload}")
         best = mine[mine["sustained"].astype(bool)]
         ax.scatter(best["per_user_tok_s"], best["throughput_tok_s"], s=160,
@@ -53,9 +51,8 @@ def plot_attainment(points: pd.DataFrame) -> Chart | None:
     for (arm, workload), mine in points.groupby(["arm", "workload"], sort=False):
         load = mine["requested_rate_rps"].fillna(mine["concurrency"])
         a = mine["attainment"]
-        err = [(a - mine["attainment_low"]).fillna(0).clip(lower=0),
-               (mine["attainment_high"] - a).fillna(0).clip(lower=0)]
-        ax.errorbar(load, a, yerr=err, fmt="o-", capsize=3, label=f"{arm} / {workload}")
+        ax.errorbar(load, a, yerr=error_bars(a, mine["attainment_low"], mine["attainment_high"]),
+                    fmt="o-", capsize=3, label=f"{arm} / {workload}")
     ax.set_xscale("log")
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("load: requested rate (rps), or concurrency without a rate")

@@ -10,7 +10,13 @@ import duckdb
 import pandas as pd
 
 from benchledger.publishing.report import text_interval, text_number
-from benchledger.publishing.report_charts import Chart, inline_svg, pyplot, svg_document
+from benchledger.publishing.report_charts import (
+    Chart,
+    error_bars,
+    inline_svg,
+    pyplot,
+    svg_document,
+)
 from benchledger.publishing.report_markup import esc
 from benchledger.warehouse.history import (
     CONFIG_CHANGED,
@@ -109,10 +115,10 @@ def history_chart(frame: pd.DataFrame) -> Chart | None:
                                                                         strict=False):
         for (arm, segment), part in panel.groupby(["arm", "segment"], sort=False):
             x = part["run_id"].map(order)
-            err = [(part["value"] - part["low"]).fillna(0).clip(lower=0),
-                   (part["high"] - part["value"]).fillna(0).clip(lower=0)]
             label = arm if segment == 0 else f"{arm} (config {segment + 1})"
-            ax.errorbar(x, part["value"], yerr=err, fmt="o-" if segment == 0 else "s--",
+            ax.errorbar(x, part["value"],
+                        yerr=error_bars(part["value"], part["low"], part["high"]),
+                        fmt="o-" if segment == 0 else "s--",
                         capsize=3, label=label)
             flagged = part[part["change"].isin(FLAGGED)]
             ax.scatter(flagged["run_id"].map(order), flagged["value"], s=140,

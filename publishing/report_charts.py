@@ -34,6 +34,13 @@ class Chart:
         return f"{CHARTS_DIR}/{self.name}.svg"
 
 
+def error_bars(value: pd.Series, low: pd.Series, high: pd.Series) -> list[pd.Series]:
+    """matplotlib's yerr/xerr from an interval: distances below and above the value, none
+    (0) where there is no interval, never negative (an interval that misses its own mean,
+    as a rounded bound can, draws no bar rather than failing)."""
+    return [(value - low).fillna(0).clip(lower=0), (high - value).fillna(0).clip(lower=0)]
+
+
 def pyplot():
     import matplotlib
 
@@ -126,10 +133,9 @@ def arms_side_by_side(entries: pd.DataFrame) -> Chart | None:
     width = 0.8 / len(workloads)
     for j, workload in enumerate(workloads):
         rows = cells[cells["workload"] == workload].set_index("arm").reindex(arms)
-        low = (rows["value"] - rows["ci95_low"]).fillna(0)
-        high = (rows["ci95_high"] - rows["value"]).fillna(0)
         ax.bar([i + j * width for i in range(len(arms))], rows["value"], width,
-               yerr=[low, high], capsize=3, label=workload)
+               yerr=error_bars(rows["value"], rows["ci95_low"], rows["ci95_high"]),
+               capsize=3, label=workload)
     ax.set_xticks([i + width * (len(workloads) - 1) / 2 for i in range(len(arms))], arms)
     ax.set_ylabel("decode rate (tok/s), mean with 95% CI")
     ax.legend(title="workload", fontsize=7)
