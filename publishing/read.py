@@ -122,7 +122,8 @@ def workload_samples(con: duckdb.DuckDBPyConnection, run_id: str,
 
 
 def run_provenance(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """The run's sweep name and sha256, harness version, evidence kind and start."""
+    """The run's sweep name and sha256, harness version, evidence kind, start, end and
+    scheduled slot (one row; none for a run the warehouse lacks)."""
     return _frame(con, "run_provenance", run_id)
 
 
@@ -150,7 +151,7 @@ def runs_of_sweep(con: duckdb.DuckDBPyConnection, sweep_name: str) -> pd.DataFra
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
     """The run's sweep, times and evidence kind; None for a run the warehouse lacks."""
-    found = _frame(con, "ui_run", run_id)
+    found = run_provenance(con, run_id)
     return None if found.empty else found.iloc[0].to_dict()
 
 
