@@ -58,9 +58,10 @@ postgres:
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
 # Airflow, overlap. About 45 minutes on 2 cores: test_cluster.py's real Airflow clusters
-# (about 9 minutes) hold one worker while the other takes most of the rest.
+# (about 9 minutes) hold one worker while the other takes most of the rest. The 30 slowest
+# tests and the reason of every skip are printed at the end, for whoever shortens it next.
 test: lint browser postgres
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 -rs
 
 # The optional real-server tier: llama-cpp-python's OpenAI-compatible server (compiled from
 # source: about 9 minutes on 2 cores the first time) and the `gguf` package, in a virtualenv

@@ -253,3 +253,37 @@ def run_sweep_text(workdir: Path, text: str):
     outcome = execute_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
     return (outcome.run_id, outcome.state,
             duckdb.connect(str(workdir / "wh.duckdb"), read_only=True))
+
+
+@pytest.fixture(scope="session")
+def bundled_demo(tmp_path_factory, worker_id):
+    """The bundled demo sweep run as `make demo` runs it (`benchledger run`, same seeds),
+    once per test session: the demo takes minutes and the modules that read it
+    (test_demo_regression, test_report_browser) only read it. Under xdist every worker
+    shares one run (pytest-xdist's recipe for a session fixture run once: a folder of the
+    session's base temp dir and a lock); the first worker to ask runs it, a second waits.
+    Returns returncode, output (its tail), warehouse and data; callers assert the code."""
+    import fcntl
+
+    if worker_id == "master":  # no xdist: this session's own folder
+        workdir = tmp_path_factory.mktemp("demo")
+        return _run_demo(workdir)
+    shared = tmp_path_factory.getbasetemp().parent  # one per session, above the workers'
+    with open(shared / "demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        workdir, done = shared / "demo", shared / "demo.json"
+        if not done.exists():
+            done.write_text(json.dumps(_run_demo(workdir), default=str))
+        result = json.loads(done.read_text())
+    return {**result, "warehouse": Path(result["warehouse"]), "data": Path(result["data"])}
+
+
+def _run_demo(workdir: Path) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    warehouse, data = workdir / "warehouse.duckdb", workdir / "data"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchledger.cli", "run", str(REPO / "dags/sweeps/demo.toml"),
+         "--warehouse", str(warehouse), "--data-dir", str(data)],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    return {"returncode": run.returncode, "output": run.stdout[-3000:] + run.stderr[-3000:],
+            "warehouse": warehouse, "data": data}

@@ -19,7 +19,8 @@ verdict, and the whole `benchledger explain` text of every entry must be the sam
 that come from the machine's timing must be within their usual spread
 (tests/demo_snapshot.py says which and how).
 
-The same run (one demo run, a module fixture: the demo takes minutes) also shows the rule
+The same run (one demo run per session, shared with test_report_browser: the demo takes
+minutes) also shows the rule
 catalogue at work on the demo sweep: every rule of benchledger/rules/ produced results, no
 result names a rule outside it, results are structured (expected/found/ruleset_version),
 blocked entries come from entry_blocks and verdicts from the comparison rules.
@@ -27,31 +28,21 @@ blocked entries come from entry_blocks and verdicts from the comparison rules.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import duckdb
 import pytest
 
 from benchledger.publishing.report import format_blocked
 from benchledger.rules import BY_NAME, CATALOGUE, RULESET_VERSION
-from tests.conftest import REPO
 from tests.demo_snapshot import differences, read_fixture, snapshot
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """The bundled demo sweep run as `make demo` runs it: `benchledger run`, same seeds."""
-    workdir = tmp_path_factory.mktemp("demo")
-    warehouse, data = workdir / "warehouse.duckdb", workdir / "data"
-    run = subprocess.run(
-        [sys.executable, "-m", "benchledger.cli", "run", str(REPO / "dags/sweeps/demo.toml"),
-         "--warehouse", str(warehouse), "--data-dir", str(data)],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
-    return {"returncode": run.returncode, "output": run.stdout[-3000:] + run.stderr[-3000:],
-            "warehouse": warehouse, "data": data}
+def demo(bundled_demo):
+    """The bundled demo sweep run as `make demo` runs it (tests/conftest.py, once per
+    session)."""
+    return bundled_demo
 
 
 @pytest.fixture(scope="module")

@@ -5,20 +5,16 @@ opened), its script runs without a console error, and it fetches nothing but its
 Screenshots of the first screen and of the whole page are kept under
 build/test-artifacts/report/ for people to look at.
 
-One demo run per module (`benchledger run` on the bundled sweep, as `make demo` runs it:
-minutes), then the browser once per test."""
+One demo run per session (`benchledger run` on the bundled sweep, as `make demo` runs it:
+minutes; shared with test_demo_regression), then the browser once per test."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import duckdb
 import pytest
 
 from benchledger.publishing.report_cards import verdict_word
 from tests.browser import ARTIFACTS, WIDEST_ELEMENTS, chromium_binary, opened
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +22,13 @@ WIDTH, HEIGHT = 1400, 900
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """The bundled demo sweep run as `make demo` runs it, and the report it published."""
-    chromium_binary()  # skip (or fail under CI) before minutes of demo
-    workdir = tmp_path_factory.mktemp("demo")
-    warehouse, data = workdir / "warehouse.duckdb", workdir / "data"
-    run = subprocess.run(
-        [sys.executable, "-m", "benchledger.cli", "run", str(REPO / "dags/sweeps/demo.toml"),
-         "--warehouse", str(warehouse), "--data-dir", str(data)],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    (report,) = (data / "published").glob("*/report.html")
-    return {"warehouse": warehouse, "report": report}
+def demo(bundled_demo):
+    """The bundled demo sweep run as `make demo` runs it (tests/conftest.py, once per
+    session), and the report it published."""
+    chromium_binary()  # skip (or fail under CI) before reading anything
+    assert bundled_demo["returncode"] == 0, bundled_demo["output"]
+    (report,) = (bundled_demo["data"] / "published").glob("*/report.html")
+    return {"warehouse": bundled_demo["warehouse"], "report": report}
 
 
 @pytest.fixture(scope="module")
