@@ -139,14 +139,18 @@ def raw_files(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
 
 def sweeps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Per sweep: its runs, and its newest run's published and blocked entries and
-    verdicts (ui_sweeps.sql)."""
-    return query_frame(con, "ui_sweeps")
+    verdicts (ui_runs.sql over every sweep, the newest row of each)."""
+    runs = query_frame(con, "ui_runs", sweep_name=None)
+    newest = runs[runs["newest_first"] == 1].rename(columns={
+        "sweep_runs": "runs", "run_id": "newest_run_id", "started_at": "newest_started_at"})
+    return newest[["sweep_name", "runs", "newest_run_id", "newest_started_at", "published",
+                   "blocked", "verdicts"]].reset_index(drop=True)
 
 
 def runs_of_sweep(con: duckdb.DuckDBPyConnection, sweep_name: str) -> pd.DataFrame:
     """A sweep's runs, newest first, with their published and blocked entries and
-    verdicts (ui_runs_of_sweep.sql)."""
-    return query_frame(con, "ui_runs_of_sweep", sweep_name=sweep_name)
+    verdicts (ui_runs.sql)."""
+    return query_frame(con, "ui_runs", sweep_name=sweep_name)
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
