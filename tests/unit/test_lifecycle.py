@@ -29,7 +29,10 @@ def alive(pid: int) -> bool:
 
 def test_stop_takes_the_whole_process_group(tmp_path):
     child_file = tmp_path / "child.pid"
-    arm = command_arm(f"sh -c 'sleep 60 & echo $! > {child_file}; wait'")
+    # Written aside then renamed: the redirect creates the file before echo fills it, and a
+    # reader that came in between read '' (a CI flake).
+    arm = command_arm(
+        f"sh -c 'sleep 60 & echo $! > {child_file}.tmp; mv {child_file}.tmp {child_file}; wait'")
     handle = lifecycle.launch(arm, tmp_path / "server.log", seed=1)
     deadline = time.monotonic() + 5
     while not child_file.exists() and time.monotonic() < deadline:
