@@ -63,9 +63,15 @@ _DEFAULTS = {
     # API accepts it jwt_leeway seconds past that: Airflow's 10 s made a request that
     # waited 20 s on a busy API server a 403, and the worker exit. 120 s: 4 minutes.
     "api_auth": {"jwt_leeway": "120"},
-    # A task's calls to the execution API (heartbeats among them) are retried for minutes
-    # with a growing wait, not about one: a stalled API server is waited for.
-    "workers": {"execution_api_retries": "10"},
+    # A task's calls to the execution API (heartbeats among them) are retried for minutes,
+    # not about one: a stalled API server is waited for. The wait between tries is capped
+    # at 5 s, not Airflow's 90 s: with 90 s a heartbeat retried through a 60 s stall landed
+    # up to 95 s after it, and a task whose heartbeat is older than
+    # task_instance_heartbeat_timeout is failed by the scheduler (the TI no longer running:
+    # "Server indicated the task shouldn't be running anymore"). 30 tries of 5 s timeout
+    # and up to 5 s wait: a stall of 3 to 5 minutes is waited for; a heartbeat lands within
+    # about 10 s of the API's return.
+    "workers": {"execution_api_retries": "30", "execution_api_retry_wait_max": "5"},
     "api": {"workers": "1", "expose_config": "False"},
     "logging": {"colored_console_log": "False"},
 }

@@ -57,6 +57,26 @@ def test_config_is_complete_keeps_secrets_and_user_edits(tmp_path):
     assert again["openlineage"]["namespace"] == "bench"
 
 
+def test_a_task_outlives_a_stalled_api_server_and_heartbeats_soon_after(tmp_path):
+    """The retry settings, checked against the 60 s stall docs/cluster.md promises (and
+    test_cluster.py makes): a task's execution-API calls keep trying for longer than the
+    stall even when every wait is the shortest, and the heartbeat that lands after it is
+    younger than the heartbeat timeout (the test deployment's 90 s and the default 180 s)
+    even when every wait is the longest. Airflow's wait_max of 90 s broke the second."""
+    path, _ = cluster_config.write_config(tmp_path, port=8123)
+    cfg = _cfg(path)
+    retries = int(cfg["workers"]["execution_api_retries"])
+    wait_max = float(cfg["workers"]["execution_api_retry_wait_max"])
+    timeout_s, wait_min, heartbeat_every = 5.0, 1.0, 5.0  # Airflow's defaults, not changed
+    for setting in ("execution_api_timeout", "execution_api_retry_wait_min",
+                    "min_heartbeat_interval"):
+        assert setting not in cfg["workers"]
+    stall = 60
+    assert retries * timeout_s + (retries - 1) * wait_min > 2 * stall
+    oldest_heartbeat = heartbeat_every + stall + wait_max + timeout_s
+    assert oldest_heartbeat < 90 < int(cfg["scheduler"]["task_instance_heartbeat_timeout"])
+
+
 def test_processes_see_only_the_folders_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
     env = cluster_config.airflow_env(tmp_path)
