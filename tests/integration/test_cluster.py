@@ -322,8 +322,15 @@ def test_an_api_server_stalled_for_a_minute_leaves_every_worker_alive(deployment
     are still good after it), no task fails for the heartbeats it could not send, and the
     run succeeds with every window measured once."""
     state = local_cluster.Cluster.load(deployment)
-    workers = {node: state.pid_of(f"edge-worker-{node}") for node in NODES}
-    assert None not in workers.values()
+    # `up` returns once the workers registered; supervisord calls them RUNNING only after
+    # their startsecs (this test may be the module's first)
+    deadline = time.monotonic() + 60
+    while True:
+        workers = {node: state.pid_of(f"edge-worker-{node}") for node in NODES}
+        if None not in workers.values() or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert None not in workers.values(), workers
     starts = supervisor.history(deployment)
     sweep = tmp_path / "stall.toml"
     sweep.write_text(sweep_text("cl-stall", [("on-a", "node-a"), ("on-b", "node-b")],
