@@ -28,7 +28,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,9 @@ class Snapshot:
     output_tokens: int | None  # delivered by its completed requests; None: none reported yet
     drain_left_s: float | None  # all submitted: seconds left before the drain deadline
     interval_s: float  # how often a new snapshot comes (a reader can tell a stale one)
+    # Of the failed: streams the server ended without a finish_reason (a cut stream is
+    # never an answer, however it ended; 0 in files written before cuts were counted)
+    cut: int = 0
 
     @property
     def in_flight(self) -> int:
@@ -90,7 +93,8 @@ class Snapshot:
     def from_dict(cls, data: dict) -> Snapshot:
         """A snapshot read back from a progress file (other keys it holds are ignored);
         KeyError or TypeError when it is not one."""
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls)
+                      if f.name in data or f.default is MISSING})
 
 
 def progress_line(snapshot: Snapshot) -> str:
@@ -110,7 +114,8 @@ def progress_state(snapshot: Snapshot) -> str:
         drain = f"{max(s.drain_left_s, 0):.0f} s left"  # files from before the clamp
     else:
         drain = "-"
-    return (f"{s.failed} failed, {s.in_flight} in flight, {s.unresolved} unresolved, "
+    failed = f"{s.failed} failed" + (f" ({s.cut} cut short by the server)" if s.cut else "")
+    return (f"{failed}, {s.in_flight} in flight, {s.unresolved} unresolved, "
             f"{s.elapsed_s:.1f} s, {rate} tok/s delivered, drain {drain}")
 
 
@@ -128,7 +133,7 @@ class PartCounter:
         self._first_ns: int | None = None
         self._ended: list = []  # records of requests whose task is done, in that order
         self._seen = 0  # how many of _ended the counts below include
-        self._finished = self._failed = self._unresolved = 0
+        self._finished = self._failed = self._unresolved = self._cut = 0
         self._tokens: int | None = None
         self._drain_deadline_ns: int | None = None
         self._elsewhere: Snapshot | None = None  # the counts of workers running the part
@@ -169,7 +174,7 @@ class PartCounter:
         return Snapshot(
             window_id=self.window_id, phase="done" if done else self.phase,
             to_submit=self.to_submit, submitted=self._submitted, finished=self._finished,
-            failed=self._failed, unresolved=unresolved,
+            failed=self._failed, cut=self._cut, unresolved=unresolved,
             elapsed_s=(now - self._first_ns) / 1e9 if self._first_ns else 0.0,
             output_tokens=self._tokens, drain_left_s=left, interval_s=self._interval_s)
 
@@ -181,6 +186,7 @@ class PartCounter:
                 continue
             self._finished += 1
             self._failed += status == "failed"
+            self._cut += bool(getattr(record, "cut", False))
             tokens = self._tokens_of(record) if status == "completed" else None
             if tokens is not None:
                 self._tokens = (self._tokens or 0) + tokens
@@ -304,7 +310,8 @@ class Waiting:
         """A report read back from a progress file; KeyError or TypeError when it is not one."""
         if data.get("kind") != READINESS_KIND:
             raise KeyError("kind")
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls)
+                      if f.name in data or f.default is MISSING})
 
 
 def shortened(text: str, limit: int = ANSWER_CHARS) -> str:

@@ -45,6 +45,13 @@ class WindowSpec:
     max_arrival_lag_ms: float | None = None
 
 
+# The start of the error of a stream that a server ended with [DONE] but no finish_reason:
+# llama-cpp-python, by default, ends the stream in progress that way when another request
+# arrives. Whatever it delivered is not an answer (T14): the request failed, and the
+# progress line counts it apart (RequestRecord.cut).
+STREAM_CUT = "stream cut"
+
+
 @dataclass
 class RequestRecord:
     """A request as it happens; becomes one raw row whatever its outcome."""
@@ -88,6 +95,9 @@ class RequestRecord:
     # A multi-turn session that sends the server's answers back keeps this turn's answer.
     keep_answer: bool = False
     answer_parts: list[str] = field(default_factory=list)
+    # The stream ended without a finish_reason ([DONE] too early, or no [DONE] at all): a
+    # failed request the progress line counts as cut.
+    cut: bool = False
 
     @property
     def answer(self) -> str:
@@ -101,6 +111,11 @@ class RequestRecord:
     def fail(self, message: str) -> None:
         self.status = "failed"
         self.error = safe_text(message[:2000])
+
+    def cut_short(self, message: str) -> None:
+        """The stream ended before a finish_reason said the answer was whole."""
+        self.fail(message)
+        self.cut = True
 
     def counted(self, usage: Usage) -> Count:
         """(output_tokens, token_source, notes): the count the arm's token_count names, or

@@ -19,7 +19,7 @@ import aiohttp
 
 from benchledger.client.endpoint import Counted, Endpoint, ReadCounted
 from benchledger.client.events import parse_event
-from benchledger.client.record import RequestRecord
+from benchledger.client.record import STREAM_CUT, RequestRecord
 from benchledger.client.sse import SSEReader
 from benchledger.client.target import Target
 
@@ -81,7 +81,12 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
         for number, data in enumerate(reader.feed(chunk), seen + 1):
             event = parse_event(data, endpoint, counted)
             if event.done:
-                record.status = "completed"
+                if record.finish_reason:
+                    record.status = "completed"
+                else:  # [DONE] before the answer finished: a cut stream, never an answer
+                    record.cut_short(f"{STREAM_CUT}: [DONE] arrived without a finish_reason "
+                                     f"after {record.chunks} content event(s): the server "
+                                     "ended the stream before the answer was finished")
                 return
             if event.problem:
                 record.fail(f"event {number}: {event.problem}")
@@ -110,8 +115,8 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
         record.status = "completed"
         return
     unfinished = reader.leftover()
-    record.fail("stream ended without [DONE] or a finish_reason"
-                + (f" ({unfinished})" if unfinished else ""))
+    record.cut_short("stream ended without [DONE] or a finish_reason"
+                     + (f" ({unfinished})" if unfinished else ""))
 
 
 def _keeping_answer(counted: ReadCounted | None, endpoint: Endpoint,

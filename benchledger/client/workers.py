@@ -134,6 +134,7 @@ class WorkerProgress:
             parts[0], to_submit=self._counter.to_submit,
             submitted=sum(s.submitted for s in parts),
             finished=sum(s.finished for s in parts), failed=sum(s.failed for s in parts),
+            cut=sum(s.cut for s in parts),
             unresolved=sum(s.unresolved for s in parts),
             elapsed_s=max(s.elapsed_s for s in parts), output_tokens=None,
             drain_left_s=max(lefts) if len(lefts) == len(parts) else None))

@@ -48,6 +48,10 @@ Modes (MODES below; `--help` lists them too):
   (the SSE format says one leading BOM is ignored);
 - long-line: after EVENTS_BEFORE_FAULT content events, one comment line of LONG_LINE_BYTES
   (15 MB; below the client's 16 MiB bound), then the rest of a clean stream.
+- interrupt (the whole server): llama-cpp-python's default behaviour (its
+  `interrupt_requests`): when a request arrives, every stream in progress ends with
+  `data: [DONE]` and nothing else (no finish_reason, no usage). At concurrency > 1 nearly
+  every stream is cut by the next one's arrival.
 
 Options that hold whatever the mode:
 
@@ -131,8 +135,11 @@ MODES = {
     "buffered": "the whole answer in one write (a proxy that buffers whole responses)",
     "bom": "the stream opens with a UTF-8 byte order mark",
     "long-line": f"a comment line of {LONG_LINE_BYTES} bytes in the middle of the stream",
+    "interrupt": "llama-cpp-python's default (interrupt_requests): a request that arrives "
+                 "ends the stream in progress with `data: [DONE]`, no finish_reason, no "
+                 "usage",
 }
-WHOLE_SERVER_MODES = {"clean", "health-404", "health-401"}
+WHOLE_SERVER_MODES = {"clean", "health-404", "health-401", "interrupt"}
 HTTP_ERRORS = {"http-429": (429, "rate limited"), "http-500": (500, "engine exploded"),
                "http-503": (503, "overloaded, try later")}
 MID_STREAM_EVENTS = {
@@ -355,6 +362,7 @@ class FaultHandler(BaseHTTPRequestHandler):
         if mode == "bom":
             self._write(BOM)
         buffered = mode == "buffered"
+        ordinal_arrivals = self.server.plan.requests  # interrupt: arrivals so far
         # stall-burst and buffered: what waits for the one write at the end
         held: list[bytes] = []
         if chat:
@@ -369,6 +377,11 @@ class FaultHandler(BaseHTTPRequestHandler):
                    + (STALL_S if mode == "stall-burst" else 0.0))
         for i in range(words):
             if i == EVENTS_BEFORE_FAULT and self._strike_mid_stream(mode):
+                return None
+            if mode == "interrupt" and self.server.plan.requests != ordinal_arrivals:
+                # a later request arrived: this stream ends as llama-cpp-python ends it
+                log(f"interrupt: a newer request arrived; [DONE] after {i} event(s)")
+                self._write(sse("[DONE]"))
                 return None
             last = i == words - 1 and mode != "no-done"
             finish = ("length" if words == max_tokens else "stop") if last else None

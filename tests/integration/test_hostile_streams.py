@@ -16,6 +16,11 @@ process (Airflow dag.test, DuckDB), one `server = "command"` arm per case
 - slowmetrics: a vLLM-family server whose /metrics answers after 3 s, scraped with a 0.5 s
   bound; its windows are `counter unreadable` and blocked by counters_readable (they were
   `no counter`, the label of a server without /metrics, and published).
+- interrupted (issue #39): llama-cpp-python's default at concurrency 4: each arriving
+  request ends the stream in progress with `[DONE]` and no finish_reason; the cut requests
+  are `failed` with a "stream cut" error (they were `completed` with 0 tokens, and the
+  window's success fraction 1.0 published), the progress line counts them, nothing of the
+  window publishes.
 
 Request numbering (the fault server counts POSTs from 1): one warm-up, so request 1 is
 `w0000` and request n >= 2 is `m{n-2:04d}`.
@@ -49,6 +54,7 @@ REQUESTS = 5
 ALL = tuple(range(1, WARMUP + REQUESTS + 1))  # every request, the warm-up included
 METRICS_DELAY_S = 3.0
 METRICS_TIMEOUT_S = 0.5
+INTERRUPTED_CONCURRENCY = 4
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ ARMS = (
                  flags=("--metrics", "--metrics-delay-s", str(METRICS_DELAY_S)),
                  extra_keys={"server_family": "vllm",
                              "metrics_timeout_s": METRICS_TIMEOUT_S}),
+    HostileFault("interrupted", "interrupt", hits=ALL, damaged=True,
+                 hit_statuses=frozenset({"completed", "failed"}),
+                 extra_keys={"concurrency": [INTERRUPTED_CONCURRENCY]}),
 )
 BY_ARM = {arm.arm: arm for arm in ARMS}
 
@@ -178,3 +187,29 @@ def test_the_terminal_names_each_blocking_rule_with_its_arm(hostile_run):
                       (COUNTERS_READABLE.name, "slowmetrics")]:
         assert any(line.strip().startswith(f"{rule}:") and f"{arm}/" in line
                    for line in lines), (rule, arm, hostile_run.output[-4000:])
+
+
+def test_streams_cut_by_the_server_are_failed_counted_and_never_published(hostile_run):
+    window, rows = window_and_requests(hostile_run, "interrupted")
+    measured = [r for r in rows.values() if not r["is_warmup"]]
+    cut = [r for r in measured if r["status"] == "failed"]
+    # at concurrency 4 each arrival cuts the streams in progress: most requests are cut
+    assert len(cut) >= REQUESTS - 1, [(r["status"], r["error"]) for r in measured]
+    for row in cut:
+        assert row["finish_reason"] is None and row["http_status"] == 200
+        assert row["error"].startswith("stream cut: [DONE] arrived without a finish_reason"), \
+            row["error"]
+    for row in measured:  # whatever completed was finished by the server
+        if row["status"] == "completed":
+            assert row["finish_reason"] in ("stop", "length"), row
+    assert window["failed"] == len(cut) and window["completed"] == REQUESTS - len(cut)
+    fractions = query(hostile_run.warehouse,
+                      "SELECT value, publishable FROM entries WHERE run_id = ? AND arm = ? "
+                      "AND metric = 'success_fraction'", [hostile_run.run_id, "interrupted"])
+    assert fractions and all(f["value"] is None or f["value"] < 1 for f in fractions), fractions
+    assert published(hostile_run, "interrupted") == []
+    # the window's last progress line counts the cut requests among the failed
+    done = [line for line in hostile_run.output.splitlines()
+            if "progress:" in line and "/interrupted/" in line and " done:" in line]
+    assert done and f"{len(cut)} failed ({len(cut)} cut short by the server)" in done[-1], \
+        (done, hostile_run.output[-3000:])

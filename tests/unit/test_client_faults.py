@@ -21,6 +21,7 @@ import benchledger.client as client
 from benchledger.client import Target, WindowSpec, measure_window
 from benchledger.client import record as client_record
 from benchledger.client import sse as client_sse
+from benchledger.progress import progress_line as client_progress_line
 from benchledger.prompts import load_prompt_set
 from benchledger.records import requests_table
 from tests.conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
@@ -469,3 +470,31 @@ def test_a_huge_request_count_sends_at_once_without_building_records(server, mon
     assert len(server.bodies) == 2  # both slots are held by hanging requests
     assert len(shaped) == 2
     assert peak < 20 * 2**20, peak
+
+
+def test_done_without_a_finish_reason_is_a_cut_stream_not_an_answer(server):
+    """llama-cpp-python's default (issue #39): a stream the server ends because another
+    request arrived closes with `[DONE]` and nothing else. Nothing says the answer was
+    whole: the request failed, as cut, whatever it delivered before."""
+    cut_after = {0: [], 1: [chat_chunk("a"), chat_chunk("b")]}
+    target = script(server, "cut", lambda n: Script(
+        [*cut_after[n % 2], b"data: [DONE]\n\n"] if n < 2 else good_stream(5)))
+    result = measure_window(target, spec(requests=3))
+    rows = check_window(result, 3)
+    assert [r["status"] for r in rows] == ["failed", "failed", "completed"]
+    for row, events in zip(rows[:2], (0, 2), strict=True):
+        assert row["finish_reason"] is None and row["chunks"] == events
+        assert row["error"].startswith(
+            f"stream cut: [DONE] arrived without a finish_reason after {events} content "
+            "event(s)"), row["error"]
+    assert result.accounting["failed"] == 2 and result.accounting["completed"] == 1
+
+
+def test_the_progress_line_counts_cut_streams_among_the_failed(server):
+    target = script(server, "cut-progress", lambda n: Script(
+        [b"data: [DONE]\n\n"] if n % 2 else good_stream(5)))
+    seen = []
+    measure_window(target, spec(requests=4), on_progress=seen.append)
+    done = seen[-1]
+    assert (done.phase, done.failed, done.cut) == ("done", 2, 2)
+    assert "2 failed (2 cut short by the server)" in client_progress_line(done)
