@@ -137,6 +137,36 @@ def _restart_files(arm: str, restart_index: int) -> Iterator[tuple[RunLayout, Ca
         push()
 
 
+@contextmanager
+def _teardown_files(arm: str, restart_index: int,
+                    record: Callable[[RunLayout], Path]) -> Iterator[RunLayout]:
+    """A teardown's layout. A node that holds the record of what it stops (`record`: the
+    manifest its launch wrote here) stops it first and touches the object store only
+    after: nothing that can fail on storage comes before a server's stop (issue #39: a
+    store out of reach mid-window failed the pull of the teardown, and the server under
+    test outlived the run, holding its GPU). A storage failure is raised after the stop,
+    and a retry finds the stop recorded. A node without that record launched nothing here:
+    it pulls the record first, as every other restart task does."""
+    from benchledger.raw_store import RawStoreError, StoredFileMismatch, push_restart
+
+    paths = run_paths()
+    layout = RunLayout(paths.data_dir, paths.run_id)
+    if paths.storage.store is None or not record(layout).is_file():
+        with _restart_files(arm, restart_index) as (pulled, _):
+            yield pulled
+        return
+    try:
+        yield layout
+    finally:
+        try:
+            push_restart(paths.storage, layout, arm, restart_index)
+        except StoredFileMismatch as exc:
+            raise AirflowFailException(str(exc)) from exc
+        except RawStoreError as exc:  # retried: the stop is recorded here already
+            raise RawStoreError(f"{arm} r{restart_index}: stopped, but its record could not "
+                                f"be stored: {exc}") from exc
+
+
 def _recorded(layout: RunLayout, sweep_path: str):
     """The sweep as plan recorded it in the run manifest (parsed once, sha256 checked): every
     task of a run measures the sweep its `runs` row names. (sweep, sha256)."""
@@ -271,10 +301,12 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
 @task
 def stop_server(arm: str, restart_index: int, handle: dict | None,
                 unpin_queue: str | None = None) -> dict:
-    """Always runs after launch: SIGTERM, then SIGKILL, the server's process group."""
+    """Always runs after launch: SIGTERM, then SIGKILL, the server's process group; before
+    anything that touches an object store (_teardown_files)."""
     from benchledger.restart import stop_restart
 
-    with _restart_files(arm, restart_index) as (layout, _):
+    with _teardown_files(arm, restart_index,
+                         lambda layout: layout.restart_manifest(arm, restart_index)) as layout:
         manifest = stop_restart(layout, arm, restart_index, handle)
     _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "stop_status")}
@@ -325,7 +357,8 @@ def stop_node(arm: str, restart_index: int, node: str, handle: dict | None,
     """Always runs after this node's launch: stops its process, notes one found dead."""
     from benchledger.deployment import stop_node as stop
 
-    with _restart_files(arm, restart_index) as (layout, _):
+    with _teardown_files(arm, restart_index, lambda layout: layout.node_manifest(
+            arm, restart_index, node)) as layout:
         manifest = stop(layout, arm, restart_index, node, handle)
     _unpin(unpin_queue)
     return {k: manifest.get(k) for k in ("status", "stop_status")}

@@ -33,6 +33,13 @@ class S3Server:
     endpoint: str
     bucket: str
     namespace: str | None = None  # where it listens: only that namespace's bridge reaches it
+    pid: int | None = None  # the server's process (a session of its own)
+
+    def kill(self) -> None:
+        """The store goes away at once (SIGKILL to its session): a store out of reach."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
 
     @property
     def env(self) -> dict[str, str]:
@@ -128,7 +135,7 @@ def s3_server(bucket: str = "bench", host: str = "127.0.0.1",
     with log.open("w") as out:  # the server keeps its own descriptor
         proc = subprocess.Popen(line, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    server = S3Server(f"http://{host}:{port}", bucket, namespace)
+    server = S3Server(f"http://{host}:{port}", bucket, namespace, proc.pid)
     try:
         deadline = time.monotonic() + 30
         while True:
