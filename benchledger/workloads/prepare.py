@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from benchledger.workloads.datasets import Dataset
 from benchledger.workloads.errors import WorkloadError
 from benchledger.workloads.jsonio import messages_json
 from benchledger.workloads.lengths import PREFIX_GROUP, SAMPLING, DatasetReader, draw, reader, rng
@@ -44,6 +45,9 @@ TABLE_SCHEMA = pa.schema([
 class PreparedWorkload:
     table: pa.Table  # TABLE_SCHEMA
     provenance: dict[str, Any]  # JSON-serialisable
+    # the files (and dataset folders) its rows were read from: a prepared copy of their
+    # text is no more readable than they are (benchledger.workload_files)
+    sources: tuple[Path, ...] = ()
 
     def row(self, index: int) -> dict[str, Any]:
         return self.table.slice(index, 1).to_pylist()[0]
@@ -68,10 +72,11 @@ def prepare_workload(source: WorkloadSource, base_dir: Path, items: int, seed: i
         raise WorkloadError(f"items ({items}) is not a multiple of turns ({turns}): a "
                             f"session is {turns} requests")
     sessions = items // turns
-    read = reader(base_dir)
+    read, sources = _recording(reader(base_dir))
     record: dict[str, Any] = {"kind": source.kind}
     if source.kind == "trace":
         assert source.trace is not None
+        sources.append(base_dir / source.trace)
         columns = _trace(source, base_dir / source.trace, items, record)
     elif source.kind == "dataset":
         columns = _dataset(source, read, sessions, seed, record)
@@ -100,7 +105,22 @@ def prepare_workload(source: WorkloadSource, base_dir: Path, items: int, seed: i
     record["ids_sha256"] = ids_sha256(table["item_id"])
     record["max_tokens"] = {"default": default_max_tokens,
                             "rows_default": table["max_tokens"].null_count}
-    return PreparedWorkload(table, record)
+    return PreparedWorkload(table, record, tuple(dict.fromkeys(sources)))
+
+
+def _recording(read: DatasetReader) -> tuple[DatasetReader, list[Path]]:
+    """`read`, noting every dataset it reads: its path (a file or a folder) and, for a
+    folder, each of its files."""
+    sources: list[Path] = []
+
+    def noting(written: str, dataset_format: Any = "auto") -> tuple[Dataset, str]:
+        dataset, written = read(written, dataset_format)
+        sources.append(dataset.path)
+        if dataset.is_dir:
+            sources.extend(dataset.path / f.path for f in dataset.files)
+        return dataset, written
+
+    return noting, sources
 
 
 def ids_sha256(ids: pa.ChunkedArray | pa.Array) -> str:
@@ -196,6 +216,11 @@ def _sent_messages(batch: pa.RecordBatch) -> pa.Array:
     return messages_json(lists)
 
 
+def _line(table: pa.Table, row: int) -> int:
+    """The trace file's line number of one of its rows."""
+    return int(table["line"][row].as_py())
+
+
 def _trace(source: WorkloadSource, path: Path, items: int,
            record: dict[str, Any]) -> dict[str, Any]:
     trace = read_trace(path)
@@ -205,9 +230,19 @@ def _trace(source: WorkloadSource, path: Path, items: int,
     t = trace.table.slice(0, items)
     stamps = np.asarray(t["timestamp"].combine_chunks())
     arrival = (stamps - stamps[0]) / 1000.0 * source.time_scale
+    if not arrival[-1] <= source.max_replay_s:  # NaN-proof: inf - inf is refused too
+        last = int(np.argmax(np.diff(stamps))) + 1 if len(stamps) > 1 else 0
+        raise WorkloadError(
+            f"{path}: replaying its first {items} requests takes {arrival[-1]:.6g} s "
+            f"(timestamps {stamps[0]:.6g} to {stamps[-1]:.6g} ms, time_scale "
+            f"{source.time_scale:g}; the largest gap is before line {_line(t, last)}), above "
+            f"max_replay_s = {source.max_replay_s:g} s: a window would wait that long for "
+            "its last request. Check the trace's timestamps (milliseconds), lower "
+            "time_scale, or raise max_replay_s in its [[workloads]] table")
     lines = pc.cast(t["line"].combine_chunks(), pa.string())
     record["trace"] = {"path": source.trace, "sha256": trace.sha256, "rows": trace.rows,
-                       "time_scale": source.time_scale, "duration_s": float(arrival[-1])}
+                       "time_scale": source.time_scale, "duration_s": float(arrival[-1]),
+                       "max_replay_s": source.max_replay_s}
     return {"item_id": pc.binary_join_element_wise("trace", lines, "-"),
             "input_tokens": t["input_length"], "max_tokens": t["output_length"],
             "arrival_s": arrival, "hash_ids": t["hash_ids"]}

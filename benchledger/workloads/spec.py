@@ -30,6 +30,8 @@ from pydantic import Field, model_validator
 from benchledger.sweep_types import BUILTIN_PROMPT_SETS, MAX_TOKENS, Name, Strict, Text
 
 Length = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+DEFAULT_MAX_REPLAY_S = 3600.0  # an hour: the Mooncake traces' own span at time_scale 1
+MAX_REPLAY_S = 7 * 86400.0  # a week: what a sweep may raise it to
 Kind = Literal["builtin", "dataset", "synthetic", "trace"]
 
 
@@ -114,6 +116,11 @@ class WorkloadSource(Strict):
     history: Literal["server", "dataset"] = "server"
     trace: Text | None = None  # a Mooncake JSONL trace
     time_scale: Annotated[float, Field(gt=0, le=1000)] = 1.0
+    # The longest a trace's replay may take (its last request due this many seconds after
+    # the first, time_scale applied): a trace whose timestamps jump to 10^15 ms is valid
+    # JSON in arrival order, and its window would wait for ever before its drain deadline
+    # even begins (issue #39). Refused when the run is planned.
+    max_replay_s: Annotated[float, Field(gt=0, le=MAX_REPLAY_S)] = DEFAULT_MAX_REPLAY_S
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadSource:
@@ -130,6 +137,8 @@ class WorkloadSource(Strict):
                                  f"it cannot go with {', '.join(f'`{k}`' for k in given)}")
         elif self.time_scale != 1.0:
             raise ValueError("`time_scale` applies to a `trace`")
+        elif self.max_replay_s != DEFAULT_MAX_REPLAY_S:
+            raise ValueError("`max_replay_s` applies to a `trace`")
         if self.dataset is None:
             if self.dataset_format != "auto":
                 raise ValueError("`dataset_format` applies to a `dataset`")

@@ -306,6 +306,7 @@ def test_a_trace_gives_arrivals_lengths_and_hash_ids(tmp_path):
     p = prepared.provenance
     assert set(p) == {"kind", "trace", "seed", "items", "ids_sha256", "max_tokens"}
     assert p["trace"] == {"path": "t.jsonl", "rows": 3, "time_scale": 0.5, "duration_s": 1.5,
+                          "max_replay_s": 3600.0,
                           "sha256": hashlib.sha256((tmp_path / "t.jsonl").read_bytes())
                           .hexdigest()}
     first_two = prepare(tmp_path, 2, trace="t.jsonl")
@@ -313,6 +314,41 @@ def test_a_trace_gives_arrivals_lengths_and_hash_ids(tmp_path):
     with pytest.raises(WorkloadError, match=r"t.jsonl: the trace has 3 requests, fewer than "
                                             r"the 4 items asked for"):
         prepare(tmp_path, 4, trace="t.jsonl")
+
+
+def test_a_replay_longer_than_its_bound_is_refused_when_prepared(tmp_path):
+    """Timestamps that jump to 10^15 ms are valid JSON in arrival order; replayed, the
+    window would wait for ever for its last request (issue #39). Refused at plan, naming
+    the file, the span, the line after the jump and the key that bounds it."""
+    jump = [*TRACE[:2], {"timestamp": 10**15, "input_length": 40, "output_length": 1},
+            {"timestamp": 10**15 + 5, "input_length": 40, "output_length": 1}]
+    write(tmp_path / "t.jsonl", jsonl(jump))
+    with pytest.raises(WorkloadError) as refused:
+        prepare(tmp_path, 4, trace="t.jsonl")
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 't.jsonl'}: replaying its first 4 requests takes "
+                              "1e+12 s (timestamps 1000 to 1e+15 ms, time_scale 1; the "
+                              "largest gap is before line 3), above max_replay_s = 3600 s")
+    assert "raise max_replay_s in its [[workloads]] table" in message
+    # the first two requests replay in half a second: within the bound
+    assert prepare(tmp_path, 2, trace="t.jsonl").table["arrival_s"].to_pylist() == [0.0, 0.5005]
+    # the bound is the sweep's: raised (or the trace slowed down less), it is accepted
+    slow = [{"timestamp": 0, "input_length": 4, "output_length": 1},
+            {"timestamp": 7_200_000, "input_length": 4, "output_length": 1}]  # two hours
+    write(tmp_path / "slow.jsonl", jsonl(slow))
+    with pytest.raises(WorkloadError, match="takes 7200 s"):
+        prepare(tmp_path, 2, trace="slow.jsonl")
+    assert prepare(tmp_path, 2, trace="slow.jsonl", max_replay_s=7200).table[
+        "arrival_s"].to_pylist() == [0.0, 7200.0]
+    assert prepare(tmp_path, 2, trace="slow.jsonl", time_scale=0.5).table[
+        "arrival_s"].to_pylist() == [0.0, 3600.0]
+
+
+def test_max_replay_s_is_a_traces_key_within_a_week():
+    with pytest.raises(ValueError, match="`max_replay_s` applies to a `trace`"):
+        WorkloadSource(max_replay_s=10)
+    with pytest.raises(ValueError, match="less than or equal to 604800"):
+        WorkloadSource(trace="t.jsonl", max_replay_s=10**9)
 
 
 def test_trace_texts_share_the_blocks_of_shared_hash_ids(tmp_path):
