@@ -140,10 +140,25 @@ def check_warehouse(path: str | Path) -> None:
     with connect(path, read_only=True) as con:
         try:
             _check_blocks(con, str(path))
+            if not _schema_of(con):  # empty: the first load migrates it, as import does
+                return
             con.execute("SELECT max(version) FROM schema_migrations").fetchall()
         except duckdb.Error as exc:
             raise WarehouseError(f"the warehouse {path} cannot be read: {_one_line(exc)} "
                                  f"({DAMAGED_HINT})") from exc
+
+
+def _schema_of(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The names of the file's own tables and views. None at all: a warehouse no load has
+    migrated yet, or one whose first migration was cut short (a kill -9 in its first
+    moments; the migration is one transaction, so nothing of it stays), which the next
+    writer migrates (issue #39: `run` refused such a file for ever, while `import`
+    migrated it)."""
+    return [name for name, in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE NOT internal AND NOT temporary "
+        "AND database_name = current_database() UNION ALL "
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal AND NOT temporary "
+        "AND database_name = current_database()").fetchall()]
 
 
 # DuckDB numbers in-memory (transient) blocks from 2**62 on; they are never in the file.

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from benchledger.warehouse.db import WarehouseError, check_warehouse, connect
@@ -135,3 +136,66 @@ def test_import_refuses_a_truncated_warehouse_in_one_line(truncated):
 def test_sql_refuses_a_truncated_warehouse_even_for_a_query_that_reads_no_table(truncated):
     done = cli("sql", "--warehouse", str(truncated), "SELECT 1")
     one_line(done, "sql", truncated)
+
+
+# A first load killed -9 in its first moments (issue #39): DuckDB has made the file, and the
+# migration (one transaction) has begun but not committed. What the kill leaves is a file
+# without a table of its own, perhaps with a write-ahead log.
+_CUT_FIRST_MIGRATION = textwrap.dedent("""
+    import sys, time
+    import duckdb
+    from benchledger.warehouse.db import MIGRATIONS
+    con = duckdb.connect(sys.argv[1])
+    con.execute("BEGIN TRANSACTION")
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
+                "name VARCHAR NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")
+    con.execute(sorted(MIGRATIONS.glob("0001_*.sql"))[0].read_text())
+    print("migrating", flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.fixture
+def cut_first_load(tmp_path) -> Path:
+    path = tmp_path / "cut.duckdb"
+    child = subprocess.Popen([sys.executable, "-c", _CUT_FIRST_MIGRATION, str(path)],
+                             cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "migrating"
+    finally:
+        child.kill()  # SIGKILL: no rollback, no checkpoint, no clean close
+        child.wait()
+    assert path.exists()
+    return path
+
+
+def test_a_first_load_killed_midway_leaves_a_warehouse_run_and_import_migrate(
+        cut_first_load, tmp_path):
+    with duckdb.connect(str(cut_first_load), read_only=True) as con:  # what the kill left
+        assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE NOT internal"
+                           ).fetchone() == (0,)
+    check_warehouse(cut_first_load)  # `run`'s check: it refused this file for ever
+    sweep = tmp_path / "checked.toml"
+    sweep.write_text(SWEEP)
+    done = cli("run", str(sweep), "--warehouse", str(cut_first_load), "--data-dir",
+               str(tmp_path / "data"))
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    with duckdb.connect(str(cut_first_load), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] > 20
+
+
+def test_import_migrates_the_same_file(cut_first_load):
+    done = cli("import", "report", str(REPORT), "--warehouse", str(cut_first_load))
+    assert done.returncode == 0, done.stderr
+    check_warehouse(cut_first_load)
+
+
+def test_a_file_with_tables_but_no_migrations_is_still_refused(tmp_path):
+    """Not every file without schema_migrations is empty: one holding other tables is not a
+    warehouse this code wrote, and is refused, naming it."""
+    path = tmp_path / "other.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE notes AS SELECT 1 AS x")
+    with pytest.raises(WarehouseError, match=r"cannot be read: .*schema_migrations"):
+        check_warehouse(path)
