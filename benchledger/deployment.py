@@ -135,7 +135,8 @@ class NodeRecord:
     def update(self, **changes: Any) -> NodeManifest:
         manifest = {**self.read(), **changes}
         try:
-            raw.write_json(self.path, manifest)
+            raw.write_json(self.path, manifest,
+                           sealed_in=self.layout.slot_dir(self.arm, self.k))
         except OSError as exc:
             raise RawWriteError(f"{self.layout.restart_id(self.arm, self.k)} node {self.node}: "
                                 f"its manifest could not be written: "

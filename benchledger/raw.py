@@ -15,6 +15,7 @@ loader, the CLI, the progress view and the operators ask this module:
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.json      the window's manifest (last)
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.started   while an attempt measures it
     <data>/raw/<run>/<arm>/r<k>/<workload>-c<N>.progress  its latest progress report
+    <data>/raw/<run>/[<arm>/r<k>/]seal-<host>-<token>-<pid>.jsonl   the run's seal (seal.py)
     <data>/published/<run>/                               the run's publication
     <data>/gx-data-docs/<run>/                            its expectation results as Data Docs
 
@@ -35,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
+
+from benchledger import seal
 
 RUN_MANIFEST = "run.json"
 RESTART_MANIFEST = "restart.json"
@@ -101,6 +104,9 @@ class RunManifest(TypedDict, total=False):
     # issue #26: each prepared workload (not a built-in prompt set) by name: its file in
     # the run folder, that file's sha256 and its provenance (benchledger.workloads)
     workloads: dict[str, dict[str, Any]]
+    # issue #39: the run's files are sealed (benchledger.seal.SEAL_VERSION): the loader
+    # refuses a manifest or window file whose sha256 none of the run's steps recorded
+    seal: int
 
 
 class RestartManifest(TypedDict, total=False):
@@ -487,13 +493,18 @@ def json_text(data: object) -> str:
     return json.dumps(data, indent=1, sort_keys=True, default=str)
 
 
-def write_json(path: Path, data: object) -> None:
+def write_json(path: Path, data: object, sealed_in: Path | None = None) -> None:
     """Write atomically: a reader (the loader) never sees half a manifest, and a failed
-    write leaves no .tmp file behind."""
+    write leaves no .tmp file behind. `sealed_in`: a manifest the loader reads, recorded in
+    the run's seal in that folder (the run's or its restart's: benchledger.seal) before it
+    is put in place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = staged(path)
     try:
-        tmp.write_text(json_text(data))
+        text = json_text(data)
+        tmp.write_text(text)
+        if sealed_in is not None:
+            seal.record(sealed_in, [(path, seal.sha256_bytes(text.encode()))])
         os.replace(tmp, path)
     except BaseException:
         remove_quietly(tmp)

@@ -543,7 +543,8 @@ def stop_leftover_servers(data_dir: Path, sweep_name: str | None = None,
                         **_strays(outcome))
         marks = [] if host_key == "host" else fold_leftover_marks(
             path.parent, manifest, "stop after an interrupted run")
-        raw.write_json(path, manifest)
+        slot = path.parent if host_key == "node" else path.parent.parent
+        raw.write_json(path, manifest, sealed_in=slot)
         raw.remove_quietly(*marks)
         where = f" node {manifest['node']}" if host_key == "host" else ""
         done.append(f"{manifest.get('restart_id') or path.parent}{where}: {outcome}")

@@ -74,7 +74,8 @@ class RestartRecord:
         if status is not None:
             manifest["status"] = status
         try:
-            raw.write_json(self.path, manifest)
+            raw.write_json(self.path, manifest,
+                           sealed_in=self.layout.slot_dir(self.arm, self.k))
         except OSError as exc:
             raise RawWriteError(f"{self.restart_id}: the restart manifest could not be "
                                 f"written: {os_error_text(exc, self.path)}") from exc

@@ -15,6 +15,7 @@ from typing import Any
 from benchledger import __version__, raw, schedule
 from benchledger.raw import RunLayout
 from benchledger.restart_record import utc_now
+from benchledger.seal import SEAL_VERSION
 from benchledger.sweep import (
     RecordedSweepMismatch,
     Sweep,
@@ -56,6 +57,7 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path,
         "sweep_toml": recorded,
         "harness_version": __version__,
         "started_at": utc_now(),
+        "seal": SEAL_VERSION,
     }
     # Datasets, synthetic lengths, sessions and traces: prepared once, here (issue #26).
     workloads = prepare_run_workloads(layout.run_dir, sweep, Path(sweep_path).parent)
@@ -67,7 +69,7 @@ def write_run_manifest(layout: RunLayout, sweep_path: Path,
         manifest.update({"scheduled_for": scheduled_for.isoformat(),
                          "skipped_slots": skipped if previous_slot else None,
                          "skipped_slot_count": count if previous_slot else None})
-    raw.write_json(layout.run_manifest, manifest)
+    raw.write_json(layout.run_manifest, manifest, sealed_in=layout.run_dir)
     return dict(manifest)
 
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchledger import raw
+from benchledger import raw, seal
 from benchledger.client import WindowResult
 from benchledger.raw import NO_ATTEMPT, Attempt, RunLayout, WindowManifest
 from benchledger.records import file_sha256, requests_table
@@ -97,6 +97,13 @@ def write_window(layout: RunLayout, arm: str, k: int, workload: str, prompt_set:
         }
         writing = raw.staged(files.manifest)
         writing.write_text(raw.json_text(manifest))
+        # the run's seal learns each file before it is in place (benchledger.seal); the
+        # manifest's own hashes of the others, each file read once
+        shas = {files.observed: manifest["observed_file_sha256"],
+                files.requests: manifest["requests_file_sha256"],
+                files.telemetry: named.get("telemetry_file_sha256"),
+                files.manifest: file_sha256(writing)}
+        seal.record(files.manifest.parent, [(final, shas[final]) for final in order])
         raw.move_into_place((raw.staged(final), final) for final in order)
     except OSError as exc:
         raw.remove_quietly(*(raw.staged(final) for final in order))

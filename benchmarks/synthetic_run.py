@@ -144,6 +144,7 @@ def telemetry_table(accounting: dict, nodes: int, gpus: int, readings: int,
         "energy_j": energy.ravel(), "utilization_gpu": np.full(n, 100.0),
         "memory_used_mib": np.full(n, 70000.0), "clock_event_reasons": np.zeros(n, np.int64),
         "clock_event_names": np.full(n, "", dtype=object), "pstate": pa.nulls(n, pa.string()),
+        "power_limit_w": pa.nulls(n, pa.float64()),
     }, schema=SAMPLE_SCHEMA)
 
 
@@ -174,7 +175,8 @@ def write_scale_run(out: Path, requests: int, *, restarts: int = 5,
                 "status": "ok", "effective_config_sha256": f"config-of-{arm}",
                 "server_version": "synthetic 1",
                 "deployment": [{"node": f"gpu-node-{n + 1}", "rank": n}
-                               for n in range(telemetry[0] if telemetry else 1)]})
+                               for n in range(telemetry[0] if telemetry else 1)]},
+                sealed_in=layout.slot_dir(arm, k))
             for workload in workloads:
                 wid = layout.window_id(arm, k, workload, 1)
                 rows, accounting = window_rows(wid, per_window, events, bool(i % 2), rng)

@@ -6,8 +6,11 @@ derivation, the gate), without a server in the loop.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from benchledger import seal
 from benchledger.client import WindowResult
-from benchledger.raw import RunLayout, write_json
+from benchledger.raw import NODES_DIR, RunLayout, write_json
 from benchledger.restart import write_run_manifest
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
@@ -94,6 +97,22 @@ def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_
             **(client or {})}
 
 
+def write_as_a_step(path: Path, data: dict) -> None:
+    """Write a raw manifest as one of the run's steps writes it: recorded in the run's seal
+    (benchledger.seal), so that a state a test makes by hand loads like the pipeline's. A
+    test of the seal itself edits files without it."""
+    path = Path(path)
+    write_json(path, data, sealed_in=path.parent.parent if path.parent.name == NODES_DIR
+               else path.parent)
+
+
+def seal_as_a_step(path: Path) -> None:
+    """Record a file a test rewrote by hand in the run's seal, as its step would have."""
+    path = Path(path)
+    seal.record(path.parent.parent if path.parent.name == NODES_DIR else path.parent,
+                [(path, seal.sha256_bytes(path.read_bytes()))])
+
+
 def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_requests=5,
                         run_id=RUN_ID, config_sha256: dict | None = None) -> RunLayout:
     """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}.
@@ -109,7 +128,7 @@ def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_request
                 "restart_index": k, "server_kind": "simulator", "single_instance": False,
                 "status": "ok",
                 "effective_config_sha256": (config_sha256 or {}).get(arm, f"config-of-{arm}"),
-                "server_version": "sim 1"})
+                "server_version": "sim 1"}, sealed_in=layout.slot_dir(arm, k))
         result = WindowResult(rows=rows, accounting=accounting(rows[0]["window_id"], rows,
                                                                **kwargs))
         write_window(layout, arm, k, workload, workload, min_requests, result)

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from benchledger import raw
 from benchledger.raw import JSON_COLUMNS, RESTART_COLUMNS, RUN_COLUMNS, WINDOW_COLUMNS
 from benchledger.records import file_sha256
+from benchledger.seal import read_seal
 from benchledger.warehouse.db import WarehouseError, first_row, insert_frame, only_row
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 
@@ -97,7 +98,22 @@ def _read_manifests(run_dir: Path) -> list[_Manifest]:
     manifests = [_Manifest(kind, path, sha, _read_json(path))
                  for (kind, path), sha in zip(paths, shas, strict=True)]
     _check_one_sweep(manifests)
+    _check_sealed(run_dir, manifests)
     return manifests
+
+
+def _check_sealed(run_dir: Path, manifests: list[_Manifest]) -> None:
+    """A sealed run (its manifest's `seal`): every manifest is a version one of the run's
+    steps recorded writing (benchledger.seal), else nothing of the run is loaded. The files
+    a window manifest names are sealed through it: it records their sha256, which each of
+    them is checked against when it is loaded (_named_files)."""
+    if manifests[0].data.get("seal") is None:
+        return  # written before runs were sealed
+    sealed = read_seal(run_dir)
+    for m in manifests:
+        refusal = sealed.refusal(m.path, m.sha256)
+        if refusal is not None:
+            raise WarehouseError(refusal)
 
 
 def _check_one_sweep(manifests: list[_Manifest]) -> None:

@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchledger.raw import read_json, write_json
+from benchledger.raw import read_json
 from benchledger.records import file_sha256
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
 from benchmarks.synthetic_run import write_scale_run
 from benchmarks.warehouse_scale import AUDIT_SECTION, README, STAGES, TABLES, audit_queries
 from tests.conftest import REPO
+from tests.synthetic import seal_as_a_step, write_as_a_step
 
 STAGE_FIELDS = {"seconds", "import_seconds", "process_seconds", "cpu_seconds",
                 "peak_rss_mib", "rss_after_imports_mib", "result"}
@@ -182,7 +183,9 @@ def test_load_refuses_a_column_request_records_does_not_have(tmp_path):
     table = pq.read_table(parquet)
     pq.write_table(table.append_column('x"); DROP TABLE runs; --',
                                        pa.array([0] * table.num_rows)), parquet)
-    write_json(manifest, {**data, "requests_file_sha256": file_sha256(parquet)})
+    # sealed as a step would write them: the column check is what is tested here
+    seal_as_a_step(parquet)
+    write_as_a_step(manifest, {**data, "requests_file_sha256": file_sha256(parquet)})
     con = connect(":memory:")
     with pytest.raises(WarehouseError, match="not columns of request_records"):
         load_run_dir(con, layout.run_dir)

@@ -132,7 +132,8 @@ def warehouse(tmp_path_factory):
                      WindowResult(rows=rows, accounting=accounting(rows[0]["window_id"], rows)),
                      observations)
         manifest = read_json(layout.restart_manifest(arm, 0))
-        write_json(layout.restart_manifest(arm, 0), {**manifest, "server_family": family})
+        write_json(layout.restart_manifest(arm, 0), {**manifest, "server_family": family},
+                   sealed_in=layout.slot_dir(arm, 0))  # as a step of the run writes it
     con = derived_warehouse(layout.run_dir)
     yield con, layout
     con.close()

@@ -16,9 +16,15 @@ import textwrap
 import pytest
 
 from benchledger import rules as R
-from benchledger.raw import RunLayout, read_json, write_json
+from benchledger.raw import RunLayout, read_json
 from benchledger.warehouse.compare import derive_comparisons
-from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
+from tests.synthetic import (
+    RUN_ID,
+    derived_warehouse,
+    request_row,
+    write_as_a_step,
+    write_synthetic_run,
+)
 
 N = 6
 SWEEP = textwrap.dedent(f"""
@@ -63,7 +69,7 @@ def warehouse(tmp_path_factory):
             windows[(arm, k, workload)] = (rows, {})
     write_synthetic_run(tmp_path, SWEEP, windows)
     manifest = layout.restart_manifest("crashy", 1)
-    write_json(manifest, {**read_json(manifest), "status": "crashed",
+    write_as_a_step(manifest, {**read_json(manifest), "status": "crashed",
                           "error": "server process ended during measurement (exited 1)"})
     con = derived_warehouse(layout.run_dir)
     derive_comparisons(con, RUN_ID)

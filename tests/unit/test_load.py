@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchledger.client import WindowResult
-from benchledger.raw import Attempt, RunLayout, read_json, write_json
+from benchledger.raw import Attempt, RunLayout, read_json
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
 from benchledger.window_write import write_window
-from tests.synthetic import RUN_ID, accounting, request_row
+from tests.synthetic import RUN_ID, accounting, request_row, seal_as_a_step, write_as_a_step
 from tests.unit.test_warehouse import write_run
 
 
@@ -88,6 +88,7 @@ def test_two_manifests_of_one_window_in_one_folder_are_refused(tmp_path):
     layout = write_run(tmp_path)
     first, second = window_manifests(layout)
     second.write_text(first.read_text().replace('"code-c1.parquet"', '"../r0/code-c1.parquet"'))
+    seal_as_a_step(second)  # what is tested here: two manifests of one window
     con = connect(":memory:")
     with pytest.raises(WarehouseError, match="both describe window"):
         load_run_dir(con, layout.run_dir)
@@ -147,7 +148,7 @@ def test_raw_files_from_before_attempts_were_recorded_load_with_nulls(tmp_path):
     for path in window_manifests(layout):
         manifest = read_json(path)
         assert {"attempt", "worker_hostname"} <= set(manifest)
-        write_json(path, {k: v for k, v in manifest.items()
+        write_as_a_step(path, {k: v for k, v in manifest.items()
                           if k not in ("attempt", "worker_hostname")})
     restart_manifest = read_json(layout.restart_manifest("a", 0))
     assert not {"requested_node", "worker_hostname", "interrupted_windows"} & set(
@@ -166,7 +167,7 @@ def test_attempts_workers_and_interrupted_windows_are_loaded(tmp_path):
                     "started_at": "2026-11-30T00:00:00+00:00", "worker_hostname": "edge-1",
                     "noticed_by": "measure attempt 2"}]
     path = layout.restart_manifest("a", 0)
-    write_json(path, {**read_json(path), "requested_node": "gpu-a",
+    write_as_a_step(path, {**read_json(path), "requested_node": "gpu-a",
                       "worker_hostname": "edge-1", "interrupted_windows": interrupted})
     window_id = layout.window_id("a", 0, "code", 1)
     rows = [request_row(window_id, i) for i in range(5)]

@@ -15,7 +15,7 @@ from benchledger import raw, restart
 from benchledger.raw import RunLayout
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
-from tests.synthetic import RUN_ID, request_row, write_synthetic_run
+from tests.synthetic import RUN_ID, request_row, write_as_a_step, write_synthetic_run
 
 SWEEP = textwrap.dedent("""\
     [sweep]
@@ -62,7 +62,7 @@ def test_a_step_measures_the_recorded_sweep_even_when_the_file_changed(tmp_path,
 def test_a_recorded_text_that_does_not_match_its_sha256_is_refused(tmp_path):
     layout, _ = planned(tmp_path)
     manifest = raw.read_json(layout.run_manifest)
-    raw.write_json(layout.run_manifest,
+    write_as_a_step(layout.run_manifest,
                    {**manifest, "sweep_toml": manifest["sweep_toml"] + "# edited\n"})
     with pytest.raises(restart.RecordMismatch, match="refusing to measure a sweep other"):
         restart.recorded_sweep(layout)
@@ -79,7 +79,7 @@ def _one_window_run(tmp_path):
 def test_the_load_refuses_a_window_measured_under_another_sweep(tmp_path):
     layout = _one_window_run(tmp_path)
     files = layout.window_files("sim", 0, "code", 1)
-    raw.write_json(files.manifest, {**raw.read_json(files.manifest), "sweep_sha256": "f" * 64})
+    write_as_a_step(files.manifest, {**raw.read_json(files.manifest), "sweep_sha256": "f" * 64})
     with connect(tmp_path / "wh.duckdb") as con, \
             pytest.raises(WarehouseError, match="measured under the sweep with sha256 f+"):
         load_run_dir(con, layout.run_dir)
@@ -92,7 +92,7 @@ def test_the_load_refuses_a_run_whose_recorded_sweep_is_not_the_one_loaded(tmp_p
     with connect(tmp_path / "wh.duckdb") as con:
         load_run_dir(con, layout.run_dir)
         manifest = raw.read_json(layout.run_manifest)
-        raw.write_json(layout.run_manifest, {**manifest, "sweep_sha256": "e" * 64})
+        write_as_a_step(layout.run_manifest, {**manifest, "sweep_sha256": "e" * 64})
         with pytest.raises(WarehouseError, match=re.escape(f"run {RUN_ID} is in the warehouse")):
             load_run_dir(con, layout.run_dir)
 

@@ -18,7 +18,7 @@ import pytest
 
 from benchledger.client import WindowResult
 from benchledger.observe import FAMILY_PREFIXES, detect_family, families_named, server_family
-from benchledger.raw import RunLayout, write_json
+from benchledger.raw import RunLayout
 from benchledger.simulator.engine import Engine
 from benchledger.simulator.metrics import render_metrics
 from benchledger.simulator.options import MetricsFamily, SimConfig
@@ -27,7 +27,14 @@ from benchledger.warehouse.observations import metric_samples
 from benchledger.warehouse.reconcile import FAMILY_COUNTERS, QUANTITIES
 from benchledger.window_write import write_window
 from tests.reference import reconcile_requests
-from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
+from tests.synthetic import (
+    RUN_ID,
+    accounting,
+    derived_warehouse,
+    request_row,
+    write_as_a_step,
+    write_synthetic_run,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 N, OUTPUT, PROMPT, CACHED = 6, 21, 50, 20  # requests per window and each one's usage
@@ -222,7 +229,8 @@ def warehouse(tmp_path_factory):
     for arm, (family, scale) in arms.items():
         if family != "tgi":  # TGI's restart recorded no family: its window's names tell
             manifest = json.loads(layout.restart_manifest(arm, 0).read_text())
-            write_json(layout.restart_manifest(arm, 0), {**manifest, "server_family": family})
+            write_as_a_step(layout.restart_manifest(arm, 0),
+                            {**manifest, "server_family": family})
         rows, _ = windows[(arm, 0, "code")]
         text = fixture(family)
         observations = {"thresholds": {"reconcile_tolerance": 0.01}, "metrics": {
