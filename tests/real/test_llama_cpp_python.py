@@ -11,8 +11,10 @@ What llama-cpp-python 0.3.36's server does that the pipeline must cope with, eac
 no `/health` (readiness falls back to `/v1/models`), no `/metrics` (nothing to reconcile,
 recorded so), `stream_options.include_usage` ignored (a `usage` arm stops at the warm-up
 naming the options), one logprobs entry per streamed token (token_count = "logprobs"
-counts them), and `POST /extras/tokenize` (token_count = "server_tokenizer", calibrated
-against non-streamed usage).
+counts them), `POST /extras/tokenize` (token_count = "server_tokenizer", calibrated
+against non-streamed usage), and, at its default `interrupt_requests`, a stream in
+progress ended with `[DONE]` and no finish_reason when another request arrives (at
+concurrency 4: failed as cut, never completed; issue #39).
 
 `make test-real` builds the server's virtualenv (.venv-real) and sets
 BENCHLEDGER_LLAMA_PYTHON to its interpreter; without it these tests are skipped.
@@ -39,6 +41,9 @@ pytestmark = [
 HERE = Path(__file__).resolve().parent
 MAX_TOKENS = 32
 REQUESTS = 15
+# The arm `cut` runs the server as it starts by default (interrupt_requests on) at this
+# concurrency: each arriving request ends the stream in progress with [DONE] (issue #39).
+CUT_CONCURRENCY = 4
 
 
 def sweep_text(python: str, model: Path) -> str:
@@ -69,6 +74,8 @@ def sweep_text(python: str, model: Path) -> str:
         + 'token_count = "server_tokenizer"\ntokenize_path = "/extras/tokenize"\n' \
         + "calibration_requests = 4\n" \
         + arm.format(name="use", server=server) \
+        + arm.format(name="cut", server=server) \
+        + f'token_count = "logprobs"\nconcurrency = [{CUT_CONCURRENCY}]\nrestarts = 1\n' \
         + '\n[[workloads]]\nname = "prose"\n'
 
 
@@ -81,7 +88,8 @@ def run(tmp_path_factory):
     terminal = io.StringIO()  # what `benchledger run` prints (failures go to stderr)
     with contextlib.redirect_stdout(terminal), contextlib.redirect_stderr(terminal):
         run_id, state, con = run_sweep_text(workdir, sweep_text(LLAMA_PYTHON, model))
-    yield {"run_id": run_id, "state": state, "con": con, "terminal": terminal.getvalue()}
+    yield {"run_id": run_id, "state": state, "con": con, "terminal": terminal.getvalue(),
+           "data": workdir / "data"}
     con.close()
 
 
@@ -148,3 +156,35 @@ def test_a_usage_arm_stops_at_the_warmup_naming_the_two_options(run):
     for text in ('token_count = "logprobs"', 'token_count = "server_tokenizer"'):
         assert text in found[0][1]
         assert text in run["terminal"]
+
+
+def test_streams_the_server_cuts_at_concurrency_4_are_failed_and_counted(run):
+    """llama-cpp-python's default: each arriving request ends the stream in progress with
+    `[DONE]`, no finish_reason, no tokens. Those requests are failed as cut (they were
+    `completed` with 0 tokens and the window's success fraction 1.0 was published)."""
+    found = rows(run, "SELECT r.status, r.finish_reason, r.error, w.window_id "
+                      "FROM request_records r JOIN windows w USING (window_id) "
+                      "WHERE w.run_id = ? AND w.arm = 'cut' AND NOT r.is_warmup")
+    assert len(found) == REQUESTS
+    cut = [f for f in found if f[0] == "failed"]
+    assert cut, "at concurrency 4 the server cut no stream (was it started with " \
+                "--interrupt_requests False?)"
+    for status, finish, error, _ in found:
+        if status == "completed":
+            assert finish in ("length", "stop")
+        else:
+            assert status == "failed" and finish is None
+            assert error.startswith("stream cut: [DONE] arrived without a finish_reason"), error
+    (submitted, completed, failed), = rows(
+        run, "SELECT submitted, completed, failed FROM windows WHERE run_id = ? AND arm = 'cut'")
+    assert (submitted, failed) == (REQUESTS, len(cut)) and completed == REQUESTS - len(cut)
+    fractions = rows(run, "SELECT value FROM published_entries WHERE run_id = ? AND arm = 'cut' "
+                          "AND metric = 'success_fraction'")
+    assert all(value < 1 for value, in fractions), fractions  # no 1.0 is published
+    # the measuring task's progress lines count the cut requests among the failed
+    window_id = found[0][3]
+    logs = [p.read_text(errors="replace") for p in run["data"].rglob("*.log")]
+    done = [line for text in logs for line in text.splitlines()
+            if f"progress: {window_id} done:" in line]
+    assert done, "no progress line of the window in the task logs"
+    assert f"{len(cut)} failed ({len(cut)} cut short by the server)" in done[-1], done[-1]
