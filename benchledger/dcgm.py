@@ -9,9 +9,11 @@ first row's gauges stand, and the largest energy counter (the latest reading).
 
 A field the page does not carry is None, never 0: a vGPU guest reports no power and no
 energy, and a default exporter prints neither the clock-event reasons nor the maximum SM
-clock (both need a counters CSV that adds them). Units follow DCGM: MHz, W, MiB, % and, for
-the energy counter, mJ since the driver was loaded (converted to J here). DCGM 4.6's
-renamed fields in Hz and J are read as well.
+clock nor the power limits (each needs a counters CSV that adds it). Units follow DCGM:
+MHz, W, MiB, % and, for the energy counter, mJ since the driver was loaded (converted to J
+here). DCGM 4.6's renamed fields in Hz and J are read as well. Nothing here judges whether
+a value can be true (a negative power, a counter that jumps): the warehouse does, over a
+whole window (view window_energy).
 """
 
 from __future__ import annotations
@@ -36,7 +38,16 @@ FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_USED": ("memory_used_mib", 1.0),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_event_reasons", 1.0),
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_event_reasons", 1.0),  # its old name
+    # The GPU's power limits (not default fields; a counters CSV adds them): the ceiling
+    # the energy plausibility checks hold power and the counter to (view window_energy)
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": ("power_limit_w", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),
 }
+# Keys several rows or fields of one GPU may give: the largest stands (MIG rows read the
+# device's counter at their own moments, so the largest is the latest; of the limits, the
+# most generous the page claims, so no reading is called impossible by a tighter one)
+LARGEST_KEYS = ("energy_j", "power_limit_w")
 READING_KEYS = tuple(dict.fromkeys(key for key, _ in FIELDS.values()))
 
 # DCGM_CLOCKS_EVENT_REASON_* bits (dcgm_fields.h; a 1:1 map of NVML's), named as
@@ -106,8 +117,8 @@ def parse_dcgm_page(text: str, source: str = "<dcgm-exporter>") -> list[dict[str
             value = int(value) if key == "clock_event_reasons" else value * factor
             if gpu[key] is None:
                 gpu[key] = value
-            elif key == "energy_j":  # MIG rows read the device's counter at their own
-                gpu[key] = max(gpu[key], value)  # moments: the largest is the latest
+            elif key in LARGEST_KEYS:
+                gpu[key] = max(gpu[key], value)
             # other fields: the first MIG row's reading of the device stands
     if not gpus:
         raise DcgmPageError(f"{source}: no dcgm-exporter GPU field on the page (looked for "

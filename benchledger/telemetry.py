@@ -8,9 +8,11 @@ how each node is read:
 
 - `dcgm`: NVIDIA's dcgm-exporter page at the node's `clock_url` (default
   http://{address}:9400/metrics), parsed by benchledger.dcgm: SM clock and its maximum,
-  power, the energy counter, utilisation, memory used, the clock-event reasons;
+  power, the energy counter, utilisation, memory used, the clock-event reasons and the
+  power limit where the exporter's counters add it;
 - `http`: nvidia-smi's fields as JSON at the node's `clock_url` ({"gpus": [...]}: the
-  simulator's /clocks), with `power_w` and `energy_j` where an endpoint adds them;
+  simulator's /clocks), with `power_w`, `energy_j` and `power_limit_w` where an endpoint
+  adds them;
 - `nvidia-smi`: run on the measuring node (a deployment on one node; a sweep whose arm
   spans nodes cannot name it and still require the check: benchledger.sweep refuses it).
 
@@ -23,7 +25,11 @@ Samples are rows (node, GPU, when, each field; a field a source lacks is None, n
 which the window writer stores as Parquet and the loader puts into `gpu_telemetry`; the
 `before` and `after` dcgm pages are kept as text in the window's observations, what the
 energy entries rest on. Nothing here raises into the measurement: a node that cannot be
-read is recorded (its errors, no samples) and judged by the clock rule.
+read is recorded (its errors, no samples) and judged by the clock rule. Nor does anything
+here judge a reading: a page that lies (negative power, a counter that goes backwards,
+freezes or jumps, a GPU it stops listing) is stored as it was read, and the warehouse
+finds the window's energy unreadable (view window_energy, rule of effect
+block_energy_entries).
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ SAMPLE_SCHEMA = pa.schema([
     ("utilization_gpu", pa.float64()), ("memory_used_mib", pa.float64()),
     ("clock_event_reasons", pa.int64()), ("clock_event_names", pa.string()),
     ("pstate", pa.string()),
+    # the GPU's power limit, where its source reports one (the energy checks' ceiling)
+    ("power_limit_w", pa.float64()),
 ])
 READING_COLUMNS = tuple(SAMPLE_SCHEMA.names[4:])  # what one GPU's reading holds
 
@@ -142,7 +150,8 @@ def _http_reading(gpu: Any, url: str) -> dict[str, Any]:
                     else None,
                     utilization_gpu=_number(gpu.get("utilization_gpu")),
                     power_w=_number(gpu.get("power_w")), energy_j=_number(gpu.get("energy_j")),
-                    memory_used_mib=_number(gpu.get("memory_used_mib")))
+                    memory_used_mib=_number(gpu.get("memory_used_mib")),
+                    power_limit_w=_number(gpu.get("power_limit_w")))
 
 
 def read_node(source: NodeSource) -> tuple[list[dict[str, Any]], str | None]:

@@ -25,7 +25,7 @@ file and which of its requests count); the view entry_requests expands it to req
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import pandas as pd
 from benchledger import __version__
 from benchledger import rules as R
 from benchledger.rules import (
+    BLOCK_ENERGY_ENTRIES,
     BLOCK_STREAM_ENTRIES,
     BLOCK_TIMING_ENTRIES,
     ENERGY_METRICS,
@@ -72,6 +73,9 @@ EXCLUDING_RULES = names_with_effect(EXCLUDE_RESTART)
 # and fractions, whose error is the lag over the window's length), and those that block
 # its stamped window metrics with them (answers delivered whole in one read).
 TIMING_RULES = names_with_effect(BLOCK_TIMING_ENTRIES) | names_with_effect(BLOCK_STREAM_ENTRIES)
+# Rules whose failure blocks only the energy entries of the subject's cell (issue #39: a GPU
+# page that lies; the window still backs every other entry, and has no energy itself).
+ENERGY_RULES = names_with_effect(BLOCK_ENERGY_ENTRIES)
 CHUNK_WARNING = "chunk counting would under-report output tokens by this factor (T1)"
 
 
@@ -167,6 +171,8 @@ class Cell:
     # where its speculation came from (entries.speculation_source), over all its windows:
     # observed speculation counts whether or not the window passed
     speculation: str | None = None
+    # its failed ENERGY_RULES: they block its energy entries only
+    energy_rules: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def n_done(self) -> int:
@@ -221,6 +227,9 @@ class Cell:
     def timing_blocked_by(self) -> list[Block]:
         return [Block.of(r) for r in self.timing_rules.itertuples()]
 
+    def energy_blocked_by(self) -> list[Block]:
+        return [Block.of(r) for r in self.energy_rules.itertuples()]
+
 
 def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
     """Every planned cell, with the windows that passed every rule (before their totals)."""
@@ -228,8 +237,9 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
     v = facts.validations
     failed = v[~v["success"].astype(bool)]
     excluding = failed["expectation"].isin(EXCLUDING_RULES)
-    timing = failed["expectation"].isin(TIMING_RULES)  # its windows still pass
-    failed_subjects = set(failed.loc[~excluding & ~timing, "subject"])
+    # rules that block some entries only: their windows still pass
+    narrow = failed["expectation"].isin(TIMING_RULES | ENERGY_RULES)
+    failed_subjects = set(failed.loc[~excluding & ~narrow, "subject"])
     excluded_restarts = set(failed.loc[excluding, "subject"])
     cells: list[Cell] = []
     for arm in sweep.arms:
@@ -249,12 +259,17 @@ def _cells(facts: RunFacts, run_id: str) -> list[Cell]:
                 bad = rules[~rules["success"].astype(bool)]
                 out = bad["expectation"].isin(EXCLUDING_RULES)
                 only_timing = bad["expectation"].isin(TIMING_RULES)
+                only_energy = bad["expectation"].isin(ENERGY_RULES)
                 logs = facts.log_lines[facts.log_lines["window_id"].isin(passing["window_id"])]
                 cells.append(Cell(len(cells), run_id, plan, workload.name, point,
-                                  passing, bad[~out & ~only_timing], bad[only_timing], rules,
-                                  restarts, bad[out], logs, facts.counter_checks,
+                                  passing, bad[~out & ~only_timing & ~only_energy],
+                                  bad[only_timing], rules, restarts, bad[out], logs,
+                                  facts.counter_checks,
                                   speculation_source(arm.is_speculative,
-                                                     windows["speculation_observed"])))
+                                                     windows["speculation_observed"]),
+                                  # those of the windows its entries rest on
+                                  bad[only_energy
+                                      & bad["subject"].isin(passing["window_id"])]))
     return cells
 
 
@@ -375,12 +390,19 @@ def _candidates(con: duckdb.DuckDBPyConnection, facts: RunFacts,
         counts = {"completed": cell.n_done, "submitted": int(cell.passing["submitted"].sum())}
         metrics = WINDOW_METRICS + slo_window_metrics(
             [slo.name for slo in facts.sweep.slos_of(cell.workload)])
+        if len(cell.energy_rules):
+            # a window's energy could not be read: its energy entries are made, blocked,
+            # even where no window has energy (never simply left out, as where no
+            # telemetry reports energy at all)
+            metrics = tuple(replace(m, optional=False) if m.metric in ENERGY_METRICS else m
+                            for m in metrics)
         made = cell_candidates(cell.index, pooled, restarts, valued, metrics, counts)
         _chunk_warning(made)
         _energy_source(made, cell.passing)
         made += _log_entries(cell)
         candidates += settle(made, run_id, cell.labels(), cell.passing, cell.blocked_by(),
-                             cell.rules["validation_id"], cell.timing_blocked_by())
+                             cell.rules["validation_id"], cell.timing_blocked_by(),
+                             cell.energy_blocked_by())
     return candidates
 
 

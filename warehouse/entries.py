@@ -29,7 +29,7 @@ import pandas as pd
 
 from benchledger.expectations.gate import run_entry_gate
 from benchledger.imports.evidence import NOT_RECORDED
-from benchledger.rules import BLOCK_STREAM_ENTRIES, names_with_effect
+from benchledger.rules import BLOCK_STREAM_ENTRIES, ENERGY_METRICS, names_with_effect
 from benchledger.rules.core import COMPLETED_ONLY
 from benchledger.stats import t_bounds
 from benchledger.warehouse.db import insert_frame, query_frame, query_sql
@@ -210,12 +210,14 @@ def identify(c: Candidate, run_id: str, inputs: Iterable[tuple[Any, Any]],
 
 def settle(made: list[Candidate], run_id: str, labels: Entry, windows: pd.DataFrame,
            blocked: Sequence[Block], validation_ids: Iterable[str],
-           timing_blocked: Sequence[Block] = ()) -> list[Candidate]:
+           timing_blocked: Sequence[Block] = (),
+           energy_blocked: Sequence[Block] = ()) -> list[Candidate]:
     """The candidates of one cell, given its labels, the windows they rest on (window_id,
     requests_file_sha256), the failed rules that block them, those that block only its
     per-request timing entries (rules of effect block_timing_entries: the windows still
     back every other entry; of effect block_stream_entries, its stamped window metrics
-    too) and the validations behind them; identified."""
+    too), those that block only its energy entries (block_energy_entries) and the
+    validations behind them; identified."""
     rests_on = list(zip(windows["window_id"], windows["requests_file_sha256"], strict=True))
     validation_ids = list(validation_ids)
     for c in made:
@@ -223,7 +225,9 @@ def settle(made: list[Candidate], run_id: str, labels: Entry, windows: pd.DataFr
         stamped = c.request_metric is None and c.entry.get("metric") in STAMPED_WINDOW_METRICS
         timing = [b for b in timing_blocked if c.request_metric in TIMING_COLUMNS
                   or (stamped and b.rule in STREAM_RULES)]
-        c.rests_on, c.blocked = rests_on, [*blocked, *timing]
+        energy = energy_blocked if c.request_metric is None \
+            and c.entry.get("metric") in ENERGY_METRICS else ()
+        c.rests_on, c.blocked = rests_on, [*blocked, *timing, *energy]
         c.validation_ids = list(validation_ids)
         identify(c, run_id, rests_on)
     return made

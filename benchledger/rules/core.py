@@ -34,8 +34,11 @@ BLOCK_TIMING_ENTRIES: Final = "block_timing_entries"
 # last's); the subject's throughput, counts and fractions still publish (issue #22: answers
 # delivered whole in one read, whose tokens' times are not known).
 BLOCK_STREAM_ENTRIES: Final = "block_stream_entries"
+# The energy entries resting on the subject are not publishable; its other entries still
+# are (issue #39: a GPU page that lies says nothing about the tokens the client counted).
+BLOCK_ENERGY_ENTRIES: Final = "block_energy_entries"
 Effect = Literal["block_entries", "exclude_restart", "refuse_comparison", "limit_verdict",
-                 "block_timing_entries", "block_stream_entries"]
+                 "block_timing_entries", "block_stream_entries", "block_energy_entries"]
 
 # What an entry rests on (docs/protocol.md, warehouse relations; docs/imports.md): measured
 # by this pipeline, another tool's file, a recovered report, or a recovered value that was
@@ -52,6 +55,11 @@ COUNTED_TOKEN_SOURCES = (USAGE, LOGPROBS, SERVER_TOKENIZER)
 # Thresholds the protocol fixes (a sweep may raise the n floor, never lower it).
 MIN_REQUESTS_SPECULATIVE = 15  # T4: measured requests per workload per restart
 MIN_REQUESTS_PLAIN = 5
+# A percentile p (as a fraction q) is the value below which q of the requests fall; it says
+# something only when at least one request lies beyond it: n >= 1 / (1 - q). Below that a
+# p99 is the largest value seen (or an interpolation towards it), whatever it is called
+# (issue #39: a p99 from one request was published like one from twenty).
+PERCENTILE_MIN_REQUESTS = {"p50": 2, "p90": 10, "p99": 100}
 MIN_RESTARTS_FOR_CLAIM = 2  # T5: restarts per arm before an A/B may claim a difference
 # Defaults of thresholds a sweep sets (benchledger.sweep uses these as its defaults).
 DEFAULT_RECONCILE_TOLERANCE = 0.01  # T3: counters vs delivered usage, relative
@@ -76,6 +84,18 @@ DECODE_SPAN_METRICS = ("decode_rate", "tpot", "itl_per_token")
 ENERGY_METRICS = ("energy_per_token", "tokens_per_joule", "gpu_power")
 ENERGY_SOURCES = ("energy counter", "integrated power samples",
                   "energy counter + integrated power samples")
+# T18, issue #39: what a GPU's readings over a window must be able to be, or the window has
+# no energy (the view window_energy spells these numbers; a test holds them equal). No
+# powered GPU draws under MIN_GPU_POWER_W, idle or not (data-centre GPUs idle at tens of
+# watts): a counter that moves less over a window is frozen. None draws more than
+# POWER_HEADROOM times its ceiling on average over a window: its power limit, as its
+# telemetry reports it, never above MAX_GPU_POWER_W (more than any GPU's board limit; a
+# page cannot raise the bound it is checked against), MAX_GPU_POWER_W where it reports
+# none. The headroom covers the readings' stamps (when a page arrived, not when DCGM read
+# the counter) and power readings caught above the limit for an instant.
+MIN_GPU_POWER_W = 1.0
+MAX_GPU_POWER_W = 2000.0
+POWER_HEADROOM = 1.25
 # T1: a prompt longer than any model's context window is a broken usage report, not a
 # prompt (2**24 = 16,777,216 tokens). Below it every plausible count is exact in float64.
 MAX_PROMPT_TOKENS = 2**24
@@ -101,6 +121,8 @@ DEFAULT_MAX_ARRIVAL_LAG_MS = 100.0
 COUNTERS_READ = "counters read or absent"
 COUNTER_UNREADABLE, UNREADABLE_NO_FAMILY = ("counter unreadable",
                                             "counter unreadable, no known family")
+# energy_readable: the window's energy was read whole and every reading can be true
+ENERGY_READ, ENERGY_UNREADABLE = "energy read", "energy unreadable"
 STATED = "stated"  # rate_denominator_stated
 BALANCED, UNBALANCED = "balanced", "unbalanced"  # request_counts_balance
 SERVER_LOG_APART = "server_log_* metric with a server_log_* statistic"  # server_log_kept_apart

@@ -22,6 +22,7 @@ from benchledger.rules.core import (
     ENERGY_METRICS,
     ENERGY_SOURCES,
     EVIDENCE_KINDS,
+    PERCENTILE_MIN_REQUESTS,
     SERVER_LOG_APART,
     SLO_MET,
     STATED,
@@ -55,7 +56,7 @@ SUITE = SuiteFrame(
               "prompt_cache", "n_failed", "n_unresolved", "statistic", "value"),
     # NULL: derived before sources were named (or bursts counted), not checked
     optional=("token_source", "scope", "energy_source"),
-    numeric=("n_burst", "n_completed", "max_burst_fraction"))
+    numeric=("n_burst", "n_completed", "max_burst_fraction", "n_requests"))
 
 
 def _server_log(column: pd.Series) -> pd.Series:
@@ -337,3 +338,51 @@ ENERGY_SOURCE_LABELLED = Rule(
             "(GPUs without a counter), for every GPU of every node of the deployment",
     check=_label_check("energy_source_check", "energy_source", _energy_entry,
                        list(ENERGY_SOURCES)))
+
+
+def _percentile_needs(frame: Frame) -> pd.Series:
+    """The requests a percentile entry needs (PERCENTILE_MIN_REQUESTS); NaN elsewhere."""
+    return frame["statistic"].map(PERCENTILE_MIN_REQUESTS).astype(float)
+
+
+def _percentile_n(frame: Frame) -> np.ndarray:
+    """A percentile entry's n_requests; -1 where it is not recorded (nothing shows the
+    percentile rests on enough requests: it fails); NaN on other entries."""
+    import numpy as np
+
+    n = as_float(frame["n_requests"])
+    percentile = frame["statistic"].isin(list(PERCENTILE_MIN_REQUESTS)).to_numpy()
+    return np.where(percentile, np.where(np.isnan(n), -1.0, n), np.nan)
+
+
+def _observe_percentile_n(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    import pandas as pd
+
+    checked = [row for row in rows if not pd.isna(frame.at[row, "percentile_needs"])]
+    if not checked:
+        return "percentiles rest on enough requests", f"{NOT_APPLICABLE} (not a percentile)"
+    expected = "; ".join(f"{frame.at[row, 'statistic']} from at least "
+                         f"{show_count(frame.at[row, 'percentile_needs'])} requests"
+                         for row in checked)
+    found = "; ".join(
+        f"{frame.at[row, 'statistic']} from "
+        + ("an unrecorded number of requests" if frame.at[row, "percentile_n"] < 0
+           else f"{show_count(frame.at[row, 'percentile_n'])} request"
+           + ("" if frame.at[row, "percentile_n"] == 1 else "s")) for row in checked)
+    return expected, found
+
+
+PERCENTILE_N_SUFFICIENT = Rule(
+    name="percentile_n_sufficient", traps=("T4",), applies_to="entry", effect=BLOCK_ENTRIES,
+    summary="a percentile entry rests on enough requests for at least one to lie beyond it "
+            "(n >= 1 / (1 - q)): p50 from 2, p90 from 10, p99 from 100; below that the "
+            "'p99' is only the largest value seen. The entry's n_requests is the count, and "
+            "an entry that does not record it is blocked",
+    threshold=", ".join(f"{stat}: n_requests >= {n}"
+                        for stat, n in PERCENTILE_MIN_REQUESTS.items()),
+    threshold_source="the protocol (T4: n >= 1 / (1 - q))",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="percentile_n", column_B="percentile_needs", or_equal=True,
+             ignore_row_if="either_value_is_missing",
+             columns={"percentile_n": _percentile_n, "percentile_needs": _percentile_needs},
+             observe=_observe_percentile_n))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from benchledger.rules.core import (
     ABOVE_TOLERANCE,
     BEHIND_SCHEDULE,
+    BLOCK_ENERGY_ENTRIES,
     BLOCK_ENTRIES,
     BLOCK_STREAM_ENTRIES,
     BLOCK_TIMING_ENTRIES,
@@ -17,13 +18,18 @@ from benchledger.rules.core import (
     COUNTERS_READ,
     DEFAULT_MAX_BURST_FRACTION,
     DEFAULT_RECONCILE_TOLERANCE,
+    ENERGY_READ,
+    ENERGY_UNREADABLE,
     LAG_TYPICAL_ABOVE,
     LAG_WITHIN,
+    MAX_GPU_POWER_W,
+    MIN_GPU_POWER_W,
     MIN_REQUESTS_PLAIN,
     MIN_REQUESTS_SPECULATIVE,
     NO_CALIBRATION,
     NO_TOLERANCE,
     ON_SCHEDULE,
+    POWER_HEADROOM,
     SERVER_TOKENIZER,
     STREAMED,
     UNREADABLE_NO_FAMILY,
@@ -65,7 +71,10 @@ SUITE = SuiteFrame(
               "unreadable_detail", "server_family",
               # speculation its evidence shows (issue #23; the view window_speculation):
               # 'observed: counters', 'observed: chunks', NULL where not observed
-              "speculation_observed"),
+              "speculation_observed",
+              # its energy (issue #39; the view window_energy): where its joules came
+              # from, and what kept it from having any
+              "energy_source", "energy_gaps"),
     numeric=("reconcile_tolerance", "generation_error", "prompt_error", "success_error",
              # the ruler (T17): NULL for windows recorded before the client measured its
              # lag, and for imports; the medians come from the window's requests, the
@@ -85,7 +94,10 @@ SUITE = SuiteFrame(
              # an open-loop window's schedule (issue #26): how late the client sent its
              # requests (p99, ms; NULL: a closed loop, nothing was due) and the bound
              "arrival_lag_p99_ms", "arrival_lag_max_ms", "max_arrival_lag_ms",
-             "requested_span_s", "achieved_span_s"))
+             "requested_span_s", "achieved_span_s",
+             # 1 where its arm's telemetry reported energy or power in any window (0:
+             # none did, NULL: imported), and the window's energy (NULL: none)
+             "energy_expected", "window_energy_j"))
 
 WINDOWS_PRESENT = Rule(
     name="windows_present", traps=("T5", "T14"), applies_to="window", effect=BLOCK_ENTRIES,
@@ -510,3 +522,60 @@ ARRIVALS_ON_SCHEDULE = Rule(
     check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="schedule_check",
              value_set=[ON_SCHEDULE], columns={"schedule_check": _schedule_verdicts},
              observe=_observe_schedule))
+
+
+def _energy_verdicts(frame: Frame) -> pd.Series:
+    """Per window whose arm's telemetry reported energy or power (in any of its windows):
+    its energy read whole, or unreadable; None for the rest (GX skips them: a source
+    without energy makes no energy entries)."""
+    import numpy as np
+
+    expected = as_float(frame["energy_expected"]) > 0
+    unreadable = np.isnan(as_float(frame["window_energy_j"]))
+    return first_verdict(frame, [(ENERGY_UNREADABLE, unreadable)], ENERGY_READ, expected)
+
+
+def _energy_text(r: pd.Series) -> str:
+    import pandas as pd
+
+    if r["energy_check"] is None:
+        return (f"{NOT_APPLICABLE} (its arm's GPU telemetry reported no energy counter and "
+                "no power)")
+    if r["energy_check"] == ENERGY_READ:
+        return f"{r['window_energy_j']:.1f} J ({r['energy_source']})"
+    gaps = r["energy_gaps"]
+    return f"{ENERGY_UNREADABLE}: " + (gaps if isinstance(gaps, str) and gaps else
+                                       "no GPU telemetry over the window" if pd.isna(gaps)
+                                       else "no energy")
+
+
+def _observe_energy(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    # One text per row: a duplicated window id shows every row instead of hiding one.
+    return ("every node and every GPU its deployment listed read before and after the "
+            "window, each GPU's readings able to be true (view window_energy)",
+            "; ".join(_energy_text(frame.loc[row]) for row in rows) or "no window")
+
+
+# A GPU page that lies (issue #39: negative power, a counter that goes backwards, freezes or
+# jumps, a GPU listed at launch and then left off the page) gave negative, zero and absurd
+# joules per token, published. The view window_energy leaves such a window without energy
+# and says why; this rule makes that visible on the energy entries instead of letting
+# them rest, unremarked, on the windows that happened to read well.
+ENERGY_READABLE = Rule(
+    name="energy_readable", traps=("T18",), applies_to="window", effect=BLOCK_ENERGY_ENTRIES,
+    summary="where the arm's GPU telemetry reports energy or power, the window's energy was "
+            "read whole and can be true: every node, and every GPU its deployment listed "
+            "when it was ready, read before and after the window; no negative counter or "
+            "power reading; no counter that went backwards, froze or moved more than the "
+            "GPU can draw; no power reading above that; else the window has no energy "
+            "(window_energy.energy_gaps names the GPU and what was wrong) and the energy "
+            "entries resting on it are blocked; its other entries still publish",
+    threshold=f"{MIN_GPU_POWER_W:g} W <= each GPU's mean power over the window <= "
+              f"{POWER_HEADROOM:g} x its ceiling, and each power reading 0 <= p <= that; "
+              f"ceiling: the power limit its telemetry reports, at most {MAX_GPU_POWER_W:g} "
+              f"W ({MAX_GPU_POWER_W:g} W where it reports none)",
+    threshold_source="the protocol (T18); dcgm-exporter's power limit fields where its "
+                     "counters list them",
+    check=gx(SUITE, "ExpectColumnValuesToBeInSet", column="energy_check",
+             value_set=[ENERGY_READ], columns={"energy_check": _energy_verdicts},
+             observe=_observe_energy))

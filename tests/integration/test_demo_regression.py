@@ -11,8 +11,13 @@ streams_not_buffered (all passing) in the explain texts and usage_plausible's ne
 text (output_tokens >= chunks). Issue #26 added, from another demo run, the prefix cache's
 two entries per arm and workload (cached_token_share, prefix_cache_hit_rate: 12 with their
 explain texts), and in every explain text the results of arrivals_on_schedule (nothing due:
-the demo is a closed loop) and rate_numerator_labelled's two new numerators; everything
-else is still that first run's.
+the demo is a closed loop) and rate_numerator_labelled's two new numerators. Issue #39
+added to every explain text the results of energy_readable (all passing: the simulator's
+dcgm pages can be true; its joules normalised like every number) and of
+percentile_n_sufficient, which blocks the demo's 18 p99 entries (45 requests a cell, 100
+needed); those entries' publishable and blocked_by and the run's entry_blocks came from
+that run (spliced: every other line checked unchanged); everything else is still that
+first run's.
 This test runs the demo the way `make demo` does (`benchledger run` on the bundled sweep,
 same seeds) and compares: every entry's labels, counts, publishability and blocks, every
 verdict, and the whole `benchledger explain` text of every entry must be the same; values

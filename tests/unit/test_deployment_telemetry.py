@@ -180,12 +180,15 @@ def test_a_gpu_without_a_counter_has_its_power_integrated_and_is_labelled(wareho
     assert (row["counter_gpus"], row["integrated_gpus"]) == (1, 1)
 
 
-def test_a_counter_that_went_backwards_is_not_a_negative_energy(warehouse):
+def test_a_counter_that_went_backwards_is_unreadable_never_a_negative_energy(warehouse):
+    # issue #39: a counter that goes backwards (a driver reloaded under the server, or a
+    # page that lies) is unreadable, and its page's power is not taken in its place
     telemetry = loaded_gpu("r", "r/w", "gpu-node-1", 0, counter=(9000.0, 10.0), power=300.0)
     store(warehouse, [("r", deployment("gpu-node-1"))], telemetry)
     row = energy(warehouse).loc["r/w"]
-    assert row["energy_j"] == pytest.approx(600.0)  # 300 W x 2 s, from the power readings
-    assert row["energy_source"] == "integrated power samples"
+    assert pd.isna(row["energy_j"]) and pd.isna(row["energy_source"])
+    assert row["energy_gaps"] == ("readings that cannot be true: gpu-node-1/gpu0: energy "
+                                  "counter went backwards (by 8990 J)")
 
 
 def test_no_energy_where_a_gpu_or_a_node_was_not_read_never_a_partial_sum(warehouse):

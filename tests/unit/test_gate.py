@@ -24,7 +24,7 @@ SUITE_RULES = {
     "windows": ["accounting_balances", "n_at_least_min", "generation_tokens_reconcile",
                 "prompt_tokens_reconcile", "finished_requests_reconcile",
                 "counters_readable", "tokenizer_calibrated", "client_lag_within_bound",
-                "streams_not_buffered", "arrivals_on_schedule"],
+                "streams_not_buffered", "arrivals_on_schedule", "energy_readable"],
     "measured_requests": ["token_source_is_usage", "temperature_is_zero", "ttft_not_above_e2e",
                           "usage_plausible", "logprobs_match_usage"],
 }
@@ -32,7 +32,7 @@ ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "latency_population_labelled", "rate_numerator_labelled",
                "prefill_rate_cold_prompts", "entry_token_source_single", "evidence_labelled",
                "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart",
-               "burst_share_bounded", "energy_source_labelled"]
+               "burst_share_bounded", "energy_source_labelled", "percentile_n_sufficient"]
 COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
 
 
@@ -280,9 +280,16 @@ def test_entry_rules_pass_on_honest_labels():
               numerator="gpu_energy_j", energy_source="energy counter"),
         entry(entry_id="e7", metric="tokens_per_joule", unit="tokens/J",
               energy_source="energy counter + integrated power samples"),
+        # percentiles from exactly as many requests as each needs (issue #39)
+        entry(entry_id="e8", metric="ttft", unit="s", numerator=None, statistic="p50",
+              n_requests=2),
+        entry(entry_id="e9", metric="ttft", unit="s", numerator=None, statistic="p90",
+              n_requests=10),
+        entry(entry_id="e10", metric="tpot", unit="s", numerator=None, statistic="p99",
+              n_requests=100),
     ])
     results = run_entry_gate(entries)
-    assert len(results) == 7 * len(ENTRY_RULES)
+    assert len(results) == 10 * len(ENTRY_RULES)
     assert all(r.success for r in results), [r for r in results if not r.success]
 
 
@@ -309,6 +316,18 @@ def test_entry_rules_pass_on_honest_labels():
     (dict(metric="gpu_power", unit="W", numerator="gpu_energy_j",
           energy_source="nvidia-smi power.draw x elapsed"), "energy_source_labelled",
      "'nvidia-smi power.draw x elapsed'"),
+    # a p99 from one request (the interrupted window of issue #39), a p90 from 9, a p50 from
+    # 1, and a percentile whose count was not recorded
+    (dict(metric="ttft", unit="s", numerator=None, statistic="p99", n_requests=1),
+     "percentile_n_sufficient", "p99 from 1 request"),
+    (dict(metric="ttft", unit="s", numerator=None, statistic="p99", n_requests=99),
+     "percentile_n_sufficient", "p99 from 99 requests"),
+    (dict(metric="e2e_latency", unit="s", numerator=None, statistic="p90", n_requests=9),
+     "percentile_n_sufficient", "p90 from 9 requests"),
+    (dict(metric="ttft", unit="s", numerator=None, statistic="p50", n_requests=1),
+     "percentile_n_sufficient", "p50 from 1 request"),
+    (dict(metric="ttft", unit="s", numerator=None, statistic="p90", n_requests=None),
+     "percentile_n_sufficient", "p90 from an unrecorded number of requests"),
 ])
 def test_entry_rule_failures_name_what_was_found(overrides, rule, found):
     results = run_entry_gate(pd.DataFrame([entry(**overrides)]))

@@ -123,7 +123,10 @@ def test_lag_not_measured_blocks_nothing(tmp_path):
     assert len(results) == 2 and all(success for success, _ in results)
     assert all(found.startswith("client lag not measured") for _, found in results)
     by_label = entries(con)
-    assert all(e.publishable for e in by_label.values())
+    # only the tails ten requests cannot give are blocked (a p99 needs 100: issue #39)
+    assert all(e.publishable or e.blocked_by.startswith("percentile_n_sufficient")
+               for e in by_label.values())
+    assert {e.statistic for e in by_label.values() if not e.publishable} == {"p99"}
     assert blocks(con, CLIENT_LAG_WITHIN_BOUND.name) == []
     assert all(pd.isna(e.client_lag_p99_ms) and pd.isna(e.client_cpu_share)
                for e in by_label.values())

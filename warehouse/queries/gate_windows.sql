@@ -15,8 +15,21 @@
 -- 'observed: chunks', NULL: not observed), whatever the sweep declared: rule
 -- n_at_least_min then demands the speculative n (T4), with its tokens per chunk and
 -- acceptance (1 + accepted / drafts) to say so. And, for an open-loop window, how late its
--- requests were sent against their due times (issue #26; NULL for a closed loop).
-WITH timed AS (
+-- requests were sent against their due times (issue #26; NULL for a closed loop). And its
+-- energy (issue #39; the view window_energy: NULL where any GPU's readings cannot be true,
+-- or a node or listed GPU was not read, energy_gaps saying which), with whether its arm's
+-- telemetry reported energy or power in any window of the run (energy_expected: 1, else
+-- 0), where a window without energy is unreadable, not merely unmeasured.
+WITH energy_arms AS (
+    SELECT DISTINCT r.arm
+    FROM gpu_telemetry AS t
+    JOIN restarts AS r ON r.restart_id = t.restart_id
+    WHERE r.run_id = $run_id AND (t.energy_j IS NOT NULL OR t.power_w IS NOT NULL)
+), energy AS (
+    SELECT window_id, energy_j, energy_source, energy_gaps
+    FROM window_energy
+    WHERE restart_id IN (SELECT restart_id FROM restarts WHERE run_id = $run_id)
+), timed AS (
     SELECT r.window_id,
            quantile_cont((r.t_first_ns - r.t_submit_ns) / 1e6, 0.5) AS median_ttft_ms,
            quantile_cont((r.t_last_ns - r.t_first_ns) / 1e6, 0.5)
@@ -44,7 +57,9 @@ SELECT w.window_id, w.restart_id, w.arm, w.workload, w.concurrency, w.submitted,
        CASE WHEN sp.spec_drafts > 0 THEN 1 + sp.spec_accepted / sp.spec_drafts END
            AS spec_acceptance_length,
        w.arrival_lag_p99_ms, w.arrival_lag_max_ms, w.max_arrival_lag_ms,
-       w.requested_span_s, w.achieved_span_s
+       w.requested_span_s, w.achieved_span_s,
+       CASE WHEN ea.arm IS NOT NULL THEN 1 ELSE 0 END AS energy_expected,
+       e.energy_j AS window_energy_j, e.energy_source, e.energy_gaps
 FROM windows AS w
 LEFT JOIN reconciliations AS g
        ON g.window_id = w.window_id AND g.quantity = 'generation_tokens'
@@ -63,5 +78,7 @@ LEFT JOIN (
 ) AS u ON u.window_id = w.window_id
 LEFT JOIN restarts AS rs ON rs.restart_id = w.restart_id
 LEFT JOIN window_speculation AS sp ON sp.window_id = w.window_id
+LEFT JOIN energy AS e ON e.window_id = w.window_id
+LEFT JOIN energy_arms AS ea ON ea.arm = w.arm
 WHERE w.run_id = $run_id
 ORDER BY w.window_id
