@@ -101,6 +101,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _request_count(text: str) -> int:
+    """explain's --limit: how many requests to list, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: the requests listed are 0 or more")
+    return value
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Two entries side by side: a difference, never a finding; refused (exit 2, saying
     why) across evidence kinds or profiles, which were never a controlled experiment."""
@@ -320,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "expectation results")
     explain.add_argument("entry_id")
     explain.add_argument("--warehouse", required=True)
-    explain.add_argument("--limit", type=int, default=20, help="requests listed")
+    explain.add_argument("--limit", type=_request_count, default=20, help="requests listed")
     explain.set_defaults(func=cmd_explain)
 
     compare = sub.add_parser("compare", help="two entries side by side (refused across "

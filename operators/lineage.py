@@ -116,13 +116,12 @@ def table_datasets(warehouse: Path, tables: Iterable[str]) -> list:
 
 
 def published_files(export_dir: Path) -> list[Path]:
-    """The files a publication wrote, as its MANIFEST.sha256 lists them, and the manifest;
-    the copied GX Data Docs (many small pages) count as their one folder."""
-    from benchledger.publishing.export import DATA_DOCS, MANIFEST
+    """The files a publication wrote, as its MANIFEST.sha256 lists them, and the manifest
+    (the run's GX Data Docs stay with its data: a publication never copies them)."""
+    from benchledger.publishing.export import MANIFEST
 
     manifest = Path(export_dir) / MANIFEST
     names = {line.split("  ", 1)[1] for line in manifest.read_text().splitlines() if line}
-    names = {DATA_DOCS if name.startswith(f"{DATA_DOCS}/") else name for name in names}
     return [Path(export_dir) / name for name in sorted(names | {MANIFEST})]
 
 
@@ -159,9 +158,9 @@ def report_derive(warehouse: Path, data_docs: Path) -> None:
                 + [file_dataset(d) for d in _existing(data_docs)])
 
 
-def report_publish(warehouse: Path, data_docs: Path, export_dir: Path) -> None:
-    """data_docs: the run's GX Data Docs, which the publication copies when they exist."""
+def report_publish(warehouse: Path, export_dir: Path) -> None:
+    """The publication reads the warehouse only (the run's GX Data Docs are named in its
+    report, not copied: a publication opens offline)."""
     if openlineage_enabled():
-        _report(table_datasets(warehouse, PUBLISH_READS)
-                + [file_dataset(d) for d in _existing(data_docs)],
+        _report(table_datasets(warehouse, PUBLISH_READS),
                 [file_dataset(p) for p in published_files(export_dir)])

@@ -508,8 +508,7 @@ def publish() -> dict:
                                lambda run: RunLayout(data_dir, run).export_dir)
     except (PublicationError, LookupError) as exc:
         raise AirflowFailException(f"publishing run {run_id}: {exc}") from exc
-    docs = RunLayout(data_dir, done.run_id).data_docs_dir
-    lineage.report_publish(warehouse, docs, done.out)
+    lineage.report_publish(warehouse, done.out)
     return {"run_id": done.run_id, "out": str(done.out), **done.counts}
 
 

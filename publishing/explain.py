@@ -19,7 +19,9 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
                         [entry_id]).df()
     if entry.empty:
         raise LookupError(f"no entry {entry_id!r} in the warehouse")
-    requests = query_frame(con, "explain_requests", entry_id=entry_id)
+    # the first `limit` requests, and how many there are: an entry may rest on 10^6
+    requests = query_frame(con, "explain_requests", entry_id=entry_id, limit=limit)
+    n_requests = int(query_frame(con, "explain_request_count", entry_id=entry_id)["n"].iloc[0])
     files = query_frame(con, "explain_files", entry_id=entry_id)
     validations = query_frame(con, "explain_validations", entry_id=entry_id)
     lines = ["Entry:"]
@@ -30,12 +32,12 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
     if source and source[0] is not None:
         lines.append(f"  energy_source: {source[0]}")
     lines += _workload_lines(con, entry_id)
-    lines.append(f"\nRequests ({len(requests)}):")
+    lines.append(f"\nRequests ({n_requests}):")
     lines += [f"  {r.request_id}  {r.status}  output_tokens={r.output_tokens} "
               f"({r.token_source})  raw {r.raw_file_sha256[:16]}"
-              for r in requests.head(limit).itertuples()]
-    if len(requests) > limit:
-        lines.append(f"  ... {len(requests) - limit} more (benchledger sql: SELECT * FROM "
+              for r in requests.itertuples()]
+    if n_requests > len(requests):
+        lines.append(f"  ... {n_requests - len(requests)} more (benchledger sql: SELECT * FROM "
                      f"entry_requests WHERE entry_id = '{entry_id}')")
     lines.append(f"\nRaw files ({len(files)}):")
     lines += [f"  sha256 {f.sha256}  {f.kind:<12} rows={f.rows}  {f.path}"

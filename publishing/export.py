@@ -14,9 +14,14 @@ One folder per publication:
                                 charts, workload, blocked entries by rule, provenance
     charts/<name>.svg           every chart report.html draws, as a file a publishing job
                                 can embed (the same drawing as the page's inline SVG)
-    gx-data-docs/               the run's GX Data Docs, linked from the report
     MANIFEST.sha256             `sha256sum -c` checks all of the above
     .benchledger-publication    the mark of a folder benchledger publishes into
+
+The folder opens offline: no page of it loads or links anything from elsewhere, and a
+publication that would is refused (publishing/offline.py). The run's GX Data Docs are
+therefore not in it: GX's pages load jQuery, Bootstrap and Vega from public CDNs (some
+without integrity hashes, one on a floating major version). They stay with the run's data
+(`<data dir>/gx-data-docs/<run>/`, runs.data_docs_path), and the report says where.
 
 Publishing the same warehouse twice gives byte-identical files: rows are sorted, and
 derivation bookkeeping that differs between runs (derived_at) is left out.
@@ -49,6 +54,7 @@ from benchledger.publishing.evidence import (
     other_evidence,
     rerun_entries,
 )
+from benchledger.publishing.offline import outside_references_of
 from benchledger.publishing.read import (
     comparisons,
     frontier,
@@ -67,7 +73,7 @@ MARKER = ".benchledger-publication"
 MARKER_TEXT = (b"This folder was written by benchledger publish. A later publication into "
                b"it replaces\nonly the files listed in MANIFEST.sha256, and only while they "
                b"are unchanged.\n")
-DATA_DOCS = "gx-data-docs"  # the run's GX Data Docs, copied next to the report
+DATA_DOCS = "gx-data-docs"  # where a data dir keeps each run's GX Data Docs (not published)
 
 
 class PublicationError(RuntimeError):
@@ -142,33 +148,23 @@ def manifest_text(files: dict[str, bytes]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _data_docs_files(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, bytes]:
-    """The run's rendered Data Docs pages by relative path (GX's own stores, dot-files and
-    symlinks stay behind: only regular files inside the folder travel)."""
+def data_docs_location(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """Where the run's GX Data Docs are kept, as the report names them: their index page
+    within the data dir (`gx-data-docs/<run>/index.html`), never a path of the publishing
+    host; None where validate rendered none."""
     row = first_row(con, "SELECT data_docs_path FROM runs WHERE run_id = ?", [run_id])
-    source = Path(row[0]) if row and row[0] else None
-    if source is None or source.is_symlink() or not (source / "index.html").is_file():
-        return {}
-    files = {}
-    for folder, dirs, names in os.walk(source):  # os.walk does not follow symlinks
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            path = Path(folder) / name
-            if name.startswith(".") or path.is_symlink() or not path.is_file():
-                continue
-            relative = path.relative_to(source).as_posix()
-            files[f"{DATA_DOCS}/{relative}"] = path.read_bytes()
-    return files
+    if not row or not row[0]:
+        return None
+    folder = Path(row[0])
+    return f"{folder.parent.name}/{folder.name}/index.html"
 
 
 def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, bytes]:
     """Every file of one run's publication, by relative path (the manifest aside)."""
-    files = _data_docs_files(con, run_id)
-    data_docs = Path(DATA_DOCS) / "index.html" if files else None
     published = published_entries(con, run_id)
     entries = rerun_entries(published)  # other evidence: its own files and sections
-    report = build_report(con, run_id, data_docs)
-    files.update({
+    report = build_report(con, run_id, data_docs_location(con, run_id))
+    files: dict[str, bytes] = {
         "entries.json": _json_records(entries).encode(),
         "entries.csv": csv_text(_stable(entries)).encode(),
         "entries.md": (entries_markdown(entries, run_id)
@@ -177,7 +173,7 @@ def render_publication(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str,
         "comparisons.json": _json_records(comparisons(con, run_id)).encode(),
         "report.html": report.html.encode(),
         **{chart.path: chart.svg.encode() for chart in report.charts},
-    })
+    }
     points = frontier(con, run_id)
     if not points.empty:  # a run with SLOs or a ladder: its frontier and saturation points
         files["frontier.json"] = _json_records(points).encode()
@@ -238,6 +234,7 @@ def write_publication(out: Path, files: dict[str, bytes],
     previous = _owned_files(out) if previous is None else previous
     for name in files:
         _safe_name(out, name)
+    _check_offline(files)
     _check_previous_unchanged(out, previous)
     written = {**files, MANIFEST: manifest_text(files)}
     _check_no_collisions(out, written, previous)
@@ -249,6 +246,20 @@ def write_publication(out: Path, files: dict[str, bytes],
     _write_new(out, MANIFEST, written[MANIFEST], replace_own=True)
     for name, data in sorted(files.items()):
         _write_new(out, name, data)
+
+
+def _check_offline(files: dict[str, bytes]) -> None:
+    """Refuse a publication any page of which loads or links something from elsewhere
+    (publishing/offline.py), naming each file and what it names."""
+    outside = outside_references_of(files)
+    if outside:
+        named = "; ".join(f"{name}: {', '.join(urls[:2])}"
+                          + (f" and {len(urls) - 2} more" if len(urls) > 2 else "")
+                          for name, urls in list(outside.items())[:3])
+        more = f"; and {len(outside) - 3} more files" if len(outside) > 3 else ""
+        raise PublicationError(f"refusing to publish: a publication opens offline and "
+                               f"loads nothing from elsewhere, but {len(outside)} of its "
+                               f"files name URLs outside it: {named}{more}")
 
 
 def _owned_files(out: Path) -> dict[str, str]:

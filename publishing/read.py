@@ -46,17 +46,22 @@ def _frame(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> pd.DataFr
     return query_frame(con, query, run_id=run_id)
 
 
-def published_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "published_for_run", run_id)
+def published_entries(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = None,
+                      offset: int = 0) -> pd.DataFrame:
+    """The run's published entries in a stable order: all of them, or `limit` from
+    `offset` (a page of the benchledger page; the query itself is bounded)."""
+    return query_frame(con, "published_for_run", run_id=run_id, limit=limit, offset=offset)
 
 
 def blocked_entries(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, "blocked_for_run", run_id)
 
 
-def blocks(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """One row per blocked entry, failed rule and subject (from entry_blocks)."""
-    return _frame(con, "blocks_for_run", run_id)
+def blocks(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = None,
+           offset: int = 0) -> pd.DataFrame:
+    """One row per blocked entry, failed rule and subject (from entry_blocks): all, or
+    `limit` from `offset`."""
+    return query_frame(con, "blocks_for_run", run_id=run_id, limit=limit, offset=offset)
 
 
 # The rules judged on restarts, windows and requests: what an entry rests on, not the entry.
@@ -72,8 +77,19 @@ def rules_behind_blocked(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.Data
     return found
 
 
-def comparisons(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "comparisons_for_run", run_id)
+def comparisons(con: duckdb.DuckDBPyConnection, run_id: str, limit: int | None = None,
+                offset: int = 0) -> pd.DataFrame:
+    """The run's comparisons in a stable order: all, or `limit` from `offset`."""
+    return query_frame(con, "comparisons_for_run", run_id=run_id, limit=limit,
+                       offset=offset)
+
+
+def run_page_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
+    """How many rows each table of a run's page has in all: published and blocked
+    entries, blocked-entry rows (entry, rule, subject) and comparisons."""
+    row = query_frame(con, "ui_run_counts", run_id=run_id).iloc[0]
+    return {name: int(row[name]) for name in ("published", "blocked", "block_rows",
+                                              "comparisons")}
 
 
 def delivered_vs_server(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
@@ -140,17 +156,24 @@ def raw_files(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
 def sweeps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Per sweep: its runs, and its newest run's published and blocked entries and
     verdicts (ui_runs.sql over every sweep, the newest row of each)."""
-    runs = query_frame(con, "ui_runs", sweep_name=None)
-    newest = runs[runs["newest_first"] == 1].rename(columns={
+    newest = query_frame(con, "ui_runs", sweep_name=None, newest_only=True, limit=None,
+                         offset=0).rename(columns={
         "sweep_runs": "runs", "run_id": "newest_run_id", "started_at": "newest_started_at"})
     return newest[["sweep_name", "runs", "newest_run_id", "newest_started_at", "published",
                    "blocked", "verdicts"]].reset_index(drop=True)
 
 
-def runs_of_sweep(con: duckdb.DuckDBPyConnection, sweep_name: str) -> pd.DataFrame:
+def runs_of_sweep(con: duckdb.DuckDBPyConnection, sweep_name: str, limit: int | None = None,
+                  offset: int = 0) -> pd.DataFrame:
     """A sweep's runs, newest first, with their published and blocked entries and
-    verdicts (ui_runs.sql)."""
-    return query_frame(con, "ui_runs", sweep_name=sweep_name)
+    verdicts (ui_runs.sql): all, or `limit` from `offset`."""
+    return query_frame(con, "ui_runs", sweep_name=sweep_name, newest_only=False,
+                       limit=limit, offset=offset)
+
+
+def sweep_run_count(con: duckdb.DuckDBPyConnection, sweep_name: str) -> int:
+    """How many runs a sweep has (0: no such sweep)."""
+    return int(query_frame(con, "ui_sweep_run_count", sweep_name=sweep_name)["runs"].iloc[0])
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:

@@ -12,6 +12,7 @@ import pandas as pd
 from benchledger.publishing.report import load_point
 from benchledger.publishing.report_markup import cell, esc, interval
 from benchledger.stats import restart_interval_meaning
+from benchledger.warehouse.frontier import NO_CONTROL
 
 VERDICTS_TITLE = "Verdicts"
 CARDS_TITLE = "Headline entries"
@@ -74,6 +75,9 @@ def _frontier_item(row: pd.Series) -> str:
     css = ("finding" if finding in ("b dominates", "a dominates", "trade-off")
            else "undecidable" if finding == "not decidable" else "nofinding")
     role = "" if row["role"] == "ab" else f" ({esc(row['role'])})"
+    # a finding's reason is only its tooltip, but one held to no control says so in view
+    unheld = (f"; {esc(NO_CONTROL)}" if css == "finding" and NO_CONTROL in str(row["reason"])
+              else "")
     return (f"<li class='verdict {css}' title='{esc(row['reason'])}'><span class='word'>"
             f"frontier: {esc(finding)}</span> "
             f"<b>{esc(row['b'])}</b> vs {esc(row['a'])}{role}, {esc(row['workload'])} at "
@@ -81,7 +85,7 @@ def _frontier_item(row: pd.Series) -> str:
             f"{esc(_signed(row['throughput_difference'], 'tok/s'))} "
             f"{esc(interval(row['throughput_ci95_low'], row['throughput_ci95_high']))}, per user "
             f"{esc(_signed(row['per_user_difference'], 'tok/s'))} "
-            f"{esc(interval(row['per_user_ci95_low'], row['per_user_ci95_high']))}"
+            f"{esc(interval(row['per_user_ci95_low'], row['per_user_ci95_high']))}{unheld}"
             f"{_reason(row['reason'], css)}</li>")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -280,16 +279,21 @@ def _ruler_section(windows: pd.DataFrame) -> list[str]:
 
 
 def _provenance_section(run: pd.DataFrame, servers: pd.DataFrame, files: pd.DataFrame,
-                        compared: pd.DataFrame, data_docs: Path | None) -> list[str]:
+                        compared: pd.DataFrame, data_docs: str | None) -> list[str]:
     facts = [] if run.empty else [
         ("run", run["run_id"].iloc[0]), ("sweep", run["sweep_name"].iloc[0]),
         ("sweep sha256", run["sweep_sha256"].iloc[0]),
         ("harness version", run["harness_version"].iloc[0]),
         ("evidence", run["evidence"].iloc[0])]
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
-    docs = (f"<p>Expectation results of this run as GX Data Docs: <a href='"
-            f"{html.escape(str(data_docs))}'>{html.escape(str(data_docs))}</a></p>"
-            if data_docs else "")
+    # Named, not linked: GX's pages load their scripts from public CDNs, so they stay with
+    # the run's data and out of a publication, which opens offline (publishing/export.py).
+    docs = (f"<p>Expectation results of this run as GX Data Docs are kept with the run's "
+            f"data, not in this publication (their pages load scripts and styles from "
+            f"public CDNs): <code>{html.escape(data_docs)}</code> in the data dir the run "
+            f"was measured with. Each rule result is also a row of the warehouse's "
+            f"<code>validations</code> (<code>benchledger explain ENTRY_ID</code> lists "
+            f"those behind an entry).</p>" if data_docs else "")
     kinds = ", ".join(f"{n} {k}" for k, n in files.groupby("kind").size().items())
     return [
         "<section id='provenance'><h2>Provenance</h2>",
@@ -330,7 +334,9 @@ def _entry_table(entries: pd.DataFrame) -> list[str]:
 
 
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
-                 data_docs: Path | None = None) -> Report:
+                 data_docs: str | None = None) -> Report:
+    """report.html and its charts; `data_docs`: where the run's GX Data Docs are kept
+    (named as text, never linked: export.data_docs_location)."""
     published = published_entries(con, run_id)
     entries = rerun_entries(published)  # cards and charts: this pipeline's own entries
     requests = query_frame(con, "report_requests", run_id=run_id,
@@ -381,6 +387,6 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
 
 
 def render_report(con: duckdb.DuckDBPyConnection, run_id: str,
-                  data_docs: Path | None = None) -> str:
+                  data_docs: str | None = None) -> str:
     """report.html's text (build_report also returns its charts)."""
     return build_report(con, run_id, data_docs).html

@@ -1,7 +1,9 @@
 """The benchledger page in the Airflow UI (issue #28): a deployment's sweeps and runs, each
 run's verdicts and its published and blocked entries, a sweep's history, and each entry's
 lineage, as plain server-rendered HTML. The Airflow UI shows it in an iframe; it needs no
-script and loads nothing from elsewhere.
+script and loads nothing from elsewhere. Every table shows at most PAGE_ROWS rows, with its
+count and links to the next and previous page (publishing/ui_paging.py): a page is bounded
+however many entries, runs or requests the warehouse holds.
 
 Every page opens the warehouse read-only (warehouse.db.connect: DuckDB's read-only mode and
 the auditor's lockdown), reads what it shows through publishing/read.py and closes it
@@ -22,19 +24,24 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import duckdb
 import pandas as pd
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from benchledger.publishing import read
 from benchledger.publishing.explain import explain
 from benchledger.publishing.history import UnknownSweep, history, history_chart_svg
+from benchledger.publishing.ui_paging import PAGE_ROWS, Paged
+from benchledger.publishing.ui_paging import href as _href
+from benchledger.publishing.ui_paging import paged as _paged
+from benchledger.publishing.ui_paging import pager as _pager
 from benchledger.warehouse.db import WarehouseBusy, WarehouseError, connect
 from benchledger.warehouse.writer_waiting import writer_is_waiting
 
@@ -134,6 +141,7 @@ td.wrap { min-width: 260px; max-width: 520px; overflow-wrap: break-word;
 pre { background: #f7f7f7; border: 1px solid #ddd; padding: 8px; overflow-x: auto;
       font-size: 12px; }
 figure { margin: 8px 0; } figure svg { max-width: 100%; height: auto; }
+p.pager { color: #555; margin: 2px 0 4px; } p.pager a { margin: 0 2px; }
 """
 
 
@@ -173,11 +181,6 @@ def _interval(low: Any, high: Any) -> str:
     return "-" if _missing(low) or _missing(high) else f"[{_number(low)}, {_number(high)}]"
 
 
-def _href(page: str, **params: Any) -> str:
-    """A link to another page of the app, relative, so it works under any mount path."""
-    return f"{page}?{urlencode({k: str(v) for k, v in params.items()})}"
-
-
 def _link(page: str, text: Any, **params: Any) -> str:
     return f'<a href="{_e(_href(page, **params))}">{_e(text)}</a>'
 
@@ -205,7 +208,6 @@ def _t(value: Any) -> Cell:
 
 def _n(value: Any) -> Cell:
     return _e(_number(value)), "num"
-
 
 
 def _page(title: str, crumbs: Sequence[str], body: Iterable[str], status: int = 200
@@ -272,22 +274,24 @@ def index_page(warehouses: list[Path]) -> HTMLResponse:
     return _page("benchledger: sweeps and runs", ["benchledger"], body)
 
 
-# The history table shows the newest runs only (the chart draws them all): a sweep
-# scheduled every hour has thousands.
-HISTORY_RUNS_SHOWN = 20
 # matplotlib's pyplot is not thread-safe, and the API server makes pages in threads.
 _DRAWING = threading.Lock()
 
 
-def _history_section(warehouse: Path, frame: pd.DataFrame) -> list[str]:
+def _history_section(warehouse: Path, sweep_name: str, frame: pd.DataFrame,
+                     history_page: int, runs_page: int) -> list[str]:
     """The sweep's headline entries across its runs: the chart of publishing/history.py
-    and one row per run and line, each change judged against the sweep's A/A control."""
+    (at most its MAX_PANELS panels) and one row per run and line, newest run first, each
+    change judged against the sweep's A/A control; the table a page at a time (a sweep
+    scheduled every hour has thousands of runs)."""
     parts = ["<h2>History</h2>",
              "<p class='note'>Each value is a run's restart-level mean with its 95% "
              "interval; a change is flagged only where the run-to-run interval excludes 0 "
              "and the difference exceeds what the sweep's A/A control shows. A "
              "configuration change (effective config, server version) starts a new line."
              "</p>"]
+    paged = _paged("history_page", history_page, len(frame),
+                   f"the history of sweep {sweep_name!r}")
     if frame.empty:
         return [*parts, "<p class='note'>No headline entries in this sweep's runs.</p>"]
     with _DRAWING:
@@ -295,13 +299,12 @@ def _history_section(warehouse: Path, frame: pd.DataFrame) -> list[str]:
     parts.append(f"<figure id='history-chart'>{chart}</figure>" if chart else
                  "<p class='note'>No chart yet: it needs two runs with published "
                  "headline entries.</p>")
-    newest = list(dict.fromkeys(frame.sort_values("started_at", ascending=False)["run_id"]))
-    shown = frame[frame["run_id"].isin(newest[:HISTORY_RUNS_SHOWN])].sort_values(
-        ["started_at", "arm", "workload", "metric", "statistic", "load_point"],
-        ascending=[False, True, True, True, True, True])
-    if len(newest) > HISTORY_RUNS_SHOWN:
-        parts.append(f"<p class='note'>The table shows the newest {HISTORY_RUNS_SHOWN} of "
-                     f"{len(newest)} runs.</p>")
+    shown = frame.sort_values(
+        ["started_at", "run_id", "arm", "workload", "metric", "statistic", "load_point"],
+        ascending=[False, True, True, True, True, True, True]).iloc[
+        paged.offset:paged.offset + PAGE_ROWS]
+    parts.append(_pager("history", "rows", paged, "sweep", warehouse=warehouse,
+                        sweep=sweep_name, runs_page=runs_page))
     rows = [[(_link("run", h.run_id, warehouse=warehouse, run=h.run_id), ""), _t(h.kind),
              _t(h.arm), _t(h.workload), _t(h.metric), _t(h.statistic), _t(h.load_point),
              _t(f"{_number(h.value)} {_interval(h.low, h.high)}" if h.publishable
@@ -316,22 +319,27 @@ def _history_section(warehouse: Path, frame: pd.DataFrame) -> list[str]:
                                        "A/A difference", "configuration change"], rows)]
 
 
-def sweep_page(warehouse: Path, sweep_name: str) -> HTMLResponse:
+def sweep_page(warehouse: Path, sweep_name: str, runs_page: int = 1,
+               history_page: int = 1) -> HTMLResponse:
     with reading(warehouse) as con:
-        runs = read.runs_of_sweep(con, sweep_name)
-        if runs.empty:
+        total = read.sweep_run_count(con, sweep_name)
+        if total == 0:
             raise HTTPException(404, f"no sweep {sweep_name!r} in {warehouse}")
+        paged = _paged("runs_page", runs_page, total, f"the runs of sweep {sweep_name!r}")
+        runs = read.runs_of_sweep(con, sweep_name, PAGE_ROWS, paged.offset)
         try:
             frame = history(con, sweep_name)
         except UnknownSweep:  # imported evidence only: no measured run to follow
             frame = pd.DataFrame()
-    history_html = _history_section(warehouse, frame)
+    history_html = _history_section(warehouse, sweep_name, frame, history_page, runs_page)
     rows = [[(_link("run", r.run_id, warehouse=warehouse, run=r.run_id), ""),
              _t(r.started_at), _t(r.ended_at),
              _t("scheduled" if not _missing(r.scheduled_for) else "manual"),
              _t(r.evidence), _n(r.published), _n(r.blocked), _t(r.verdicts)]
             for r in runs.itertuples()]
-    body = [_warehouse_note(warehouse), "<h2>Runs</h2>",
+    body = [_warehouse_note(warehouse), f"<h2>Runs ({total:,})</h2>",
+            _pager("runs", "runs", paged, "sweep", warehouse=warehouse, sweep=sweep_name,
+                   history_page=history_page),
             _table("runs", ["run", "started", "ended", "kind", "evidence", "published",
                             "blocked", "verdicts"], rows),
             *history_html]
@@ -388,14 +396,38 @@ def _blocked_table(warehouse: Path, frame: pd.DataFrame) -> str:
                   rows, attrs)
 
 
-def run_page(warehouse: Path, run_id: str) -> HTMLResponse:
+@dataclass(frozen=True)
+class RunPages:
+    """Which page of each of a run page's tables is asked for (1-based)."""
+
+    verdicts_page: int = 1
+    published_page: int = 1
+    blocked_page: int = 1
+
+
+def run_page(warehouse: Path, run_id: str, pages: RunPages = RunPages()) -> HTMLResponse:
     with reading(warehouse) as con:
         summary = read.run_summary(con, run_id)
         if summary is None:
             raise HTTPException(404, read.unknown_run_message(con, run_id))
-        verdicts = read.comparisons(con, run_id)
-        published = read.published_entries(con, run_id)
-        blocked = read.blocks(con, run_id)
+        counts = read.run_page_counts(con, run_id)
+        paged_verdicts = _paged("verdicts_page", pages.verdicts_page, counts["comparisons"],
+                                f"the verdicts of run {run_id}")
+        paged_published = _paged("published_page", pages.published_page,
+                                 counts["published"], f"the published entries of run {run_id}")
+        paged_blocked = _paged("blocked_page", pages.blocked_page, counts["block_rows"],
+                               f"the blocked entries of run {run_id}")
+        verdicts = read.comparisons(con, run_id, PAGE_ROWS, paged_verdicts.offset)
+        published = read.published_entries(con, run_id, PAGE_ROWS, paged_published.offset)
+        blocked = read.blocks(con, run_id, PAGE_ROWS, paged_blocked.offset)
+    # each pager's links keep the other tables where they are
+    here = {"warehouse": warehouse, "run": run_id, "verdicts_page": pages.verdicts_page,
+            "published_page": pages.published_page, "blocked_page": pages.blocked_page}
+
+    def pager(table_id: str, noun: str, paged: Paged) -> str:
+        others = {k: v for k, v in here.items() if k != paged.param}
+        return _pager(table_id, noun, paged, "run", **others)
+
     sweep = summary["sweep_name"]
     facts = [("sweep", _link("sweep", sweep, warehouse=warehouse, sweep=sweep)),
              ("started", _e(_text(summary["started_at"]))),
@@ -403,20 +435,22 @@ def run_page(warehouse: Path, run_id: str) -> HTMLResponse:
              ("evidence", _e(_text(summary["evidence"]))),
              ("sweep file sha256", f"<code>{_e(summary['sweep_sha256'])}</code>"),
              ("harness", _e(_text(summary["harness_version"])))]
-    n_blocked = blocked["entry_id"].nunique() if len(blocked) else 0
     body = [_warehouse_note(warehouse),
             "<div class='scroll'><table id='run-facts'>"
             + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
             + "</table></div>",
-            f"<h2>Verdicts ({len(verdicts)})</h2>",
+            f"<h2>Verdicts ({counts['comparisons']:,})</h2>",
             "<p class='note'>Each A/B comparison of the sweep, judged against its A/A "
             "control where it has one; a verdict that cannot be decided says why.</p>",
+            pager("verdicts", "verdicts", paged_verdicts),
             _verdicts_table(warehouse, verdicts),
-            f"<h2>Published entries ({len(published)})</h2>",
+            f"<h2>Published entries ({counts['published']:,})</h2>",
+            pager("published", "entries", paged_published),
             _published_table(warehouse, published),
-            f"<h2>Blocked entries ({n_blocked})</h2>",
+            f"<h2>Blocked entries ({counts['blocked']:,})</h2>",
             "<p class='note'>One row per blocked entry, failed rule and the subject it "
             "failed on (a restart, a window or the entry itself).</p>",
+            pager("blocked", "rows", paged_blocked),
             _blocked_table(warehouse, blocked)]
     return _page(f"Run {run_id}", [_home_crumb(), _link("sweep", sweep, warehouse=warehouse,
                                                         sweep=sweep), _e(run_id)], body)
@@ -497,6 +531,13 @@ def create_app(warehouses: Warehouses, dependencies: Sequence[Any] = (),
         return _page("Warehouse busy" if problem.busy else "Warehouse not readable",
                      [_home_crumb()], [_unreadable_html(problem)], status=503)
 
+    @app.exception_handler(RequestValidationError)
+    def invalid(_: Request, exc: RequestValidationError) -> HTMLResponse:
+        # a page parameter that is not a page number: say which, as a page
+        named = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'request'}: "
+                          f"{e['msg']} (got {e.get('input')!r})" for e in exc.errors())
+        return _message_page(422, "Refused", f"not a page of this app: {named}")
+
     @app.exception_handler(HTTPException)
     def refused(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 401 and login_url is not None:
@@ -508,13 +549,20 @@ def create_app(warehouses: Warehouses, dependencies: Sequence[Any] = (),
     def index() -> HTMLResponse:
         return index_page(warehouses())
 
+    def page_number() -> Any:  # one per parameter: FastAPI names a Query after its own
+        return Query(1, ge=1, le=10**9)
+
     @app.get("/sweep", response_class=HTMLResponse)
-    def sweep(warehouse: str, sweep: str) -> HTMLResponse:
-        return sweep_page(known(warehouse), sweep)
+    def sweep(warehouse: str, sweep: str, runs_page: int = page_number(),
+              history_page: int = page_number()) -> HTMLResponse:
+        return sweep_page(known(warehouse), sweep, runs_page, history_page)
 
     @app.get("/run", response_class=HTMLResponse)
-    def run(warehouse: str, run: str) -> HTMLResponse:
-        return run_page(known(warehouse), run)
+    def run(warehouse: str, run: str, verdicts_page: int = page_number(),
+            published_page: int = page_number(), blocked_page: int = page_number()
+            ) -> HTMLResponse:
+        return run_page(known(warehouse), run,
+                        RunPages(verdicts_page, published_page, blocked_page))
 
     @app.get("/entry", response_class=HTMLResponse)
     def entry(warehouse: str, entry: str) -> HTMLResponse:

@@ -15,10 +15,12 @@ ladder, in load order, before the first that is not sustained.
 
 A comparison of metric "frontier" is measured as two ordinary comparisons at every load
 point both arms (and their A/A control) share: throughput and per-user decode rate, each
-held to the control by warehouse/compare.py. At each point the two verdicts together say
-which arm dominates: b dominates where b is better on one axis beyond the control and not
-worse on the other; a trade-off where each is better on one; no finding elsewhere. The
-control pair's own findings are never a dominance (control_finding).
+held to the control by warehouse/compare.py where the sweep names one. At each point the
+two verdicts together say which arm dominates: b dominates where b is better on one axis
+(beyond the control, where there is one) and not worse on the other; a trade-off where each
+is better on one; no finding elsewhere. A finding names the control only where there is
+one; without, its reason says it was not held to one (NO_CONTROL). The control pair's own
+findings are never a dominance (control_finding).
 """
 
 from __future__ import annotations
@@ -223,23 +225,33 @@ def derive_frontier(con: duckdb.DuckDBPyConnection, run_id: str,
     return len(points)
 
 
-def finding(throughput: str | None, per_user: str | None) -> tuple[str, str]:
-    """What two axes' verdicts (b against a) say together, and why."""
+# A frontier comparison without a control is judged on its intervals alone (as
+# compare.decide judges its axes); its findings say so rather than claim a control.
+NO_CONTROL = "no A/A control: not held to one"
+
+
+def finding(throughput: str | None, per_user: str | None, *,
+            has_control: bool) -> tuple[str, str]:
+    """What two axes' verdicts (b against a) say together, and why; `has_control`: whether
+    the comparison names an A/A control (the reason names it only then)."""
     verdicts = {"throughput": throughput, "per-user decode rate": per_user}
     better = [axis for axis, v in verdicts.items() if v == "improvement"]
     worse = [axis for axis, v in verdicts.items() if v == "regression"]
+    held = " beyond the A/A control" if has_control else f" ({NO_CONTROL})"
     if better and worse:
-        return "trade-off", f"b is better on {better[0]} and worse on {worse[0]}"
+        return "trade-off", (f"b is better on {better[0]} and worse on {worse[0]}"
+                             + ("" if has_control else f" ({NO_CONTROL})"))
     if better:
-        return "b dominates", (f"b is better on {' and '.join(better)} beyond the A/A "
-                               "control, and not worse on the other axis")
+        return "b dominates", (f"b is better on {' and '.join(better)}{held}, and not worse "
+                               "on the other axis")
     if worse:
-        return "a dominates", (f"a is better on {' and '.join(worse)} beyond the A/A "
-                               "control, and not worse on the other axis")
+        return "a dominates", (f"a is better on {' and '.join(worse)}{held}, and not worse "
+                               "on the other axis")
     if any(v in (None, "not decidable") for v in verdicts.values()):
         return "not decidable", "an axis could not be compared: " + "; ".join(
             f"{axis}: {v or 'no comparison'}" for axis, v in verdicts.items())
-    return "no finding", "neither axis differs beyond what the A/A control shows"
+    return "no finding", ("neither axis differs beyond what the A/A control shows"
+                          if has_control else f"neither axis differs ({NO_CONTROL})")
 
 
 def control_finding(throughput: str | None, per_user: str | None) -> tuple[str, str]:
@@ -282,8 +294,8 @@ def _write_findings(con: duckdb.DuckDBPyConnection, run_id: str, sweep: Sweep,
                 t, u = axes["throughput"], axes["decode_rate"]
                 verdicts = (None if t is None else t["verdict"],
                             None if u is None else u["verdict"])
-                word, reason = (control_finding(*verdicts) if role == "control"
-                                else finding(*verdicts))
+                word, reason = (control_finding(*verdicts) if role == "control" else
+                                finding(*verdicts, has_control=bool(comparison.control)))
                 out.append({
                     "finding_id": _digest(run_id, role, a, b, workload, point),
                     "run_id": run_id, "role": role, "a": a, "b": b, "workload": workload,

@@ -85,22 +85,38 @@ def sweep_history(con: duckdb.DuckDBPyConnection, sweep: str,
 def _segments(frame: pd.DataFrame) -> None:
     """`segment` (0, 1, ...) per line, starting anew where the arm's configuration differs
     from the run before; `config_change` says what changed on the first run of a new one.
-    A NULL config sha256 (the arm's restarts disagreed) is a configuration of its own."""
-    config = frame["effective_config_sha256"].fillna("restarts disagree")
+    A NULL config sha256 (the arm's restarts disagreed) is a configuration of its own: it
+    equals no other run's, not even another NULL (a server whose /version changes at every
+    start would otherwise join all its runs into one line, and a real change of a flag
+    would read as an improvement). A NULL server version (none recorded) equals another:
+    a version the restarts disagreed on makes the sha256 NULL too."""
+    sha = frame["effective_config_sha256"]
     version = frame["server_version"].fillna("not recorded")
     by_line = frame.groupby(LINE, sort=False)
-    before_config = by_line["effective_config_sha256"].shift().fillna("restarts disagree")
+    before_sha = by_line["effective_config_sha256"].shift()
     before_version = by_line["server_version"].shift().fillna("not recorded")
     first = frame["run_order"] == 0
-    config_moved = ~first & (config != before_config)
+    unknown = sha.isna() | before_sha.isna()
+    config_moved = ~first & (unknown | (sha != before_sha))
     version_moved = ~first & (version != before_version)
     frame["segment"] = (config_moved | version_moved).astype(int).groupby(
         [frame[c] for c in LINE], sort=False).cumsum()
-    change = np.where(config_moved, "effective config " + before_config.str[:12] + " -> "
-                      + config.str[:12], "")
+    change = np.where(config_moved, "effective config " + _config_text(before_sha) + " -> "
+                      + _config_text(sha), "")
     change = np.where(version_moved, np.where(config_moved, change + "; ", "")
                       + "server version " + before_version + " -> " + version, change)
-    frame["config_change"] = change
+    # Where the configuration is unknown, the version is what is known of it.
+    same_version = config_moved & unknown & ~version_moved & frame["server_version"].notna()
+    frame["config_change"] = np.where(same_version, change + "; server version " + version
+                                      + " (unchanged)", change)
+
+
+UNKNOWN_CONFIG = "unknown (restarts disagreed)"
+
+
+def _config_text(sha: pd.Series) -> pd.Series:
+    """A config sha256 as a change names it: its first 12 digits, or that it is unknown."""
+    return sha.str[:12].fillna(UNKNOWN_CONFIG)
 
 
 def _previous(frame: pd.DataFrame) -> None:

@@ -139,11 +139,13 @@ def test_derive_writes_entries_and_comparisons_from_validated_rows(lineage_run):
 def test_publish_reads_entries_and_writes_exactly_the_published_files(lineage_run):
     event = complete_event(lineage_run, "publish")
     assert tables(lineage_run, "entries", "comparisons") <= datasets(event, "inputs")
+    assert not files(lineage_run["layout"].data_docs_dir) & datasets(event, "inputs")
     export = lineage_run["layout"].export_dir
-    # the chart files count one by one (a publishing job embeds each), Data Docs as a folder
+    # the chart files count one by one (a publishing job embeds each); the Data Docs stay
+    # with the run's data, neither read nor written by the publication
     written = [export / name for name in os.listdir(export) if name not in (MARKER, CHARTS_DIR)]
     written += sorted((export / CHARTS_DIR).glob("*.svg"))
-    assert export / DATA_DOCS in written and export / "entries.json" in written
+    assert export / DATA_DOCS not in written and export / "entries.json" in written
     assert any(path.suffix == ".svg" for path in written)
     assert datasets(event, "outputs") == files(*written)
 
@@ -153,7 +155,7 @@ def test_without_a_transport_reporting_does_nothing(monkeypatch, tmp_path):
     assert not lineage.openlineage_enabled()
     # Outside any task, with no publication there: with OpenLineage on this would fail
     # (no manifest to read, no running task to report to); off, nothing is looked at.
-    lineage.report_publish(tmp_path / "wh.duckdb", tmp_path / "docs", tmp_path / "missing")
+    lineage.report_publish(tmp_path / "wh.duckdb", tmp_path / "missing")
     lineage.report_load(tmp_path / "missing", tmp_path / "wh.duckdb")
 
 

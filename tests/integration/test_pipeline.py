@@ -227,7 +227,11 @@ def test_the_publish_dag_exported_the_run(passing_run, workdir):
 
     out = RunLayout(workdir / "data", passing_run["run_id"]).export_dir
     assert {"entries.json", "report.html", "MANIFEST.sha256"} <= {p.name for p in out.iterdir()}
-    assert (out / "gx-data-docs" / "index.html").exists()
+    # the run's Data Docs stay with its data: their pages load from public CDNs, and a
+    # publication opens offline
+    assert not (out / "gx-data-docs").exists()
+    docs = RunLayout(workdir / "data", passing_run["run_id"]).data_docs_dir
+    assert (docs / "index.html").exists()
     exported = {e["entry_id"] for e in json.loads((out / "entries.json").read_text())}
     published = query(passing_run["warehouse"], "SELECT entry_id FROM published_entries "
                                                 "WHERE run_id = ?", [passing_run["run_id"]])

@@ -19,7 +19,7 @@ import duckdb
 import pytest
 
 from benchledger.cli import main as cli_main
-from benchledger.publishing.export import export_run
+from benchledger.publishing.export import PublicationError, export_run, write_publication
 from benchledger.raw import RunLayout
 from benchledger.rules import CATALOGUE
 from benchledger.warehouse.db import connect
@@ -51,7 +51,7 @@ SWEEP = textwrap.dedent("""
     [[workloads]]
     name = "code"
 """)
-# The files every publication holds (the manifest lists them, Data Docs aside).
+# The files every publication holds (the manifest lists them, the charts aside).
 EXPORTED_FILES = ("entries.json", "entries.csv", "entries.md", "comparisons.json",
                   "report.html")
 
@@ -98,8 +98,7 @@ def test_manifest_verifies_every_exported_file(exported):
         listed[name] = digest
     assert set(EXPORTED_FILES) <= set(listed)
     assert any(name.startswith("charts/") for name in listed)  # the report's charts
-    assert all(name.startswith(("gx-data-docs/", "charts/"))
-               for name in set(listed) - set(EXPORTED_FILES))
+    assert all(name.startswith("charts/") for name in set(listed) - set(EXPORTED_FILES))
     for name, digest in listed.items():
         assert hashlib.sha256((exported / name).read_bytes()).hexdigest() == digest
     if shutil.which("sha256sum"):
@@ -376,13 +375,65 @@ def test_explain_lists_requests_raw_files_and_expectations(warehouse, capsys):
     assert "[pass] entries/rate_numerator_labelled" in out
 
 
-def test_gx_data_docs_travel_with_the_report_and_are_linked(exported):
-    index = exported / "gx-data-docs" / "index.html"
+# A URL a page would load or follow from elsewhere: an attribute naming one (src, href,
+# srcset, ...) or CSS's url() and @import, http(s) or scheme-relative. Read by this test's
+# own pattern over every file, not by the code under test.
+OUTSIDE = re.compile(r"""(?:\b(?:src|href|srcset|poster|data|action)\s*=\s*["']?\s*"""
+                     r"""|url\(\s*["']?|@import\s+["']?)(?:https?:)?//""", re.I)
+
+
+def test_the_published_folder_opens_offline_and_loads_nothing_from_elsewhere(exported):
+    found = {path.relative_to(exported).as_posix(): OUTSIDE.findall(
+        path.read_text(errors="replace")) for path in exported.rglob("*") if path.is_file()}
+    assert len(found) > len(EXPORTED_FILES)  # every file, the charts included
+    assert {name: hits for name, hits in found.items() if hits} == {}
+
+
+def test_gx_data_docs_stay_with_the_run_and_the_report_says_where(exported, warehouse):
+    # GX's pages load jQuery, Bootstrap and Vega from public CDNs: they stay beside the
+    # run's raw data, out of the publication; the report names where, as text.
+    assert not (exported / "gx-data-docs").exists()
+    with connect(warehouse, read_only=True) as con:
+        (docs,), = con.execute("SELECT data_docs_path FROM runs WHERE run_id = ?",
+                               [RUN_ID]).fetchall()
+    index = Path(docs) / "index.html"
     assert index.exists()
-    assert "href='gx-data-docs/index.html'" in (exported / "report.html").read_text()
     pages = " ".join(p.read_text(errors="replace") for p in index.parent.rglob("*.html"))
     for suite in ("restarts", "windows", "measured_requests", "entries"):
         assert suite in pages
+    report = (exported / "report.html").read_text()
+    assert f"<code>gx-data-docs/{Path(docs).name}/index.html</code>" in report
+    assert "gx-data-docs" not in " ".join(re.findall(r"href='[^']*'", report))
+    assert str(Path(docs).parent) not in report  # no path of the publishing host
+
+
+def test_a_page_that_would_load_from_elsewhere_is_refused_before_anything_is_written(
+        warehouse, tmp_path):
+    with connect(warehouse, read_only=True) as con:
+        (docs,), = con.execute("SELECT data_docs_path FROM runs WHERE run_id = ?",
+                               [RUN_ID]).fetchall()
+    # what the publication held before: the run's Data Docs as GX renders them
+    files = {f"gx-data-docs/{p.relative_to(docs).as_posix()}": p.read_bytes()
+             for p in Path(docs).rglob("*.html")}
+    files["notes.html"] = (b"<p>src=https://example.org is text, as is "
+                           b"&lt;img src='https://example.org/x.png'&gt;</p>"
+                           b"<a href='charts/x.svg#top'>a chart</a>")
+    out = tmp_path / "pub"
+    with pytest.raises(PublicationError, match=r"loads nothing from elsewhere, but "
+                                               rf"{len(files) - 1} of its files name URLs "
+                                               r"outside it: gx-data-docs/\S+\.html: "
+                                               r"https://cdn\.") as err:
+        write_publication(out, files)
+    assert "notes.html" not in str(err.value)
+    assert not out.exists()
+    write_publication(out, {"notes.html": files["notes.html"]})  # text and a relative link
+    for planted in (b"<link rel=stylesheet href=//cdn.example.org/x.css>",
+                    b"<svg><image xlink:href='http://example.org/x.png'/></svg>",
+                    b"<style>@import 'https://example.org/x.css';</style>",
+                    b"<div style='background: url(https://example.org/x.png)'></div>",
+                    b"<img srcset='a.png 1x, https://example.org/b.png 2x'>"):
+        with pytest.raises(PublicationError, match="example.org"):
+            write_publication(tmp_path / "other", {"page.html": planted})
 
 
 # --- publishing never touches a user's files ----------------------------------------------
@@ -445,7 +496,7 @@ def test_republishing_into_its_own_folder_replaces_only_what_it_wrote(warehouse,
     assert {"entries.json", "report.html"} <= written and "MANIFEST.sha256" not in written
     # the user adds their own things next to the publication
     (out / "notes.md").write_text("my notes\n")
-    (out / "gx-data-docs" / "mine.txt").write_text("mine\n")
+    (out / "charts" / "mine.txt").write_text("mine\n")
     secret = tmp_path / "secret.txt"
     secret.write_text("not to be hashed\n")
     (out / "link-to-secret").symlink_to(secret)
@@ -453,7 +504,7 @@ def test_republishing_into_its_own_folder_replaces_only_what_it_wrote(warehouse,
     assert publish_into(warehouse, out, capsys)[0] == 0
     again = snapshot(out)
     assert again["notes.md"][1] == b"my notes\n"
-    assert again["gx-data-docs/mine.txt"][1] == b"mine\n"
+    assert again["charts/mine.txt"][1] == b"mine\n"
     assert again["link-to-secret"] == ("symlink", str(secret))
     assert manifest_names(out) == written  # only what it wrote; no user file, no symlink
     for name in written:  # byte-identical republication

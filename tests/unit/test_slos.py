@@ -102,7 +102,8 @@ def test_bad_slos_are_refused_by_name(more, message):
     (None, "no finding", "not decidable"),
 ])
 def test_frontier_finding_words(throughput, per_user, expected):
-    assert finding(throughput, per_user)[0] == expected
+    assert finding(throughput, per_user, has_control=True)[0] == expected
+    assert finding(throughput, per_user, has_control=False)[0] == expected
 
 
 def test_a_rate_search_doubles_then_bisects_and_stops_past_the_first_failure():

@@ -159,3 +159,32 @@ def test_unknown_sweeps_and_metrics_are_refused_by_name():
         sweep_history(con, "nope")
     with pytest.raises(ValueError, match="not a headline metric: tpot"):
         sweep_history(con, "nightly", ["tpot"])
+
+
+def test_a_null_configuration_never_equals_another_runs():
+    # A server whose /version changes at every start: each run's restarts disagree, so each
+    # run's effective config sha256 (and server version) is NULL. Run 3 changed a server
+    # flag (50% faster): it must break the line, never be flagged as an improvement.
+    unknown = {"config": None, "version": None}
+    con = _warehouse([_run(1, 100, 100.5, **unknown), _run(2, 100.2, 100.4, **unknown),
+                      _run(3, 150, 150.5, **unknown)], controls={1, 2, 3})
+    base = sweep_history(con, "nightly").query("arm == 'base'")
+    assert list(base["change"]) == [FIRST_RUN, CONFIG_CHANGED, CONFIG_CHANGED]
+    assert list(base["segment"]) == [0, 1, 2]
+    assert base["previous_run_id"].isna().all()  # never compared with one another
+    assert list(base["config_change"])[1:] == [
+        "effective config unknown (restarts disagreed) -> unknown (restarts disagreed)"] * 2
+    rows = check_regressions(con, "run3", "nightly")
+    assert set(rows["verdict"]) == {CONFIG_CHANGED}
+
+
+def test_a_known_configuration_next_to_an_unknown_one_says_what_is_known():
+    con = _warehouse([_run(1, 100, 100.5), _run(2, 100.2, 100.4, config=None),
+                      _run(3, 100.1, 100.3)], controls={1, 2, 3})
+    base = sweep_history(con, "nightly").query("arm == 'base'")
+    assert list(base["change"]) == [FIRST_RUN, CONFIG_CHANGED, CONFIG_CHANGED]
+    assert list(base["config_change"])[1:] == [
+        "effective config cfg-1 -> unknown (restarts disagreed); server version sim 1 "
+        "(unchanged)",
+        "effective config unknown (restarts disagreed) -> cfg-1; server version sim 1 "
+        "(unchanged)"]

@@ -326,3 +326,205 @@ def test_cluster_up_installs_the_plugin_that_airflow_registers(tmp_path):
     assert cfg["core"]["plugins_folder"] == str(installed.parent)
     joined = json.loads(write_join_file(tmp_path, api_url).read_text())["airflow_cfg"]
     assert "plugins_folder" not in joined["core"]
+
+
+# --- a run of 203,000 entries: every table paged (issue #39, item 13) --------------------
+
+BIG_ENTRIES, BIG_COMPARISONS, BIG_RUNS, BIG_REQUESTS = 203_000, 1_200, 1_100, 200_000
+BIG_RUN = f"big-{BIG_RUNS - 1:05d}"  # the sweep's newest run holds the entries
+
+
+@pytest.fixture(scope="module")
+def big_warehouse(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ui-big") / "big.duckdb"
+    build_big_warehouse(path)
+    return path
+
+
+def build_big_warehouse(path: Path) -> None:
+    """A hand-made warehouse: one sweep of 1,100 runs, the newest with 203,000 entries (one
+    in four blocked, one in eight of those by two rules), 1,200 comparisons, and an entry
+    resting on 200,000 requests; made by DuckDB from range(), never row by row
+    (benchmarks/ui_pages.py measures its pages)."""
+    with connect(path) as con:
+        con.execute(f"""
+            INSERT INTO runs BY NAME
+            SELECT 'big-' || lpad(i::VARCHAR, 5, '0') AS run_id, 'big' AS sweep_name,
+                   's' AS sweep_sha256, 'test' AS harness_version, 'rerun' AS evidence,
+                   TIMESTAMPTZ '2026-11-01 00:00:00+00' + to_minutes(i) AS started_at
+            FROM range({BIG_RUNS}) t(i)""")
+        con.execute(f"""
+            INSERT INTO entries BY NAME
+            SELECT 'e' || lpad(i::VARCHAR, 6, '0') AS entry_id, 'k' || i AS entry_key,
+                   '{BIG_RUN}' AS run_id, 'arm-' || i % 4 AS arm, 'code' AS workload,
+                   'decode_rate' AS metric, 'tok/s' AS unit, 'decode' AS phase,
+                   'single_stream' AS scope, 1 + i % 8 AS concurrency,
+                   'c' || (1 + i % 8) AS load_point, 'output_tokens' AS numerator,
+                   'mean' AS statistic, 20.0 + i % 97 AS value, 19.0 + i % 97 AS ci95_low,
+                   21.0 + i % 97 AS ci95_high, 50 AS n_requests, 3 AS n_restarts,
+                   'rerun' AS evidence, i % 4 <> 3 AS publishable,
+                   CASE WHEN i % 4 = 3 THEN 'clock_under_load' END AS blocked_by,
+                   'test' AS harness_version,
+                   TIMESTAMPTZ '2026-11-02 00:00:00+00' AS derived_at
+            FROM range({BIG_ENTRIES}) t(i)""")
+        con.execute("""
+            INSERT INTO entry_blocks BY NAME
+            SELECT entry_id, 'clock_under_load' AS rule, 'r0' AS subject,
+                   'ratio >= 0.9' AS expected, 'ratio 0.2' AS found
+            FROM entries WHERE NOT publishable
+            UNION ALL
+            SELECT entry_id, 'n_at_least_min', 'w0', 'n >= 5', 'n 3'
+            FROM entries WHERE NOT publishable AND concurrency = 8""")
+        # the first entry rests on one window of 200,000 requests
+        con.execute(f"""
+            INSERT INTO windows BY NAME
+            SELECT 'w-big' AS window_id, '{BIG_RUN}' AS run_id, 'arm-0' AS arm,
+                   'code' AS workload, {BIG_REQUESTS} AS submitted,
+                   {BIG_REQUESTS} AS completed, 0 AS failed, 0 AS unresolved,
+                   'complete' AS drain_status, 60.0 AS elapsed_s, 5 AS min_requests,
+                   'f' AS raw_file_sha256, 'q' AS requests_file_sha256""")
+        con.execute(f"""
+            INSERT INTO request_records BY NAME
+            SELECT 'w-big/m' || lpad(i::VARCHAR, 6, '0') AS request_id,
+                   'w-big' AS window_id, i AS seq, false AS is_warmup,
+                   'completed' AS status, 21 AS output_tokens, 'usage' AS token_source,
+                   'q' AS raw_file_sha256
+            FROM range({BIG_REQUESTS}) t(i)""")
+        con.execute("INSERT INTO entry_lineage BY NAME "
+                    "SELECT 'e000000' AS entry_id, 'w-big' AS window_id")
+        con.execute(f"""
+            INSERT INTO comparisons BY NAME
+            SELECT 'c' || lpad(i::VARCHAR, 5, '0') AS comparison_id, '{BIG_RUN}' AS run_id,
+                   'ab' AS role, 'arm-0' AS a, 'arm-1' AS b, 'code' AS workload,
+                   'decode_rate' AS metric, 1 + i % 8 AS concurrency,
+                   'c' || (1 + i % 8) AS load_point, 1.5 AS difference,
+                   'no finding' AS verdict, 'the 95% interval includes 0' AS reason,
+                   'test' AS harness_version,
+                   TIMESTAMPTZ '2026-11-02 00:00:00+00' AS derived_at
+            FROM range({BIG_COMPARISONS}) t(i)""")
+
+
+@pytest.fixture
+def big_client(big_warehouse) -> TestClient:
+    return TestClient(ui_app.create_app(lambda: [big_warehouse.resolve()]))
+
+
+def table_rows(text: str, table: str) -> list[str]:
+    body = re.search(rf"<table id=\"{table}\">.*?<tbody>(.*?)</tbody>", text, re.S)[1]
+    return re.findall(r"<tr[^>]*>.*?</tr>", body)
+
+
+def pager_link(text: str, table: str, rel: str) -> str | None:
+    """The href of a table's next or previous page (unescaped), None where there is none."""
+    pager = re.search(rf"<p class='pager' id='{table}-pager'>(.*?)</p>", text, re.S)
+    assert pager is not None, table
+    link = re.search(rf'<a href="([^"]*)" rel="{rel}">', pager[1])
+    return None if link is None else html.unescape(link[1])
+
+
+def test_a_run_of_203000_entries_is_one_bounded_page_per_table(big_client, big_warehouse,
+                                                               monkeypatch):
+    frames = []
+    real = ui_app.read.query_frame
+
+    def counting(con, name, **params):
+        frames.append((name, len(found := real(con, name, **params))))
+        return found
+
+    monkeypatch.setattr(ui_app.read, "query_frame", counting)
+    text = page(big_client, "/run", warehouse=str(big_warehouse), run=BIG_RUN)
+    bound = 500  # rows of one table on one page
+    assert len(text.encode()) < 1_500_000, len(text.encode())  # (before: 70 MB)
+    # every read of the page is bounded: never all rows of the run into the server
+    assert frames and max(n for _, n in frames) <= bound, frames
+    assert bound == ui_app.PAGE_ROWS
+    published, blocked = BIG_ENTRIES * 3 // 4, BIG_ENTRIES // 4
+    block_rows = blocked + blocked // 2  # the blocked entries at c8 have two rules
+    assert len(table_rows(text, "published")) == bound
+    assert len(table_rows(text, "blocked")) == bound
+    assert len(table_rows(text, "verdicts")) == bound
+    assert f"<h2>Published entries ({published:,})</h2>" in text
+    assert f"<h2>Blocked entries ({blocked:,})</h2>" in text
+    assert f"<h2>Verdicts ({BIG_COMPARISONS:,})</h2>" in text
+    assert f"entries 1-500 of {published:,}" in text
+    assert f"rows 1-500 of {block_rows:,}" in text
+    assert f"verdicts 1-500 of {BIG_COMPARISONS:,}" in text
+    assert pager_link(text, "published", "prev") is None
+
+
+def test_the_next_page_of_a_table_shows_the_next_rows_in_order(big_client, big_warehouse):
+    first = page(big_client, "/run", warehouse=str(big_warehouse), run=BIG_RUN)
+    following = pager_link(first, "published", "next")
+    assert following is not None and following.startswith("run?")
+    second = big_client.get("/" + following)
+    assert second.status_code == 200
+    expected = rows(big_warehouse, "SELECT entry_id FROM published_entries WHERE run_id = ? "
+                                   "ORDER BY arm, workload, concurrency, metric, scope, "
+                                   "statistic, entry_id", BIG_RUN)
+    ids = attr(first, "data-entry-id", "published") + attr(second.text, "data-entry-id",
+                                                           "published")
+    assert ids == [e for e, in expected[:1000]]
+    assert "entries 501-1,000 of 152,250" in second.text
+    # the other tables stay where they were; the way back is a link too
+    assert attr(second.text, "data-entry-id", "blocked") == attr(first, "data-entry-id",
+                                                                 "blocked")
+    back = big_client.get("/" + pager_link(second.text, "published", "prev"))
+    assert attr(back.text, "data-entry-id", "published") == ids[:500]
+
+
+def test_the_last_page_ends_the_table_and_a_page_beyond_it_is_refused(big_client,
+                                                                      big_warehouse):
+    last = -(-BIG_COMPARISONS // ui_app.PAGE_ROWS)
+    text = page(big_client, "/run", warehouse=str(big_warehouse), run=BIG_RUN,
+                verdicts_page=last)
+    assert len(table_rows(text, "verdicts")) == BIG_COMPARISONS - (last - 1) * 500
+    assert f"verdicts 1,001-1,200 of {BIG_COMPARISONS:,}" in text
+    assert pager_link(text, "verdicts", "next") is None
+    beyond = big_client.get("/run", params={"warehouse": str(big_warehouse), "run": BIG_RUN,
+                                            "verdicts_page": last + 1})
+    assert beyond.status_code == 404
+    assert f"verdicts_page {last + 1}: beyond the last page ({last})" in beyond.text
+    for bad in ("0", "-1", "two"):
+        refused = big_client.get("/run", params={"warehouse": str(big_warehouse),
+                                                 "run": BIG_RUN, "published_page": bad})
+        assert refused.status_code == 422 and "published_page" in refused.text
+        assert "<html" in refused.text  # a page, not a stack trace or bare JSON
+
+
+def test_a_sweep_of_1100_runs_lists_them_page_by_page(big_client, big_warehouse):
+    text = page(big_client, "/sweep", warehouse=str(big_warehouse), sweep="big")
+    assert len(text.encode()) < 1_500_000, len(text.encode())  # (before: 84 MB)
+    assert len(table_rows(text, "runs")) == ui_app.PAGE_ROWS
+    assert f"runs 1-500 of {BIG_RUNS:,}" in text
+    # the history's 203,000 headline rows (decode rate means) too, newest run first
+    assert len(table_rows(text, "history")) == ui_app.PAGE_ROWS
+    assert f"rows 1-500 of {BIG_ENTRIES:,}" in text
+    history_next = pager_link(text, "history", "next")
+    assert "history_page=2" in history_next and "runs_page=1" in history_next
+    assert cells(text, "runs")[0][0] == BIG_RUN  # newest first
+    third = big_client.get("/" + pager_link(
+        big_client.get("/" + pager_link(text, "runs", "next")).text, "runs", "next"))
+    assert f"runs 1,001-1,100 of {BIG_RUNS:,}" in third.text
+    assert cells(third.text, "runs")[-1][0] == "big-00000"
+
+
+def test_an_entry_of_200000_requests_lists_a_few_and_counts_them_all(big_client,
+                                                                     big_warehouse,
+                                                                     monkeypatch):
+    from benchledger.publishing import explain
+
+    frames = []
+    for module in (ui_app.read, explain):
+        real = module.query_frame
+
+        def counting(con, name, _real=real, **params):
+            frames.append((name, len(found := _real(con, name, **params))))
+            return found
+
+        monkeypatch.setattr(module, "query_frame", counting)
+    text = page(big_client, "/entry", warehouse=str(big_warehouse), entry="e000000")
+    assert frames and max(n for _, n in frames) <= ui_app.PAGE_ROWS, frames
+    lineage = html.unescape(re.search(r"<pre id='explain'>(.*?)</pre>", text, re.S)[1])
+    assert f"Requests ({BIG_REQUESTS}):" in lineage
+    assert lineage.count("  w-big/m") == 20  # what `benchledger explain` shows by default
+    assert f"... {BIG_REQUESTS - 20} more (benchledger sql:" in lineage

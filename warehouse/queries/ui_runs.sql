@@ -2,7 +2,8 @@
 -- sweep's where $sweep_name is NULL; newest first within a sweep. Each with its current
 -- entries (published, blocked), its comparisons counted by verdict, how many runs its
 -- sweep has, and its place among them (newest_first = 1: the sweep's newest run, the row
--- the list of sweeps shows).
+-- the list of sweeps shows, the only row of each sweep where $newest_only). $limit rows
+-- from $offset ($limit NULL: all): a sweep scheduled every hour has thousands of runs.
 WITH counts AS (
     SELECT run_id, count(*) AS entries, count(*) FILTER (WHERE publishable) AS published
     FROM current_entries
@@ -22,4 +23,6 @@ FROM runs AS r
 LEFT JOIN counts AS c USING (run_id)
 LEFT JOIN verdicts AS v USING (run_id)
 WHERE $sweep_name IS NULL OR r.sweep_name = $sweep_name
+QUALIFY NOT $newest_only OR newest_first = 1
 ORDER BY r.sweep_name, r.started_at DESC, r.run_id
+LIMIT $limit OFFSET $offset
