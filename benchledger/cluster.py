@@ -15,7 +15,9 @@ for a minute are in _DEFAULTS (docs/cluster.md, "Surviving a stalled API server"
 Everything lives under the folder: `airflow.cfg` (the deployment's settings; edit it and
 run `cluster down` / `cluster up` to apply), `supervisord.conf`, `cluster.json` (the API
 URL, the nodes and supervisord's pid and start time, so `down` stops exactly that), `logs/`,
-`dags/`, the metadata DB and the API user's password file. This module never imports
+`dags/`, the metadata DB and the API user's password file. The folder is private to its
+owner (0700), and so is every file in it that holds a secret (cluster_config: the files it
+writes, PROCESS_UMASK for what the processes create). This module never imports
 Airflow: it runs Airflow's own command line in child processes and talks to the REST API
 over HTTP.
 """
@@ -43,6 +45,7 @@ from benchledger.cluster_config import (  # the folder's files
     HOME_ENV,
     LOOPBACK,
     POLL_S,
+    PROCESS_UMASK,
     STATE_FILE,
     STOP_GRACE_S,
     UP_TIMEOUT_S,
@@ -52,6 +55,8 @@ from benchledger.cluster_config import (  # the folder's files
     api_credentials,
     database_settings,
     install_ui_plugin,
+    open_private_log,
+    private_home,
     worker_queues,
     write_config,
     write_join_file,
@@ -160,12 +165,15 @@ def _programs(home: Path, api_url: str, nodes: list[str],
 def _start_supervisord(home: Path, env: dict[str, str] | None = None) -> ClusterProcess:
     log = home / "logs" / "supervisord.out"
     command = supervisor.supervisord_command(home)
-    with open(log, "ab") as out:
+    with os.fdopen(open_private_log(log), "ab") as out:
         # Its own session: `down` can stop it and all it started, and a Ctrl-C in the
-        # terminal that ran `up` does not reach the deployment.
+        # terminal that ran `up` does not reach the deployment. Its umask is every
+        # process's of the deployment: supervisord's own logs, pid file and socket, and
+        # all Airflow creates (the SQLite DB, logs) are private (supervisord applies its
+        # `umask` setting only when it daemonizes).
         proc = subprocess.Popen(command, env={**airflow_env(home), **(env or {})}, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=home, start_new_session=True)
+                                cwd=home, start_new_session=True, umask=PROCESS_UMASK)
     return ClusterProcess(name="supervisord", pid=proc.pid,
                           create_time=psutil.Process(proc.pid).create_time(),
                           command=command, log=str(log))
@@ -173,11 +181,11 @@ def _start_supervisord(home: Path, env: dict[str, str] | None = None) -> Cluster
 
 def _migrate(home: Path) -> None:
     log = home / "logs" / "db-migrate.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    with os.fdopen(open_private_log(log), "ab") as out:
+        # it creates the SQLite metadata DB: private from its first byte
         rc = subprocess.run(_airflow() + ["db", "migrate"], env=airflow_env(home),
                             stdout=out, stderr=subprocess.STDOUT, cwd=home,
-                            timeout=300, check=False).returncode
+                            timeout=300, check=False, umask=PROCESS_UMASK).returncode
     if rc != 0:
         raise ClusterError(f"`airflow db migrate` failed (exit {rc}); see {log}")
 
@@ -232,9 +240,7 @@ def up(home: Path, nodes: list[str], port: int | None = None,
     address the API server listens on (workers on other hosts join it: cluster_join)."""
     home = Path(home).resolve()
     settings = {**(settings or {}), **database_settings(db, workers_per_node)}
-    home.mkdir(parents=True, exist_ok=True)
-    for sub in ("dags", "logs", "run"):
-        (home / sub).mkdir(exist_ok=True)
+    private_home(home, ("dags", "logs", "run"))
     previous = Cluster.load(home) if (home / STATE_FILE).exists() else None
     running = previous.supervisord() if previous else None
     if running is not None and previous is not None and (

@@ -2,20 +2,34 @@
 of the deployment shares, and the defaults that keep workers alive through a stalled API
 server), the join file for workers on other hosts, the API user's password, node and
 worker names, and the environment every process gets. No process is started here
-(benchledger.cluster starts them); Airflow is never imported."""
+(benchledger.cluster starts them); Airflow is never imported.
+
+The folder and every file in it that holds a secret are its owner's alone (issue #39):
+airflow.cfg holds the JWT secret (whoever reads it signs an admin token for the REST API
+and the UI, or poses as an Edge worker), the API's session key, the fernet key and the
+metadata database's URL; the metadata DB holds the connections' passwords; the logs what
+tasks printed. The files written here are created 0600, the folder 0700, and every
+process of the deployment runs with PROCESS_UMASK, so what Airflow and supervisord create
+themselves (the SQLite DB and its journals, logs, pid files) is private from its start."""
 
 from __future__ import annotations
 
 import configparser
 import importlib.util
+import io
 import json
 import os
 import secrets
 import socket
+import stat
+from collections.abc import Iterable
 from pathlib import Path
+
+from cryptography.fernet import Fernet
 
 from benchledger.airflow_api import ClusterError
 from benchledger.raw_store import LOCAL_COPY_ENV
+from benchledger.redaction import shown_location
 
 STATE_FILE = "cluster.json"
 CONFIG_FILE = "airflow.cfg"
@@ -32,6 +46,14 @@ POLL_S = 0.5
 # their task process (reparented to init, they are in no recorded process tree).
 HOME_ENV = "BENCHLEDGER_CLUSTER_HOME"
 LOOPBACK = "127.0.0.1"
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+# The umask of every process of the deployment (supervisord and what it starts, `airflow db
+# migrate`): the files they create are their owner's alone, whatever the caller's umask.
+PROCESS_UMASK = 0o077
+# What a folder made before its files were private may hold with group or other bits
+# (the top level, and these subfolders whole): tightened by every `up` and `join`.
+_PRIVATE_TREES = ("logs", "run")
 
 # What the local deployment needs, whatever else the folder's airflow.cfg says. The rest of
 # the file is the user's (kept across `up`).
@@ -73,7 +95,11 @@ _DEFAULTS = {
     # about 10 s of the API's return.
     "workers": {"execution_api_retries": "30", "execution_api_retry_wait_max": "5"},
     "api": {"workers": "1", "expose_config": "False"},
-    "logging": {"colored_console_log": "False"},
+    # Airflow chmods each task log it creates to these (0o664 and 0o775 by default,
+    # whatever the umask): the logs are private like the rest of the folder.
+    "logging": {"colored_console_log": "False",
+                "file_task_handler_new_folder_permissions": oct(PRIVATE_DIR),
+                "file_task_handler_new_file_permissions": oct(PRIVATE_FILE)},
 }
 
 
@@ -114,7 +140,7 @@ def database_settings(db: str | None, per_node: int) -> dict[str, dict[str, str]
     (SQLite in the folder when None), and whether it allows N workers on one queue."""
     if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg2://",
                                              "sqlite:///")):
-        raise ClusterError(f"--db {db.split('@')[-1]!r}: give a PostgreSQL URL "
+        raise ClusterError(f"--db {shown_location(db)}: give a PostgreSQL URL "
                            "(postgresql://USER:PASSWORD@HOST:PORT/DATABASE) or sqlite:///PATH")
     postgres = db is not None and db.startswith("postgresql")
     if postgres and importlib.util.find_spec("psycopg2") is None:
@@ -130,6 +156,49 @@ def database_settings(db: str | None, per_node: int) -> dict[str, dict[str, str]
     return {"database": {"sql_alchemy_conn": db}} if db else {}
 
 
+def private_home(home: Path, subfolders: Iterable[str]) -> None:
+    """Make the deployment's folder (and its subfolders) private to its owner: created
+    0700, and in a folder made before that, group's and others' bits taken off the
+    folder, the files at its top and everything under logs/ and run/. ClusterError when
+    something there is not the caller's to change."""
+    try:
+        home.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        home.chmod(PRIVATE_DIR)
+        for sub in subfolders:
+            (home / sub).mkdir(mode=PRIVATE_DIR, exist_ok=True)
+        trees = [home / sub for sub in _PRIVATE_TREES if (home / sub).is_dir()]
+        for path in [*home.iterdir(), *(p for tree in trees for p in tree.rglob("*"))]:
+            try:
+                if path.is_symlink():
+                    continue
+                mode = stat.S_IMODE(path.stat().st_mode)
+                if mode & ~PRIVATE_DIR:
+                    path.chmod(mode & PRIVATE_DIR)
+            except FileNotFoundError:  # a log rotated away meanwhile
+                continue
+    except PermissionError as exc:
+        raise ClusterError(f"{home}: the deployment's folder must be private to its owner "
+                           f"(it holds the deployment's secrets), and this cannot be made "
+                           f"so: {exc}; use a folder of your own") from exc
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file whole (a temp file renamed into place), readable by its owner only
+    from its first byte."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    os.fchmod(fd, PRIVATE_FILE)  # a temp file left by an earlier try keeps its own mode
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    tmp.replace(path)
+
+
+def open_private_log(path: Path) -> int:
+    """A log file of the folder opened for appending (a file descriptor), created 0600."""
+    path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+
+
 def _free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -142,7 +211,9 @@ def write_config(home: Path, port: int | None = None,
     """Write (or update) the folder's airflow.cfg; returns (its path, the API URL). The API
     server listens on `host` (loopback, or an address workers on other hosts reach).
 
-    Secrets are generated once and kept: every process must share `[api_auth] jwt_secret`.
+    Secrets are generated once and kept: every process must share `[api_auth] jwt_secret`,
+    and `[core] fernet_key` encrypts the connections' passwords in the metadata DB (Airflow
+    stores them in plain text without one). The file is private to its owner (0600).
     """
     path = home / CONFIG_FILE
     cfg = configparser.ConfigParser(interpolation=None)
@@ -175,9 +246,16 @@ def write_config(home: Path, port: int | None = None,
     # 64 bytes: PyJWT warns of a shorter HMAC key for the SHA-512 Airflow signs with
     cfg["api_auth"].setdefault("jwt_secret", secrets.token_urlsafe(64))
     cfg["api"].setdefault("secret_key", secrets.token_urlsafe(32))
-    with path.open("w") as out:
-        cfg.write(out)
+    if not cfg["core"].get("fernet_key"):  # kept once made: it decrypts what it encrypted
+        cfg["core"]["fernet_key"] = Fernet.generate_key().decode()
+    write_private(path, config_text(cfg))
     return path, api_url
+
+
+def config_text(cfg: configparser.ConfigParser) -> str:
+    out = io.StringIO()
+    cfg.write(out)
+    return out.getvalue()
 
 
 PLUGINS_FOLDER = "plugins"
@@ -205,6 +283,8 @@ def install_ui_plugin(home: Path) -> Path:
 JOIN_FILE = "join.json"
 # the head's settings a worker must not have (secrets it does not need) or must set itself
 _HEAD_ONLY = {("database", "sql_alchemy_conn"), ("api", "secret_key"),
+              # only the head's processes open the metadata DB the connections are in
+              ("core", "fernet_key"),
               ("core", "simple_auth_manager_passwords_file"),
               # the benchledger page is served by the head's API server only
               ("core", "plugins_folder"),
@@ -220,12 +300,8 @@ def write_join_file(home: Path, api_url: str) -> Path:
                           if (section, k) not in _HEAD_ONLY}
                 for section in cfg.sections()}
     path = home / JOIN_FILE
-    tmp = home / f".{JOIN_FILE}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump({"api_url": api_url, "dags_folder": str(home / "dags"),
-                   "airflow_cfg": settings}, out, indent=2)
-    tmp.replace(path)
+    write_private(path, json.dumps({"api_url": api_url, "dags_folder": str(home / "dags"),
+                                    "airflow_cfg": settings}, indent=2))
     return path
 
 
@@ -234,8 +310,7 @@ def _ensure_password(home: Path) -> None:
     generate one); `run --cluster` reads it from here."""
     path = home / PASSWORDS_FILE
     if not path.exists():
-        path.write_text(json.dumps({API_USER: secrets.token_urlsafe(16)}))
-        path.chmod(0o600)
+        write_private(path, json.dumps({API_USER: secrets.token_urlsafe(16)}))
 
 
 def api_credentials(home: Path) -> tuple[str, str]:

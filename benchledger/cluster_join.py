@@ -2,13 +2,15 @@
 
 `cluster up` writes `join.json` into its folder (mode 0600: it holds the deployment's
 shared secret): the API URL and the head's Airflow settings, less what only the head may
-know (the metadata database's URL, the API's session key, the API users' password file).
+know (the metadata database's URL, the API's session key, the fernet key, the API users'
+password file).
 On the other host,
 
     benchledger cluster join --join-file join.json --node gpu-node-1 --home ~/bl-worker \\
         [--address 10.0.0.11] [--dags-folder /shared/bl-cluster/dags]
 
-writes that host's own `airflow.cfg` into its folder and starts one Edge worker (name and
+writes that host's own `airflow.cfg` into its folder (the folder 0700, the file 0600: it
+holds the deployment's JWT secret) and starts one Edge worker (name and
 queue: the node) under a supervisord of its own, which starts it again if it exits, as
 on the head. `--address` is the node's address: the servers its tasks launch listen
 there and are measured there (never on 127.0.0.1, which on another host is another
@@ -60,8 +62,8 @@ def join(home: Path, join_file: Path, node: str, address: str | None = None,
         raise cluster.ClusterError(f"the deployment's API at {api_url} cannot be reached "
                                    f"from this host: {exc}") from exc
     home = Path(home).resolve()
-    for sub in ("logs", "run"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
+    # private as the head's: its airflow.cfg holds the deployment's JWT secret
+    cluster_config.private_home(home, ("logs", "run"))
     previous = cluster.Cluster.load(home) if (home / cluster_config.STATE_FILE).exists() else None
     if previous and previous.supervisord():
         if previous.nodes != [node] or previous.api_url != api_url:
@@ -108,5 +110,5 @@ def _write_worker_config(home: Path, data: dict, dags_folder: str | None) -> Non
     # a worker never opens the metadata DB; Airflow wants a URL all the same
     cfg.setdefault("database", {})
     cfg["database"]["sql_alchemy_conn"] = f"sqlite:///{home / cluster_config.METADATA_DB}"
-    with (home / cluster_config.CONFIG_FILE).open("w") as out:
-        cfg.write(out)
+    cluster_config.write_private(home / cluster_config.CONFIG_FILE,
+                                 cluster_config.config_text(cfg))

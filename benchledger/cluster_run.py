@@ -9,7 +9,10 @@ this process, runs everything; this process only watches and reports.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,11 +68,12 @@ def install_sweep(dags_folder: Path, sweep_path: Path, sweep: Sweep, warehouse: 
                   data_dir: Path | str, pin_restarts: bool = False) -> tuple[Path, bool]:
     """Copy the sweep into the DAGs folder and write its DAG file; returns the DAG file and
     whether anything changed. Both are written whole (temp file, rename): the DAG
-    processor never reads half a file."""
+    processor never reads half a file. The sweep's copy keeps the file's permissions (its
+    arms' commands may hold secrets), as the copies of its inputs do."""
     safe = re.sub(r"[^A-Za-z0-9_]", "_", sweep.sweep.name)
     toml = dags_folder / "sweeps" / f"{safe}.toml"
     dag_file = dags_folder / f"benchledger_{safe}.py"
-    changed = _write_whole(toml, Path(sweep_path).read_bytes())
+    changed = _write_whole(toml, Path(sweep_path).read_bytes(), like=Path(sweep_path))
     changed |= _install_inputs(Path(sweep_path).parent, toml.parent, sweep)
     # The DAG file last: a changed sweep is re-read when its DAG file is re-parsed.
     changed |= _write_whole(dag_file, DAG_FILE_TEMPLATE.format(
@@ -95,7 +99,8 @@ def _install_inputs(source_dir: Path, sweeps_dir: Path, sweep: Sweep) -> bool:
     """Copy each dataset or trace the sweep names by a relative path beside its copy in the
     DAGs folder, where the run's plan resolves it (an absolute path must exist where plan
     runs). A path that leaves the sweep's folder is refused: it would land outside the DAGs
-    folder."""
+    folder. Each copy keeps its source's permissions: the bundle is synced to every worker,
+    and a dataset its owner keeps private stays private there (issue #39)."""
     changed = False
     for relative in workload_inputs(sweep):
         if Path(relative).is_absolute():
@@ -111,16 +116,33 @@ def _install_inputs(source_dir: Path, sweeps_dir: Path, sweep: Sweep) -> bool:
             else [source]
         for file in files:
             changed |= _write_whole(target / file.relative_to(source) if source.is_dir()
-                                    else target, file.read_bytes())
+                                    else target, file.read_bytes(), like=file)
+        if source.is_dir():  # a dataset folder's own permissions too (the owner's rwx kept)
+            for folder in [source, *(p for p in source.rglob("*") if p.is_dir())]:
+                copy = target / folder.relative_to(source)
+                copy.mkdir(parents=True, exist_ok=True)
+                copy.chmod(stat.S_IMODE(folder.stat().st_mode) | stat.S_IRWXU)
     return changed
 
 
-def _write_whole(path: Path, content: bytes) -> bool:
+def _write_whole(path: Path, content: bytes, like: Path | None = None) -> bool:
+    """Write `path` whole unless it holds `content` already; a copy of the file `like` gets
+    its permissions (a copy made before copies kept them is given them too). True when the
+    content changed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and path.read_bytes() == content:
+        if like is not None:
+            shutil.copymode(like, path)
         return False  # unchanged: leave its mtime, so nothing is re-parsed for nothing
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(content)
+    if like is None:
+        tmp.write_bytes(content)
+    else:  # no one else can read the copy before it has its source's permissions
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+        shutil.copymode(like, tmp)
     tmp.replace(path)
     return True
 

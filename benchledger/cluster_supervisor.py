@@ -100,6 +100,9 @@ def write_conf(home: Path, programs: list[Program]) -> Path:
             "stopsignal": "TERM", "stopwaitsecs": str(STOP_WAIT_S),
             # each program is its own process group: stop it and what it started
             "stopasgroup": "true", "killasgroup": "true",
+            # supervisord itself runs with it (cluster.py); said again for each program,
+            # so a supervisord started by hand from this file makes private files too
+            "umask": "077",
             "redirect_stderr": "true", "stdout_logfile": str(log_path(home, program.name)),
             "stdout_logfile_maxbytes": "50MB", "stdout_logfile_backups": "2",
         }

@@ -43,6 +43,7 @@ from pyarrow import fs as pafs
 
 from benchledger import raw
 from benchledger.records import storage_path
+from benchledger.redaction import shown_location
 
 LOCAL_COPY_ENV = "BENCHLEDGER_LOCAL_RAW_DIR"
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -117,15 +118,23 @@ def is_object_store(location: str | Path) -> bool:
 
 
 def parse_store(location: str, settings: S3Settings | None = None) -> ObjectStore:
-    """An s3://bucket/prefix location, refused (without echoing it: it may hold a secret)
-    when it carries credentials, a query or no bucket."""
+    """An s3://bucket/prefix location, refused when it carries credentials, a query or no
+    bucket; never echoed with its credentials or query (a presigned URL's signature is one:
+    redaction.shown_location)."""
     parts = urlsplit(location)
     if "@" in parts.netloc or parts.password or parts.username:
         raise ValueError("raw storage: an s3:// location must not hold credentials; give "
                          "them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) "
                          "or an Airflow connection (BENCHLEDGER_S3_CONN_ID)")
-    if not parts.netloc or parts.query or parts.fragment:
-        raise ValueError(f"raw storage {location!r}: expected s3://bucket/prefix")
+    if parts.query or parts.fragment:
+        raise ValueError(f"raw storage {shown_location(location)}: expected s3://bucket/prefix "
+                         "without a query or fragment (a presigned URL's signature is a "
+                         "credential: give credentials in the environment, "
+                         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or an Airflow "
+                         "connection, BENCHLEDGER_S3_CONN_ID)")
+    if not parts.netloc:
+        raise ValueError(f"raw storage {shown_location(location)}: expected "
+                         "s3://bucket/prefix")
     return ObjectStore(parts.netloc, parts.path.strip("/"), settings or S3Settings.from_env())
 
 

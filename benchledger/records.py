@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from benchledger.redaction import shown_location
+
 # One row per HTTP request, warm-up included. Timestamps are time.perf_counter_ns() values
 # of the measuring process; the window manifest holds the wall-clock anchor for them.
 REQUEST_SCHEMA = pa.schema(
@@ -103,12 +105,13 @@ def storage_path(location: str | Path) -> Path:
     scheme, sep, rest = text.partition("://")
     if not sep:
         return Path(text)
+    shown = shown_location(text)  # a URL may carry a credential: never echoed
     if scheme.lower() not in LOCAL_SCHEMES:
-        raise ValueError(f"{text!r}: {scheme}:// is not supported here; use a path (or "
+        raise ValueError(f"{shown}: {scheme}:// is not supported here; use a path (or "
                          "file://): raw files may also live in an S3-compatible object "
                          "store (--data-dir s3://bucket/prefix), the warehouse is a local "
                          "DuckDB file")
     if rest and not rest.startswith("/"):
-        raise ValueError(f"raw storage {text!r}: a file:// URL needs an absolute path "
+        raise ValueError(f"raw storage {shown}: a file:// URL needs an absolute path "
                          "(file:///data/bench)")
     return Path(rest)

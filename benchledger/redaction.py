@@ -89,6 +89,22 @@ def redact(value: Any, secret: str | None) -> Any:
     return value
 
 
+def shown_location(location: str) -> str:
+    """A location (a URL or a path) as an error message may show it: a URL's user
+    information, query and fragment, where credentials ride (`user:secret@`, a presigned
+    URL's `?X-Amz-Signature=...`, `#access_token=...`), each replaced by REDACTED, and any
+    credential-shaped value in the rest too."""
+    head, fragment, _ = location.partition("#")
+    head, query, _ = head.partition("?")
+    scheme, sep, rest = head.partition("://")
+    if sep:
+        authority, slash, path = rest.partition("/")
+        _, at, host = authority.rpartition("@")
+        head = f"{scheme}://{REDACTED if at else ''}{at}{host}{slash}{path}"
+    shown = head + (f"?{REDACTED}" if query else "") + (f"#{REDACTED}" if fragment else "")
+    return replace_secrets(shown, credential_values(shown))
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a variable or option called `name` holds a secret: one of its words
     contains TOKEN, KEY, SECRET, ... (`HF_TOKEN`, `VLLM_API_KEY`, `APIKEY`), unless the

@@ -8,12 +8,15 @@ workload's provenance (the dataset's or trace's sha256, rows and ids, the distri
 their seed). Every arm and restart of the run then sends exactly those requests, read from
 that file (checked against its sha256 before a window starts), wherever it is measured: the
 file travels with the run folder (an object store's pull brings it, as it brings the run
-manifest), so the dataset itself need only be readable where the run is planned.
+manifest), so the dataset itself need only be readable where the run is planned. The
+file holds the dataset's text: it is no more readable than the files it was made from
+(issue #39: a dataset kept private was copied into a file anyone could read).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +63,7 @@ def prepare_run_workloads(run_dir: Path, sweep: Sweep, base_dir: Path
                                     sweep.defaults.seed,
                                     workload.max_tokens or sweep.defaults.max_tokens)
         path = run_dir / f"{workload.name}{WORKLOAD_SUFFIX}"
-        _write_arrow(path, prepared.table)
+        _write_arrow(path, prepared.table, prepared.sources)
         recorded[workload.name] = {"file": path.name, "sha256": file_sha256(path),
                                    "provenance": prepared.provenance}
     return recorded
@@ -77,13 +80,19 @@ def check_run_workloads(sweep: Sweep, base_dir: Path) -> None:
                              workload.max_tokens or sweep.defaults.max_tokens)
 
 
-def _write_arrow(path: Path, table: pa.Table) -> None:
-    """Written whole or not at all (a .tmp file renamed into place), like every raw file."""
+def _write_arrow(path: Path, table: pa.Table, sources: tuple[Path, ...] = ()) -> None:
+    """Written whole or not at all (a .tmp file renamed into place), like every raw file;
+    its permissions are those a new file gets here, less what any of `sources` denies."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staged = raw.staged(path)
     try:
-        with pa.OSFile(str(staged), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
+        with pa.OSFile(str(staged), "wb") as sink:
+            mode = stat.S_IMODE(os.stat(staged).st_mode)  # still empty: nothing to read yet
+            for source in sources:
+                mode &= stat.S_IMODE(os.stat(source).st_mode)
+            os.chmod(staged, mode)
+            with ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
         os.replace(staged, path)
     except BaseException:
         raw.remove_quietly(staged)

@@ -1,10 +1,14 @@
-"""What the deployment tests share (test_cluster, test_cluster_postgres, test_multi_host):
-the small simulator sweep they run, and the check that a deployment's published entries
-are what an embedded derivation of the same raw files gives."""
+"""What the deployment tests share (test_cluster, test_cluster_postgres, test_multi_host,
+test_cluster_secrets): the small simulator sweep they run, the check that a deployment's
+published entries are what an embedded derivation of the same raw files gives, and what
+another local user can read of a deployment."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -71,3 +75,65 @@ def assert_same_entries(deployed: list, again: list) -> None:
     for mine, theirs in zip(deployed, again, strict=True):
         for a, b in zip(mine[len(KEY):-2], theirs[len(KEY):-2], strict=True):
             assert a == b or (None not in (a, b) and a == pytest.approx(b, rel=1e-12)), mine
+
+
+# --- another local user (issue #39) ----------------------------------------------------------
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def require_another_user() -> None:
+    """Tests that act as another local user (nobody) need root and util-linux's setpriv;
+    without them the test is skipped with a message, except under CI, where that fails."""
+    import os
+    import shutil
+
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        return
+    why = "acting as another local user needs root and setpriv"
+    if "CI" in os.environ:
+        pytest.fail(f"CI is set but {why}")
+    pytest.skip(f"{why}; with CI set this is a failure")
+
+
+@contextlib.contextmanager
+def open_folder(prefix: str) -> Iterator[Path]:
+    """A folder other local users may enter (0755, like a home directory on a shared
+    machine), removed afterwards: pytest's own temporary folders are 0700, and a test of
+    what another user can read inside one would pass whatever the files' modes."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def files_holding(roots: list[Path], secrets: list[str]) -> list[Path]:
+    """Every file under `roots` (read as this user) that holds one of `secrets`."""
+    found = []
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            with contextlib.suppress(OSError):  # gone meanwhile (a rotated log)
+                data = path.read_bytes()
+                if any(secret.encode() in data for secret in secrets):
+                    found.append(path)
+    return found
+
+
+def readable_by_another_user(paths: list[Path]) -> list[str]:
+    """Those of `paths` the user nobody can read a byte of (its shell and cat only: the
+    project's interpreter may live where nobody cannot run it)."""
+    script = 'for f; do if head -c 1 -- "$f" >/dev/null 2>&1; then echo "$f"; fi; done'
+    done = subprocess.run([*NOBODY, "sh", "-c", script, "sh", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.splitlines()
+
+
+def read_as_another_user(path: Path) -> str:
+    """What the user nobody reads of a file ("" when it may not)."""
+    return subprocess.run([*NOBODY, "cat", "--", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False).stdout

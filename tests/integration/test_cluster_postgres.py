@@ -7,12 +7,16 @@ launched the server, as the task instances and the warehouse both show.
 Before restarts were pinned, two workers of one queue took a restart's tasks one by one
 (launched on one, stopped on the other): with six restarts of four tasks or more after
 their launch, each claimed by whichever worker polled first, all of them landing on the
-launch's worker by chance is about one in 2^24."""
+launch's worker by chance is about one in 2^24.
+
+The database URL `cluster up --db` is given carries a password (the server's trust
+authentication ignores it): no file another local user can read holds it (issue #39)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections import defaultdict
 
 import duckdb
@@ -22,13 +26,20 @@ import pytest
 from benchledger import cluster as local_cluster
 from benchledger.airflow_api import ApiClient
 from benchledger.cluster_config import api_credentials
-from tests.cluster_helpers import sweep_text
+from tests.cluster_helpers import (
+    files_holding,
+    open_folder,
+    readable_by_another_user,
+    require_another_user,
+    sweep_text,
+)
 from tests.postgres import postgres_server
 
 pytestmark = pytest.mark.integration
 
 NODES = ["node-a", "node-b"]
 WORKERS = {"node-a": {"node-a", "node-a-w2"}, "node-b": {"node-b", "node-b-w2"}}
+DB_PASSWORD = f"planted-db-password-{uuid.uuid4().hex}"
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -43,14 +54,31 @@ def database():
 
 
 @pytest.fixture(scope="module")
-def deployment(database, tmp_path_factory):
-    home = tmp_path_factory.mktemp("pg-cluster")
-    started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
-                  "--workers-per-node", "2", "--db", database, timeout=400)
-    assert started.returncode == 0, started.stdout + started.stderr
-    assert "2 workers each" in started.stdout
-    yield home
-    local_cluster.down(home)
+def deployment(database):
+    # in a folder other users may enter, as a home directory is (pytest's are 0700)
+    with open_folder("bl-pg-cluster-") as folder:
+        home = folder / "pg-cluster"
+        with_password = database.replace("postgres@", f"postgres:{DB_PASSWORD}@", 1)
+        try:
+            started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
+                          "--workers-per-node", "2", "--db", with_password, timeout=400)
+            assert started.returncode == 0, started.stdout + started.stderr
+            assert "2 workers each" in started.stdout
+            yield home
+        finally:
+            if (home / local_cluster.STATE_FILE).exists():
+                local_cluster.down(home)
+
+
+def test_the_database_password_is_in_no_file_another_user_can_read(deployment):
+    """Issue #39: `cluster up --db postgresql://user:password@...` left the password in a
+    0644 airflow.cfg in a 0755 folder."""
+    require_another_user()
+    holding = files_holding([deployment], [DB_PASSWORD])
+    assert deployment / "airflow.cfg" in holding, holding
+    assert readable_by_another_user(holding) == []
+    assert not [p for p in holding if p.stat().st_mode & 0o077], holding
+    assert DB_PASSWORD not in (deployment / "join.json").read_text()
 
 
 @pytest.fixture(scope="module")
