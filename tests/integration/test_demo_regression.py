@@ -66,7 +66,8 @@ def test_the_demo_publishes_what_it_published_before(demo):
     found = snapshot(demo["warehouse"], demo["data"].resolve())
     expected = read_fixture()
     assert len(found["entries"]) == len(expected["entries"]) == 210
-    assert sum(e["publishable"] for e in found["entries"].values()) == 204
+    # 6 warm prefill rates and (issue #39) 18 p99s of 45 requests are blocked
+    assert sum(e["publishable"] for e in found["entries"].values()) == 186
     assert differences(expected, found) == []
 
 
@@ -96,7 +97,8 @@ def test_blocked_entries_come_from_entry_blocks(demo_run):
     run_id, con = demo_run
     blocked = con.execute("SELECT entry_id, blocked_by FROM current_entries "
                           "WHERE run_id = ? AND NOT publishable", [run_id]).fetchall()
-    # Warm-prompt prefill rates measure the prefix cache: the demo's prompts are warm.
+    # Warm-prompt prefill rates measure the prefix cache: the demo's prompts are warm. A p99
+    # needs 100 requests: a demo cell has 45.
     assert blocked
     for entry_id, blocked_by in blocked:
         parts = con.execute(
@@ -109,8 +111,10 @@ def test_blocked_entries_come_from_entry_blocks(demo_run):
     assert published == [(0,)]
     from benchledger.publishing.read import blocks
 
-    summary = format_blocked(blocks(con, run_id))
-    assert summary.lstrip().startswith("prefill_rate_cold_prompts: 6 entries")
+    summary = [line.strip() for line in format_blocked(blocks(con, run_id)).splitlines()
+               if not line.strip().startswith("e.g. ")]
+    assert [line.split(" (")[0] for line in summary] == [
+        "percentile_n_sufficient: 18 entries", "prefill_rate_cold_prompts: 6 entries"]
 
 
 def test_comparison_rules_decide_the_verdicts(demo_run):

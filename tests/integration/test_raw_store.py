@@ -58,13 +58,16 @@ def _node_run(tmp_path, server, store_url):
 
 def test_a_run_pushed_by_a_node_loads_on_the_head_from_the_store(tmp_path, server, store_url):
     node, layout = _node_run(tmp_path, server, store_url)
-    assert push_run(node, layout) == 9  # run, 2 x (restart, window, requests, observed)
+    # run, 2 x (restart, window, requests, observed), and the run's seal files (issue #39):
+    # one of the run folder's, one of each restart's
+    assert push_run(node, layout) == 12
     stored = server.objects(store_url.removeprefix(f"s3://{server.bucket}/"))
-    assert len(stored) == 9 and all("/raw/" in key for key in stored)
+    assert len(stored) == 12 and all("/raw/" in key for key in stored)
+    assert sum("/seal-" in key for key in stored) == 3
 
     head = storage_of(server, store_url, tmp_path / "head")
     head_layout = layout.__class__(head.local, layout.run_id)
-    assert raw_store.pull_run(head, head_layout) == 9
+    assert raw_store.pull_run(head, head_layout) == 12
     with connect(":memory:") as direct, connect(":memory:") as via_store:
         first = load_run_dir(direct, layout.run_dir)
         assert load_run_dir(via_store, head_layout.run_dir, head.recorded_path) == first
@@ -206,6 +209,7 @@ def test_the_object_store_benchmark_moves_and_loads_every_file(tmp_path):
 
     result = measure(2000, tmp_path)
     assert result["requests"] == 2000
-    assert result["files_pushed"] == result["files_pulled"] == 71
+    # 71 raw files and the run's 11 seal files (one of the run folder's, one a restart's)
+    assert result["files_pushed"] == result["files_pulled"] == 82
     assert result["files_pushed_again"] == 0
     assert result["files_pulled_again"] == 31  # the manifests only

@@ -201,12 +201,35 @@ def reference_windows(rule: str, rows: list[dict]) -> tuple[bool, str, str]:
         return reference_readable(rows)
     if rule == "arrivals_on_schedule":
         return reference_schedule(rows)
+    if rule == "energy_readable":
+        return reference_energy(rows)
     prefix, counter = RECONCILED[rule]
     ok = all(null(r["reconcile_tolerance"]) or null(r[f"{prefix}_error"])
              or r["reconcile_tolerance"] >= r[f"{prefix}_error"] for r in rows)
     details = [r[f"{prefix}_detail"] for r in rows if isinstance(r[f"{prefix}_detail"], str)]
     return (ok, f"{counter} delta within {join(r['reconcile_tolerance'] for r in rows)} "
                 "(relative) of the client's count", "; ".join(details) or "not reconciled")
+
+
+def reference_energy(rows: list[dict]) -> tuple[bool, str, str]:
+    """Issue #39: where the arm's telemetry reported energy or power, the window has it."""
+    found, ok = [], True
+    for r in rows:
+        expected, joules = r.get("energy_expected"), r.get("window_energy_j")
+        if null(expected) or not expected > 0:
+            found.append("rule not applicable (its arm's GPU telemetry reported no energy "
+                         "counter and no power)")
+        elif not null(joules):
+            found.append(f"{joules:.1f} J ({r.get('energy_source')})")
+        else:
+            ok = False
+            gaps = r.get("energy_gaps")
+            found.append("energy unreadable: " + (
+                gaps if isinstance(gaps, str) and gaps
+                else "no GPU telemetry over the window" if null(gaps) else "no energy"))
+    return (ok, "every node and every GPU its deployment listed read before and after the "
+                "window, each GPU's readings able to be true (view window_energy)",
+            "; ".join(found) or "no window")
 
 
 def reference_schedule(rows: list[dict]) -> tuple[bool, str, str]:
@@ -477,6 +500,17 @@ def random_speculation(rng: np.random.Generator) -> dict:
             if kind is not None else rng.choice([1.0, np.nan])}
 
 
+def random_energy(rng: np.random.Generator) -> dict:
+    """Issue #39's columns: an arm with or without energy, a window with its joules or
+    unreadable, and why."""
+    return {"energy_expected": rng.choice([1.0, 1.0, 0.0, np.nan]),
+            "window_energy_j": rng.choice([1234.56, np.nan]),
+            "energy_source": rng.choice(np.array(["energy counter", None], dtype=object)),
+            "energy_gaps": rng.choice(np.array([
+                "readings that cannot be true: local/gpu0: negative power reading (-600 W)",
+                "", None], dtype=object))}
+
+
 def random_run(seed: int, *, object_strings: bool = False,
                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rng = np.random.default_rng(seed)
@@ -485,6 +519,7 @@ def random_run(seed: int, *, object_strings: bool = False,
     ruler = np.random.default_rng(seed + 2000)  # issue #21's
     delivery = np.random.default_rng(seed + 2100)  # issue #22's windows
     speculation = np.random.default_rng(seed + 2300)  # issue #23's
+    energy = np.random.default_rng(seed + 2400)  # issue #39's
     n_restarts = 5
     restarts = pd.DataFrame({
         "restart_id": [f"r{i}" for i in range(n_restarts)],
@@ -551,6 +586,7 @@ def random_run(seed: int, *, object_strings: bool = False,
             "prompt_detail": "prompt delta", "success_detail": None,
             **random_calibration(extra, w), **random_ruler(ruler),
             **random_delivery(delivery), **random_speculation(speculation),
+            **random_energy(energy),
         })
     windows = pd.DataFrame(window_rows)
     windows = pd.concat([windows, windows.iloc[[2]].assign(submitted=0)],
@@ -600,7 +636,10 @@ def test_reference_sees_the_troubles_it_was_given():
                     "below chunks", "20 of 20 arrived whole in one read (100%)",
                     # and counters that could not be read
                     "counter unreadable: vllm:generation_tokens_total: not reconciled",
-                    "counter unreadable: no detail; the server's family (vllm)"):
+                    "counter unreadable: no detail; the server's family (vllm)",
+                    # issue #39: a GPU page that lies, and a window without telemetry
+                    "energy unreadable: readings that cannot be true: local/gpu0",
+                    "energy unreadable: no GPU telemetry over the window"):
         assert trouble in text, trouble
 
 
