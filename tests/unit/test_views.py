@@ -130,9 +130,10 @@ def test_views_survive_reopening_a_file(tmp_path, file_sql):
 
 
 # Views created after the move to files (issue #14: imported and historical evidence;
-# issue #10: lineage per window; issue #13: per-token gaps; issue #21: bursts per window).
+# issue #10: lineage per window; issue #13: per-token gaps; issue #21: bursts per window;
+# issue #39: the GPUs a deployment listed when it was ready).
 VIEWS_ADDED_SINCE = {"entry_requests", "imported_windows", "report_series", "token_gaps",
-                     "window_bursts", "window_speculation", "window_energy"}
+                     "window_bursts", "window_speculation", "window_energy", "deployment_gpus"}
 
 
 @functools.cache

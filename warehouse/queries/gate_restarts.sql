@@ -35,12 +35,7 @@ WITH clocks AS (
     FROM spanned AS s
     LEFT JOIN clocks AS c USING (restart_id)
 ), listed AS (
-    SELECT restart_id, d.node AS node, unnest(d.gpus).gpu AS gpu
-    FROM (SELECT restart_id,
-                 unnest(from_json(deployment,
-                                  '[{"node": "VARCHAR", "gpus": [{"gpu": "INTEGER"}]}]')) AS d
-          FROM restarts
-          WHERE run_id = $run_id)
+    SELECT restart_id, node, gpu FROM deployment_gpus WHERE run_id = $run_id
 ), seen AS (
     SELECT DISTINCT window_id, node, gpu
     FROM gpu_telemetry

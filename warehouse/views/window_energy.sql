@@ -99,13 +99,6 @@ WITH ordered AS (
     SELECT restart_id,
            CAST(json_extract_string(deployment, '$[*].node') AS VARCHAR[]) AS nodes
     FROM restarts
-), listed AS (
-    -- every GPU each node's telemetry listed when the deployment was ready
-    SELECT restart_id, d.node AS node, unnest(d.gpus).gpu AS gpu
-    FROM (SELECT restart_id,
-                 unnest(from_json(deployment,
-                                  '[{"node": "VARCHAR", "gpus": [{"gpu": "INTEGER"}]}]')) AS d
-          FROM restarts)
 ), per_window AS (
     SELECT window_id, any_value(restart_id) AS restart_id,
            count(*) AS gpus,
@@ -130,7 +123,7 @@ WITH ordered AS (
                            ', ') AS unread_nodes,
            -- listed GPUs of the nodes that were read (an unread node is named as one)
            (SELECT string_agg(format('{}/gpu{}', l.node, l.gpu), ', ' ORDER BY l.node, l.gpu)
-            FROM listed AS l
+            FROM deployment_gpus AS l
             WHERE l.restart_id = w.restart_id AND list_contains(w.nodes_read, l.node)
               AND NOT list_contains(w.gpus_read, format('{}/gpu{}', l.node, l.gpu)))
                AS unlisted_gpus
