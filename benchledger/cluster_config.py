@@ -182,14 +182,14 @@ def private_home(home: Path, subfolders: Iterable[str]) -> None:
                            f"so: {exc}; use a folder of your own") from exc
 
 
-def write_private(path: Path, text: str) -> None:
+def write_private(path: Path, content: str | bytes) -> None:
     """Write a file whole (a temp file renamed into place), readable by its owner only
     from its first byte."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
     os.fchmod(fd, PRIVATE_FILE)  # a temp file left by an earlier try keeps its own mode
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    with os.fdopen(fd, "wb") as out:
+        out.write(content.encode() if isinstance(content, str) else content)
     tmp.replace(path)
 
 
