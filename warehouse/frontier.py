@@ -237,10 +237,10 @@ def finding(throughput: str | None, per_user: str | None, *,
     verdicts = {"throughput": throughput, "per-user decode rate": per_user}
     better = [axis for axis, v in verdicts.items() if v == "improvement"]
     worse = [axis for axis, v in verdicts.items() if v == "regression"]
-    held = " beyond the A/A control" if has_control else f" ({NO_CONTROL})"
+    unheld = "" if has_control else f" ({NO_CONTROL})"
+    held = " beyond the A/A control" if has_control else unheld
     if better and worse:
-        return "trade-off", (f"b is better on {better[0]} and worse on {worse[0]}"
-                             + ("" if has_control else f" ({NO_CONTROL})"))
+        return "trade-off", f"b is better on {better[0]} and worse on {worse[0]}{unheld}"
     if better:
         return "b dominates", (f"b is better on {' and '.join(better)}{held}, and not worse "
                                "on the other axis")
@@ -251,7 +251,7 @@ def finding(throughput: str | None, per_user: str | None, *,
         return "not decidable", "an axis could not be compared: " + "; ".join(
             f"{axis}: {v or 'no comparison'}" for axis, v in verdicts.items())
     return "no finding", ("neither axis differs beyond what the A/A control shows"
-                          if has_control else f"neither axis differs ({NO_CONTROL})")
+                          if has_control else f"neither axis differs{unheld}")
 
 
 def control_finding(throughput: str | None, per_user: str | None) -> tuple[str, str]:
