@@ -57,7 +57,7 @@ postgres:
 
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
-# Airflow, overlap. About 35-45 minutes on 2 cores: test_cluster.py's real Airflow clusters
+# Airflow, overlap. About 25-30 minutes on 2 cores: test_cluster.py's real Airflow clusters
 # (about 9 minutes) hold one worker while the other takes most of the rest. The 30 slowest
 # tests and the reason of every skip are printed at the end, for whoever shortens it next.
 test: lint browser postgres
