@@ -2,8 +2,8 @@
 simulator (docs/protocol.md, command line).
 
 argparse and one thin function per command; what a command does lives below it:
-benchledger/local_run.py (run, demo), publishing/ (publish, sql, explain), warehouse/
-(compare, import), benchledger/cluster.py (cluster). This process never imports Airflow.
+benchledger/local/run.py (run, demo), publishing/ (publish, sql, explain), warehouse/
+(compare, import), benchledger/cluster/commands.py (cluster). This process never imports Airflow.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchledger.local_run import CliError, execute_on_cluster, execute_sweep, finish_run
-from benchledger.sweep import SweepError
+from benchledger.local.run import CliError, execute_on_cluster, execute_sweep, finish_run
+from benchledger.sweep.spec import SweepError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_SWEEPS = REPO_ROOT / "dags" / "sweeps"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from benchledger.cluster_config import local_raw_base
-    from benchledger.raw_store import resolve
-    from benchledger.records import storage_path
+    from benchledger.cluster.config import local_raw_base
+    from benchledger.raw.records import storage_path
+    from benchledger.raw.store import resolve
 
     cluster = Path(args.cluster).resolve() if args.cluster else None
     try:
@@ -162,7 +162,8 @@ def _settings(pairs: list[str]) -> dict[str, dict[str, str]]:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from benchledger import cluster, cluster_config
+    from benchledger.cluster import commands as cluster
+    from benchledger.cluster import config as cluster_config
 
     home = Path(args.home).resolve()
     try:
@@ -172,7 +173,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                        workers_per_node=args.workers_per_node, host=args.host)
             return 0
         if args.action == "join":
-            from benchledger.cluster_join import join
+            from benchledger.cluster.join import join
 
             if not args.join_file or not args.node:
                 raise CliError("cluster join needs --join-file (the join.json `cluster up` "

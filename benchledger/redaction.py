@@ -12,7 +12,7 @@ Two kinds of secret reach benchledger:
   places (the run's sweep text, restart.json, the effective config, XCom and the task log
   through the server handle). `command_secrets` finds them in the arguments, `redact_argv`
   and `redact_command_text` take them out of a command, `redact_sweep_text` out of a
-  sweep file's text: what the run records instead of the file (benchledger.sweep's
+  sweep file's text: what the run records instead of the file (benchledger.sweep.spec's
   `recorded_form`).
 
 What counts as a secret in a command, and why not more:

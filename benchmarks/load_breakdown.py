@@ -29,7 +29,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchledger import raw
+from benchledger.raw import layout as raw
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("plain", "pk_one_txn", "pk_txn_per_file", "loader")

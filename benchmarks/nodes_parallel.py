@@ -30,9 +30,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchledger import cluster  # noqa: E402
-from benchledger.airflow_api import ApiClient  # noqa: E402
-from benchledger.cluster_config import api_credentials  # noqa: E402
+from benchledger.cluster import commands as cluster  # noqa: E402
+from benchledger.cluster.airflow_api import ApiClient  # noqa: E402
+from benchledger.cluster.config import api_credentials  # noqa: E402
 from benchmarks.warehouse_scale import code_version, machine  # noqa: E402
 
 NODES = ["node-a", "node-b", "node-c", "node-d"]

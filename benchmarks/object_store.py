@@ -28,9 +28,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks.` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchledger import raw_store  # noqa: E402
-from benchledger.raw import RunLayout  # noqa: E402
-from benchledger.raw_store import S3Settings  # noqa: E402
+from benchledger.raw import store as raw_store  # noqa: E402
+from benchledger.raw.layout import RunLayout  # noqa: E402
+from benchledger.raw.store import S3Settings  # noqa: E402
 from benchledger.warehouse.db import connect  # noqa: E402
 from benchledger.warehouse.load import load_run_dir  # noqa: E402
 from benchmarks.synthetic_run import write_scale_run  # noqa: E402

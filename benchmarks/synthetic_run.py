@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 
 from benchledger.client import WindowResult
-from benchledger.raw import RunLayout, write_json
-from benchledger.restart import write_run_manifest
-from benchledger.telemetry import SAMPLE_SCHEMA
-from benchledger.window_write import write_window
+from benchledger.raw.layout import RunLayout, write_json
+from benchledger.restart.steps import write_run_manifest
+from benchledger.restart.window_write import write_window
+from benchledger.server.telemetry import SAMPLE_SCHEMA
 
 S = 1_000_000_000
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
@@ -121,7 +121,7 @@ def window_rows(window_id: str, n: int, events: int, speculative: bool,
 def telemetry_table(accounting: dict, nodes: int, gpus: int, readings: int,
                     rng: np.random.Generator) -> pa.Table:
     """Every GPU of `nodes` nodes read `readings` times over the window (the first one
-    before it, the last after it), as benchledger.telemetry writes them: clocks under load,
+    before it, the last after it), as benchledger.server.telemetry writes them: clocks under load,
     400-500 W, energy counters that grow by each reading's power over its interval. Built
     column by column (numpy), never row by row."""
     n = nodes * gpus * readings

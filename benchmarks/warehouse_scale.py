@@ -47,7 +47,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from benchledger import raw
+from benchledger.raw import layout as raw
 
 REPO = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a script: make `benchmarks.` importable
@@ -489,7 +489,7 @@ def _telemetry_shape(text: str) -> tuple[int, int, int]:
 def _run_files(base: Path, index: int, args, write_scale_run):
     """The layout of run `index`, writing its raw files unless an earlier call on this
     folder left a complete run of the same shape; (layout, 1 if reused else 0)."""
-    from benchledger.raw import RunLayout
+    from benchledger.raw.layout import RunLayout
 
     layout = RunLayout(base / "data", run_id_of(index))
     shape = {"requests": args.requests, "events": args.events, "restarts": args.restarts,

@@ -99,9 +99,9 @@ def run_case(case: str, folder: Path, items: int, render: int, render_tokens: in
     """One case in this process: what it cost."""
     import pyarrow as pa
 
+    from benchledger.sweep.workload import WorkloadSource
     from benchledger.workloads.prepare import prepare_workload
     from benchledger.workloads.render import render_prompt
-    from benchledger.workloads.spec import WorkloadSource
 
     sources = {
         "dataset_ordered": WorkloadSource(dataset="dataset.jsonl"),

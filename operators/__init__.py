@@ -3,5 +3,5 @@
 """
 
 # Where the tasks' on_failure_callback appends one JSON line per failed task (the first
-# cause of a failed run, for the terminal): set by benchledger.runner for the runs it starts.
+# cause of a failed run, for the terminal): set by benchledger.local.runner for the runs it starts.
 FAILURES_ENV = "BENCHLEDGER_FAILURES_FILE"

@@ -14,7 +14,7 @@ from airflow.sdk import DAG, Param, TaskGroup, chain
 
 from benchledger.operators import sweep_tasks as t
 from benchledger.operators.worker_pin import restart_queue
-from benchledger.sweep import load_sweep
+from benchledger.sweep.spec import load_sweep
 
 
 def _target_params(warehouse: str | None, data_dir: str | None) -> dict:

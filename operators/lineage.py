@@ -36,7 +36,7 @@ from airflow.providers.standard.decorators.python import _PythonDecoratedOperato
 from airflow.sdk import get_current_context
 from airflow.sdk.bases.decorator import task_decorator_factory
 
-from benchledger import raw
+from benchledger.raw import layout as raw
 
 # load_run_dir's tables: the run's manifests, its requests, the observations of its windows
 # (server counters, log lines, node clocks) and the catalogue of the files themselves.

@@ -21,11 +21,11 @@ from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from benchledger.operators import FAILURES_ENV, lineage
-from benchledger.raw import Attempt, RunLayout
+from benchledger.raw.layout import Attempt, RunLayout
 from benchledger.warehouse import WAREHOUSE_POOL
 
 if TYPE_CHECKING:  # pyarrow: never imported while a DAG file is parsed
-    from benchledger.raw_store import RawStorage
+    from benchledger.raw.store import RawStorage
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,10 @@ class RunPaths:
 
 def run_paths() -> RunPaths:
     """Where this DAG run writes: DAG params (or run conf), else env, else ~/.benchledger.
-    A path or a file:// URL on a file system every node sees (benchledger.records), or an
-    s3:// object store (benchledger.raw_store) with this node's copy in a local folder."""
-    from benchledger.raw_store import is_object_store, resolve
-    from benchledger.records import storage_path
+    A path or a file:// URL on a file system every node sees (benchledger.raw.records), or an
+    s3:// object store (benchledger.raw.store) with this node's copy in a local folder."""
+    from benchledger.raw.records import storage_path
+    from benchledger.raw.store import is_object_store, resolve
 
     context = get_current_context()
     params = context.get("params") or {}
@@ -66,7 +66,7 @@ def _s3_settings():
     """The object store's endpoint and credentials: the Airflow connection named by
     BENCHLEDGER_S3_CONN_ID (an `aws` connection: login, password, extra endpoint_url and
     region_name), else the environment. Never logged, never recorded."""
-    from benchledger.raw_store import S3Settings
+    from benchledger.raw.store import S3Settings
 
     conn_id = os.environ.get(S3_CONN_ENV)
     if not conn_id:
@@ -79,7 +79,7 @@ def _s3_settings():
 def s3_settings_of(conn):
     """S3Settings from an Airflow connection (the fields the Amazon provider's `aws`
     connection uses), the environment filling what it leaves out."""
-    from benchledger.raw_store import S3Settings
+    from benchledger.raw.store import S3Settings
 
     extra = conn.extra_dejson or {}
     env = S3Settings.from_env()
@@ -119,7 +119,7 @@ def _restart_files(arm: str, restart_index: int) -> Iterator[tuple[RunLayout, Ca
     """A restart task's layout, with what other nodes stored for the restart pulled first
     (an object store) and what this task wrote pushed when it ends, failed or not; the
     callable pushes at once (measure: after each window)."""
-    from benchledger.raw_store import StoredFileMismatch, pull_restart, push_restart
+    from benchledger.raw.store import StoredFileMismatch, pull_restart, push_restart
 
     paths = run_paths()
     layout = RunLayout(paths.data_dir, paths.run_id)
@@ -147,7 +147,7 @@ def _teardown_files(arm: str, restart_index: int,
     test outlived the run, holding its GPU). A storage failure is raised after the stop,
     and a retry finds the stop recorded. A node without that record launched nothing here:
     it pulls the record first, as every other restart task does."""
-    from benchledger.raw_store import RawStoreError, StoredFileMismatch, push_restart
+    from benchledger.raw.store import RawStoreError, StoredFileMismatch, push_restart
 
     paths = run_paths()
     layout = RunLayout(paths.data_dir, paths.run_id)
@@ -170,7 +170,7 @@ def _teardown_files(arm: str, restart_index: int,
 def _recorded(layout: RunLayout, sweep_path: str):
     """The sweep as plan recorded it in the run manifest (parsed once, sha256 checked): every
     task of a run measures the sweep its `runs` row names. (sweep, sha256)."""
-    from benchledger.restart import RecordMismatch, recorded_sweep
+    from benchledger.restart.steps import RecordMismatch, recorded_sweep
 
     try:
         return recorded_sweep(layout, Path(sweep_path))
@@ -181,9 +181,9 @@ def _recorded(layout: RunLayout, sweep_path: str):
 @task
 def plan(sweep_path: str) -> str:
     """Validate the sweep file and record the run; returns the run's raw folder."""
-    from benchledger.raw_store import push_run_manifest
-    from benchledger.restart import write_run_manifest
-    from benchledger.workload_files import WorkloadError
+    from benchledger.raw.store import push_run_manifest
+    from benchledger.restart.steps import write_run_manifest
+    from benchledger.restart.workload_files import WorkloadError
 
     paths = run_paths()
     layout = RunLayout(paths.data_dir, paths.run_id)
@@ -236,7 +236,7 @@ def launch_server(sweep_path: str, arm: str, restart_index: int,
     several workers serve the node: operators/worker_pin.py): a failed launch is recorded
     in its restart manifest and reported by wait_ready, so the teardown still runs and
     later restarts still go."""
-    from benchledger.restart import launch_restart
+    from benchledger.restart.steps import launch_restart
 
     _pin(pin_queue)
     with _restart_files(arm, restart_index) as (layout, _):
@@ -250,8 +250,8 @@ def launch_server(sweep_path: str, arm: str, restart_index: int,
 
 @task
 def wait_ready(sweep_path: str, arm: str, restart_index: int, handle: dict | None) -> dict:
-    from benchledger.lifecycle import ServerNotReady
-    from benchledger.restart import await_restart, launch_failure
+    from benchledger.restart.steps import await_restart, launch_failure
+    from benchledger.server.lifecycle import ServerNotReady
 
     with _restart_files(arm, restart_index) as (layout, _):
         if handle is None:
@@ -271,10 +271,10 @@ def measure(sweep_path: str, arm: str, restart_index: int, handle: dict,
     """Warm-up, then the measured window(s) of one workload; writes raw files. A retry
     measures only the windows no earlier attempt wrote whole."""
     from benchledger.client import TokenCountUnavailable
-    from benchledger.rate_search import SearchNotRecorded
-    from benchledger.raw_store import pull_restart
-    from benchledger.restart import ServerCrashed, measure_restart_workload
-    from benchledger.workload_files import PreparedFileMismatch
+    from benchledger.raw.store import pull_restart
+    from benchledger.restart.rate_search import SearchNotRecorded
+    from benchledger.restart.steps import ServerCrashed, measure_restart_workload
+    from benchledger.restart.workload_files import PreparedFileMismatch
 
     with _restart_files(arm, restart_index) as (layout, push):
         sweep, sha256 = _recorded(layout, sweep_path)
@@ -303,7 +303,7 @@ def stop_server(arm: str, restart_index: int, handle: dict | None,
                 unpin_queue: str | None = None) -> dict:
     """Always runs after launch: SIGTERM, then SIGKILL, the server's process group; before
     anything that touches an object store (_teardown_files)."""
-    from benchledger.restart import stop_restart
+    from benchledger.restart.steps import stop_restart
 
     with _teardown_files(arm, restart_index,
                          lambda layout: layout.restart_manifest(arm, restart_index)) as layout:
@@ -339,7 +339,7 @@ def launch_node(sweep_path: str, arm: str, restart_index: int, node: str,
     """Start this node's process of the deployment (returns at once): its handle, or None
     when nothing was started. Never raises: a failed launch is in the node's manifest and
     wait_ready reports it, so every teardown still runs."""
-    from benchledger.deployment import launch_node as launch
+    from benchledger.restart.deployment import launch_node as launch
 
     _pin(pin_queue)
     with _restart_files(arm, restart_index) as (layout, _):
@@ -355,7 +355,7 @@ def launch_node(sweep_path: str, arm: str, restart_index: int, node: str,
 def stop_node(arm: str, restart_index: int, node: str, handle: dict | None,
               unpin_queue: str | None = None) -> dict:
     """Always runs after this node's launch: stops its process, notes one found dead."""
-    from benchledger.deployment import stop_node as stop
+    from benchledger.restart.deployment import stop_node as stop
 
     with _teardown_files(arm, restart_index, lambda layout: layout.node_manifest(
             arm, restart_index, node)) as layout:
@@ -369,7 +369,7 @@ def settle_restart(sweep_path: str, arm: str, restart_index: int,
                    unpin_queue: str | None = None) -> dict:
     """The restart's last step: every node's record folded into the restart's manifest (a
     process that died on any node makes the restart crashed, naming the node)."""
-    from benchledger.deployment import settle_restart as settle
+    from benchledger.restart.deployment import settle_restart as settle
 
     with _restart_files(arm, restart_index) as (layout, _):
         manifest = settle(layout, _recorded(layout, sweep_path)[0], arm, restart_index)
@@ -399,7 +399,7 @@ def load(run_dir: str | None = None) -> dict:
 def _pulled(paths: RunPaths) -> RunLayout:
     """The run's layout, every raw file the object store holds for it copied here first
     (nothing to do without a store)."""
-    from benchledger.raw_store import StoredFileMismatch, pull_run
+    from benchledger.raw.store import StoredFileMismatch, pull_run
 
     layout = RunLayout(paths.data_dir, paths.run_id)
     try:  # a store out of reach is retried (RawStoreError); a damaged file is not
@@ -515,7 +515,7 @@ def publish() -> dict:
 @task
 def finalize(sweep_path: str) -> str:
     """Fail the DAG run visibly when any restart or window of the plan went wrong."""
-    from benchledger.restart import run_problems
+    from benchledger.restart.steps import run_problems
 
     layout = _pulled(run_paths())
     problems = run_problems(layout, _recorded(layout, sweep_path)[0])

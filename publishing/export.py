@@ -65,7 +65,7 @@ from benchledger.publishing.read import (
     unknown_run_message,
 )
 from benchledger.publishing.report_html import build_report
-from benchledger.records import file_sha256
+from benchledger.raw.records import file_sha256
 from benchledger.warehouse.db import first_row
 
 MANIFEST = "MANIFEST.sha256"

@@ -13,8 +13,8 @@ import pandas as pd
 from benchledger.prompts import load_prompt_set
 from benchledger.publishing.report_charts import Chart
 from benchledger.publishing.report_markup import esc, figure, table
-from benchledger.raw import run_dir_of_restart_manifest
-from benchledger.records import file_sha256
+from benchledger.raw.layout import run_dir_of_restart_manifest
+from benchledger.raw.records import file_sha256
 from benchledger.workloads.render import render_request
 
 WORKLOAD_TITLE = "Workload"

@@ -54,7 +54,7 @@ def published_and_embedded(warehouse: Path, run_id: str,
     """(the run's published entries in the deployment's warehouse, the same entries from
     an embedded derivation of its raw files: `run_dir`, else the run's folder beside the
     warehouse), each row KEY + value, interval and counts."""
-    from benchledger.raw import RunLayout
+    from benchledger.raw.layout import RunLayout
     from tests.synthetic import derived_warehouse
 
     cols = ", ".join(KEY + ["value", "ci95_low", "ci95_high", "n_requests", "n_restarts"])

@@ -190,7 +190,7 @@ def scripted_server():
 
 def start_simulator(*flags: str, log_path: Path | None = None):
     """Start `python -m benchledger.simulator` on a free loopback port; wait for health."""
-    from benchledger.lifecycle import free_port
+    from benchledger.server.lifecycle import free_port
 
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 (held by the child)
@@ -254,7 +254,7 @@ def run_sweep_text(workdir: Path, text: str):
     (run_id, state, read-only connection). The caller closes the connection."""
     import duckdb
 
-    from benchledger.local_run import execute_sweep
+    from benchledger.local.run import execute_sweep
 
     sweep = workdir / "sweep.toml"
     sweep.write_text(text)

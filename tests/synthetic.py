@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchledger import seal
 from benchledger.client import WindowResult
-from benchledger.raw import NODES_DIR, RunLayout, write_json
-from benchledger.restart import write_run_manifest
+from benchledger.raw import seal
+from benchledger.raw.layout import NODES_DIR, RunLayout, write_json
+from benchledger.restart.steps import write_run_manifest
+from benchledger.restart.window_write import write_window
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
-from benchledger.window_write import write_window
 
 S = 1_000_000_000  # ns per second
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"
@@ -99,7 +99,7 @@ def accounting(window_id, rows, *, concurrency=1, drain_deadline_s=None, prompt_
 
 def write_as_a_step(path: Path, data: dict) -> None:
     """Write a raw manifest as one of the run's steps writes it: recorded in the run's seal
-    (benchledger.seal), so that a state a test makes by hand loads like the pipeline's. A
+    (benchledger.raw.seal), so that a state a test makes by hand loads like the pipeline's. A
     test of the seal itself edits files without it."""
     path = Path(path)
     write_json(path, data, sealed_in=path.parent.parent if path.parent.name == NODES_DIR

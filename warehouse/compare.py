@@ -29,7 +29,7 @@ from benchledger.stats import (
     welch,
     welch_from_summary,
 )
-from benchledger.sweep import Comparison, LoadPoint, Sweep
+from benchledger.sweep.spec import Comparison, LoadPoint, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.validate import store_results
 

@@ -27,7 +27,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from benchledger.sweep import RecordedSweepMismatch, Sweep, parse_recorded
+from benchledger.sweep.spec import RecordedSweepMismatch, Sweep, parse_recorded
 from benchledger.warehouse.writer_waiting import WaitingWriter
 
 MIGRATIONS = Path(__file__).parent / "migrations"

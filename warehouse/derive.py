@@ -42,9 +42,9 @@ from benchledger.rules import (
     EXCLUDE_RESTART,
     names_with_effect,
 )
-from benchledger.slos import bounds_rows, judge_sql
 from benchledger.stats import t_bounds
-from benchledger.sweep import ArmPlan, LoadPoint, Sweep
+from benchledger.sweep.slos import bounds_rows, judge_sql
+from benchledger.sweep.spec import ArmPlan, LoadPoint, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
 from benchledger.warehouse.entries import (
     Block,

@@ -35,8 +35,8 @@ import pandas as pd
 
 from benchledger import __version__
 from benchledger.rules import ARRIVALS_ON_SCHEDULE
-from benchledger.slos import meets_target, queue_growth_sql, saturation_reasons
-from benchledger.sweep import Sweep
+from benchledger.sweep.slos import meets_target, queue_growth_sql, saturation_reasons
+from benchledger.sweep.spec import Sweep
 from benchledger.warehouse.db import insert_frame, query_frame, recorded_sweep
 from benchledger.warehouse.entries import as_float, over_slo_requests
 from benchledger.warehouse.metrics import MEETING_ALL, MEETING_SLO

@@ -31,7 +31,7 @@ import pandas as pd
 
 from benchledger import __version__
 from benchledger.stats import sd_from_interval, welch_bounds
-from benchledger.sweep_types import HeadlineMetric
+from benchledger.sweep.values import HeadlineMetric
 from benchledger.warehouse.compare import LOWER_IS_BETTER
 from benchledger.warehouse.db import insert_frame, query_frame
 

@@ -26,10 +26,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchledger import raw
-from benchledger.raw import JSON_COLUMNS, RESTART_COLUMNS, RUN_COLUMNS, WINDOW_COLUMNS
-from benchledger.records import file_sha256
-from benchledger.seal import read_seal
+from benchledger.raw import layout as raw
+from benchledger.raw.layout import JSON_COLUMNS, RESTART_COLUMNS, RUN_COLUMNS, WINDOW_COLUMNS
+from benchledger.raw.records import file_sha256
+from benchledger.raw.seal import read_seal
 from benchledger.warehouse.db import WarehouseError, first_row, insert_frame, only_row
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 
@@ -74,7 +74,7 @@ def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path,
     the call. (It is also what lets DuckDB write the requests in one pass: a commit per
     window file cost about as much again as the insert itself.) `recorded_as`: how
     raw_files names a file (its s3:// URL where the folder is an object store's local
-    copy: benchledger.raw_store).
+    copy: benchledger.raw.store).
     """
     manifests = _read_manifests(Path(run_dir))
     con.execute("BEGIN TRANSACTION")
@@ -104,7 +104,7 @@ def _read_manifests(run_dir: Path) -> list[_Manifest]:
 
 def _check_sealed(run_dir: Path, manifests: list[_Manifest]) -> None:
     """A sealed run (its manifest's `seal`): every manifest is a version one of the run's
-    steps recorded writing (benchledger.seal), else nothing of the run is loaded. The files
+    steps recorded writing (benchledger.raw.seal), else nothing of the run is loaded. The files
     a window manifest names are sealed through it: it records their sha256, which each of
     them is checked against when it is loaded (_named_files)."""
     if manifests[0].data.get("seal") is None:
@@ -361,7 +361,7 @@ def _insert_requests(con, files: list[_NamedFile]) -> int:
 
 
 def _insert_telemetry(con, files: list[_NamedFile]) -> int:
-    """Insert the GPU samples of every telemetry file (benchledger.telemetry's columns plus
+    """Insert the GPU samples of every telemetry file (benchledger.server.telemetry's columns plus
     restart_id and window_id), each row tagged with its file's sha256: one INSERT that
     DuckDB reads from the files, like the requests. Refused unless every column is one of
     gpu_telemetry's and the rows are the footers' count."""

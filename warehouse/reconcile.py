@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import duckdb
 import pandas as pd
 
-from benchledger.observe import COUNTER_UNREADABLE
+from benchledger.server.observe import COUNTER_UNREADABLE
 
 # What a window is reconciled on, whatever a family calls its counter: one *_reconcile rule
 # each (benchledger.rules), reconciliations.quantity.

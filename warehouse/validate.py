@@ -12,7 +12,7 @@ import pandas as pd
 from benchledger import rules as R
 from benchledger.expectations.gate import REQUEST_COLUMNS, RuleResult, run_gate
 from benchledger.rules import RULESET_VERSION, QueryCheck, Rule
-from benchledger.sweep import LoadPoint, Sweep
+from benchledger.sweep.spec import LoadPoint, Sweep
 from benchledger.warehouse.db import insert_frame, query_frame, query_sql, recorded_sweep
 from benchledger.warehouse.reconcile import reconcile_run
 

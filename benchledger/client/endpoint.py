@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 from benchledger.client.registry import Registry, Variant
 from benchledger.client.text import safe_text, show
 
-# The sweep's EndpointName (benchledger.sweep), spelled again: the client may not import the
+# The sweep's EndpointName (benchledger.sweep.spec), spelled again: the client may not import the
 # sweep module, which imports the simulator's options, and the client and the simulator share
 # no code, not even through a third module (.importlinter). tests/unit/test_client.py checks
 # that both name the same endpoints, and mypy that the sweep's value fits Target.

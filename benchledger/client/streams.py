@@ -27,11 +27,11 @@ from itertools import islice
 
 import aiohttp
 
+from benchledger.client.progress import PartCounter
 from benchledger.client.record import RequestRecord, WindowSpec, new_record
 from benchledger.client.request import stream_one
 from benchledger.client.ruler import Reading, Ruler
 from benchledger.client.target import Target
-from benchledger.progress import PartCounter
 
 CONNECT_TIMEOUT_S = 30.0
 # After cancelling the requests still running at a drain deadline, how long to wait for

@@ -22,7 +22,7 @@ from benchledger.client.record import RequestRecord, WindowSpec
 from benchledger.client.registry import Registry, Variant
 from benchledger.client.tally import Tally
 
-# The sweep's TokenCountName (benchledger.sweep), spelled again for the reason EndpointName
+# The sweep's TokenCountName (benchledger.sweep.spec), spelled again for the reason EndpointName
 # is (benchledger.client.endpoint).
 TokenCountName = Literal["usage", "logprobs", "server_tokenizer"]
 

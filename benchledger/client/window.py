@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from benchledger.client.progress import DEFAULT_INTERVAL_S, PartCounter, Snapshot, reporter
 from benchledger.client.record import RequestRecord, WindowSpec
 from benchledger.client.ruler import Reading, summarise
 from benchledger.client.streams import (
@@ -31,7 +32,6 @@ from benchledger.client.streams import (
 from benchledger.client.target import Target, TokenCounter
 from benchledger.client.usage import read_usage
 from benchledger.client.workers import WorkerPool, WorkerProgress, worker_count
-from benchledger.progress import DEFAULT_INTERVAL_S, PartCounter, Snapshot, reporter
 from benchledger.redaction import redact
 
 
@@ -207,7 +207,7 @@ async def measure_window_async(target: Target, spec: WindowSpec,
     """Warm-up, then the measured window; on_start/on_stop bracket only the measured part
     (counter scrapes, log slices and clock sampling must not include warm-up). on_progress
     gets a snapshot of the running part every progress_interval_s, and the measured
-    part's last one (benchledger.progress).
+    part's last one (benchledger.client.progress).
 
     The streams run on this event loop when the window has one worker
     (workers.worker_count of spec.workers), else in worker processes.

@@ -31,10 +31,10 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from benchledger.client.progress import PartCounter, Snapshot
 from benchledger.client.record import RequestRecord, WindowSpec, new_record
 from benchledger.client.streams import PartOutcome, Share, client_session, drive_part
 from benchledger.client.target import Target
-from benchledger.progress import PartCounter, Snapshot
 
 # One worker keeps up with 64 streams of 10 ms steps with most of its core idle
 # (benchmarks/client_fidelity.py); below that a second process costs its start-up (about

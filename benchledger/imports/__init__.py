@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchledger.imports import aiperf, guidellm, report, vllm_bench
 from benchledger.imports.evidence import Evidence, EvidenceFileError, run_id_for
-from benchledger.records import file_sha256
+from benchledger.raw.records import file_sha256
 
 Parser = Callable[[Path, str, str, str], Evidence]
 PARSERS: dict[str, Parser] = {

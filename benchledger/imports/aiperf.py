@@ -55,7 +55,7 @@ from benchledger.imports.evidence import (
     seconds_to_ns,
     window_id_for,
 )
-from benchledger.records import file_sha256
+from benchledger.raw.records import file_sha256
 from benchledger.rules import MIN_REQUESTS_PLAIN
 
 RECORDS_SUFFIX, SUMMARY_SUFFIX = ".jsonl", "_aiperf.json"

@@ -61,7 +61,7 @@ MIN_REQUESTS_PLAIN = 5
 # (issue #39: a p99 from one request was published like one from twenty).
 PERCENTILE_MIN_REQUESTS = {"p50": 2, "p90": 10, "p99": 100}
 MIN_RESTARTS_FOR_CLAIM = 2  # T5: restarts per arm before an A/B may claim a difference
-# Defaults of thresholds a sweep sets (benchledger.sweep uses these as its defaults).
+# Defaults of thresholds a sweep sets (benchledger.sweep.spec uses these as its defaults).
 DEFAULT_RECONCILE_TOLERANCE = 0.01  # T3: counters vs delivered usage, relative
 DEFAULT_MIN_CLOCK_RATIO = 0.9  # T10: SM clock under load as a fraction of max
 # T17: the share of a cell's completed requests that may arrive in a burst before its

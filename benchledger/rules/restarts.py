@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from benchledger.raw import HEALTHY_STATUSES
+from benchledger.raw.layout import HEALTHY_STATUSES
 from benchledger.rules.core import (
     BLOCK_ENTRIES,
     DEFAULT_MIN_CLOCK_RATIO,

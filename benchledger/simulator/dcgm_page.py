@@ -2,7 +2,7 @@
 prints them (issue #24), so telemetry can be tested end to end without a GPU.
 
 Written by hand from dcgm-exporter's own field names and units (the simulator shares no
-code with benchledger's parser, benchledger/dcgm.py): SM clock and its maximum in MHz,
+code with benchledger's parser, benchledger/server/dcgm.py): SM clock and its maximum in MHz,
 power in W, the energy counter in mJ since the process started (DCGM's: since the driver
 loaded), utilisation in %, framebuffer used in MiB, and the clock-event reasons bitmask,
 always 0 (the field notes' stuck GPU reported no reason either). The maximum SM clock and

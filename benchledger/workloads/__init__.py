@@ -8,7 +8,7 @@
 - `prepare`: `prepare_workload`, a table of requests and its provenance;
 - `render`: a synthetic or trace request's text, made when it is sent.
 
-Nothing here talks to a server or imports Airflow; the sweep (benchledger.sweep) holds a
+Nothing here talks to a server or imports Airflow; the sweep (benchledger.sweep.spec) holds a
 WorkloadSource's keys in its Workload model, the measuring side renders and sends the rows.
 """
 
@@ -17,18 +17,18 @@ WorkloadSource's keys in its Workload model, the measuring side renders and send
 # in with it (tests/unit/test_settings.py holds the client and the simulator apart).
 _WHERE = {
     "Dataset": "benchledger.workloads.datasets",
-    "Distribution": "benchledger.workloads.spec",
-    "Empirical": "benchledger.workloads.spec",
-    "Fixed": "benchledger.workloads.spec",
-    "Lognormal": "benchledger.workloads.spec",
-    "Normal": "benchledger.workloads.spec",
+    "Distribution": "benchledger.sweep.workload",
+    "Empirical": "benchledger.sweep.workload",
+    "Fixed": "benchledger.sweep.workload",
+    "Lognormal": "benchledger.sweep.workload",
+    "Normal": "benchledger.sweep.workload",
     "PreparedWorkload": "benchledger.workloads.prepare",
-    "SharedPrefix": "benchledger.workloads.spec",
+    "SharedPrefix": "benchledger.sweep.workload",
     "TABLE_SCHEMA": "benchledger.workloads.prepare",
     "Trace": "benchledger.workloads.traces",
-    "Uniform": "benchledger.workloads.spec",
+    "Uniform": "benchledger.sweep.workload",
     "WorkloadError": "benchledger.workloads.errors",
-    "WorkloadSource": "benchledger.workloads.spec",
+    "WorkloadSource": "benchledger.sweep.workload",
     "block_text": "benchledger.workloads.render",
     "group_prefix": "benchledger.workloads.render",
     "ids_sha256": "benchledger.workloads.prepare",

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from benchledger.sweep_types import MAX_TOKENS
+from benchledger.sweep.values import MAX_TOKENS
 from benchledger.workloads.errors import WorkloadError, at
 
 MAX_LENGTH = MAX_TOKENS  # the largest token count a row may ask for (input or output)

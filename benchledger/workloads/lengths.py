@@ -24,10 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from benchledger.sweep.workload import Distribution, Empirical, Fixed, Normal, Uniform
 from benchledger.workloads.datasets import Dataset, Format, read_dataset
 from benchledger.workloads.errors import WorkloadError
 from benchledger.workloads.jsonio import MAX_LENGTH, word_counts
-from benchledger.workloads.spec import Distribution, Empirical, Fixed, Normal, Uniform
 
 # The streams (see the module's docstring); a number, never reused for another purpose.
 SAMPLING, INPUT_LENGTH, OUTPUT_LENGTH, PREFIX_GROUP = 1, 2, 3, 4

@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from benchledger.sweep.workload import WorkloadSource
 from benchledger.workloads.datasets import Dataset
 from benchledger.workloads.errors import WorkloadError
 from benchledger.workloads.jsonio import messages_json
 from benchledger.workloads.lengths import PREFIX_GROUP, SAMPLING, DatasetReader, draw, reader, rng
 from benchledger.workloads.render import render_request
 from benchledger.workloads.sessions import eligible, session_columns, user_turns
-from benchledger.workloads.spec import WorkloadSource
 from benchledger.workloads.traces import HASH_IDS, read_trace
 
 TABLE_SCHEMA = pa.schema([
@@ -46,7 +46,7 @@ class PreparedWorkload:
     table: pa.Table  # TABLE_SCHEMA
     provenance: dict[str, Any]  # JSON-serialisable
     # the files (and dataset folders) its rows were read from: a prepared copy of their
-    # text is no more readable than they are (benchledger.workload_files)
+    # text is no more readable than they are (benchledger.restart.workload_files)
     sources: tuple[Path, ...] = ()
 
     def row(self, index: int) -> dict[str, Any]:

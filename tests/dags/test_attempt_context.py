@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from benchledger.raw import Attempt
+from benchledger.raw.layout import Attempt
 
 
 def test_a_task_passes_its_try_number_and_worker(monkeypatch):

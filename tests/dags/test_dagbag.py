@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.sweep import load_sweep
+from benchledger.sweep.spec import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -314,7 +314,7 @@ def test_the_regression_gate_runs_after_derive_beside_finalize_in_the_warehouse_
 @pytest.mark.parametrize(("value", "message"), [
     ('["tpot"]', "regression_gate"), ("[]", "regression_gate"), ('"maybe"', "regression_gate")])
 def test_a_regression_gate_naming_no_headline_metric_is_refused(tmp_path, value, message):
-    from benchledger.sweep import SweepError
+    from benchledger.sweep.spec import SweepError
 
     sweep = tmp_path / "gated.toml"
     sweep.write_text((DAGS / "sweeps" / "demo.toml").read_text().replace(

@@ -20,7 +20,7 @@ passes them and only their energy is in question. Every path counts its own GETs
   ready) lists GPU 1; every later page lists GPU 0 alone.
 
 Written by hand from dcgm-exporter's field names; it shares no code with benchledger
-(neither its parser, benchledger/dcgm.py, nor the simulator's page), so a bug in either
+(neither its parser, benchledger/server/dcgm.py, nor the simulator's page), so a bug in either
 cannot hide in the page that tests it.
 """
 

@@ -22,10 +22,10 @@ import duckdb
 import psutil
 import pytest
 
-from benchledger import cluster as local_cluster
-from benchledger import cluster_supervisor as supervisor
-from benchledger.airflow_api import ApiClient
-from benchledger.cluster_config import api_credentials
+from benchledger.cluster import commands as local_cluster
+from benchledger.cluster import supervisor
+from benchledger.cluster.airflow_api import ApiClient
+from benchledger.cluster.config import api_credentials
 from tests.browser import chromium_binary
 from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 from tests.conftest import pids_tagged
@@ -164,7 +164,7 @@ def _runs_of(warehouse: Path, sweep_name: str) -> list[tuple[str, bool]]:
 def test_openlineage_events_name_raw_files_tables_and_export(deployment, two_arm_run):
     """The deployment's [openlineage] file transport (set by `cluster up --config`): the
     COMPLETE events of the run's load, derive and publish, emitted by the workers."""
-    from benchledger.raw import RunLayout
+    from benchledger.raw.layout import RunLayout
 
     _, warehouse = two_arm_run
     run_id = _run_id(warehouse)

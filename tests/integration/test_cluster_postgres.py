@@ -23,9 +23,9 @@ import duckdb
 import psycopg2
 import pytest
 
-from benchledger import cluster as local_cluster
-from benchledger.airflow_api import ApiClient
-from benchledger.cluster_config import api_credentials
+from benchledger.cluster import commands as local_cluster
+from benchledger.cluster.airflow_api import ApiClient
+from benchledger.cluster.config import api_credentials
 from tests.cluster_helpers import (
     files_holding,
     open_folder,

@@ -29,8 +29,8 @@ import jwt
 import pytest
 from cryptography.fernet import Fernet
 
-from benchledger import cluster as local_cluster
-from benchledger.cluster_config import api_credentials
+from benchledger.cluster import commands as local_cluster
+from benchledger.cluster.config import api_credentials
 from tests.cluster_helpers import (
     files_holding,
     open_folder,

@@ -39,8 +39,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from benchledger.local_run import sweep_airflow_home
-from benchledger.raw import RunLayout, read_json
+from benchledger.local.run import sweep_airflow_home
+from benchledger.raw.layout import RunLayout, read_json
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 from tests.conftest import pids_tagged

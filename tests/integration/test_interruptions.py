@@ -1,7 +1,7 @@
 """Hard kills, a second run of the same sweep, and a run that fails: `benchledger run` in a
 child process, as a user types it, on the built-in simulator.
 
-- kill -9 of the runner (python -m benchledger.runner): the CLI notices, stops the servers
+- kill -9 of the runner (python -m benchledger.local.runner): the CLI notices, stops the servers
   the run started, loads the raw files written so far, and says so; exit 1.
 - a second `benchledger run` of a sweep that is running is refused at once, naming the
   holder.
@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchledger.local_run import load_unloaded_runs
+from benchledger.local.run import load_unloaded_runs
 from benchledger.warehouse.db import connect
 from tests.conftest import REPO
 
@@ -118,7 +118,7 @@ def children(pid: int) -> list[int]:
 
 def runner_of(cli_pid: int) -> int:
     (runner,) = [p for p in children(cli_pid)
-                 if b"benchledger.runner" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                 if b"benchledger.local.runner" in Path(f"/proc/{p}/cmdline").read_bytes()]
     return runner
 
 
@@ -296,7 +296,7 @@ def test_a_failed_run_shows_each_cause_and_never_says_published(tmp_path):
 
 def test_the_readme_simulator_command_serves(tmp_path):
     """`benchledger simulator --port PORT --speculative`, exactly as the README has it."""
-    from benchledger.lifecycle import free_port
+    from benchledger.server.lifecycle import free_port
 
     port = free_port()
     server = subprocess.Popen([str(Path(sys.executable).parent / "benchledger"), "simulator",

@@ -13,11 +13,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from benchledger.local_run import execute_sweep
+from benchledger.local.run import execute_sweep
 from benchledger.operators import lineage
 from benchledger.publishing.export import DATA_DOCS, MARKER
 from benchledger.publishing.report_charts import CHARTS_DIR
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 
 pytestmark = pytest.mark.integration
 

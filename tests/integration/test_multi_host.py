@@ -31,7 +31,7 @@ from collections import defaultdict
 import duckdb
 import pytest
 
-from benchledger import cluster as local_cluster
+from benchledger.cluster import commands as local_cluster
 from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
 from tests.netns import hosts, namespaces
 from tests.postgres import postgres_server
@@ -123,9 +123,9 @@ def _api_get(site, path: str) -> dict:
     """GET from the deployment's API as the head host does: the API listens on the head's
     address, which only the namespaces on the bridge reach."""
     code = ("import json, sys\nfrom pathlib import Path\n"
-            "from benchledger.airflow_api import ApiClient\n"
-            "from benchledger.cluster import Cluster\n"
-            "from benchledger.cluster_config import api_credentials\n"
+            "from benchledger.cluster.airflow_api import ApiClient\n"
+            "from benchledger.cluster.commands import Cluster\n"
+            "from benchledger.cluster.config import api_credentials\n"
             "home = Path(sys.argv[1])\n"
             "client = ApiClient(Cluster.load(home).api_url, *api_credentials(home))\n"
             "print(json.dumps(client.request('GET', sys.argv[2], "

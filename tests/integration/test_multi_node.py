@@ -27,7 +27,7 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from tests.conftest import pids_tagged, run_sweep_text
 
 pytestmark = pytest.mark.integration

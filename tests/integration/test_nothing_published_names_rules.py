@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from benchledger.local_run import execute_sweep, finish_run
+from benchledger.local.run import execute_sweep, finish_run
 
 pytestmark = pytest.mark.integration
 

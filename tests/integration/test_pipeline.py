@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from benchledger.cli import main as cli_main
-from benchledger.local_run import execute_sweep
+from benchledger.local.run import execute_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -192,7 +192,7 @@ def test_missing_usage_and_dead_server_block_their_arms(failing_run):
 
 
 def test_loading_the_same_raw_files_twice_adds_nothing(passing_run, workdir):
-    from benchledger.raw import RunLayout
+    from benchledger.raw.layout import RunLayout
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.load import load_run_dir
 
@@ -223,7 +223,7 @@ def test_sql_and_publish_commands(passing_run, workdir, capsys):
 
 
 def test_the_publish_dag_exported_the_run(passing_run, workdir):
-    from benchledger.raw import RunLayout
+    from benchledger.raw.layout import RunLayout
 
     out = RunLayout(workdir / "data", passing_run["run_id"]).export_dir
     assert {"entries.json", "report.html", "MANIFEST.sha256"} <= {p.name for p in out.iterdir()}

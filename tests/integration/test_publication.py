@@ -20,7 +20,7 @@ import pytest
 
 from benchledger.cli import main as cli_main
 from benchledger.publishing.export import PublicationError, export_run, write_publication
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.rules import CATALOGUE
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries

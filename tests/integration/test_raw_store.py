@@ -1,4 +1,4 @@
-"""Raw files in an S3-compatible object store (issue #25, benchledger.raw_store), against a
+"""Raw files in an S3-compatible object store (issue #25, benchledger.raw.store), against a
 real HTTP server (moto's standalone server, tests/s3_server.py).
 
 A measuring node writes a run into a folder of its own and pushes it; the head, with a
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchledger import raw_store
-from benchledger.raw_store import RawStoreError, S3Settings, StoredFileMismatch
+from benchledger.raw import store as raw_store
+from benchledger.raw.store import RawStoreError, S3Settings, StoredFileMismatch
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 from tests.s3_server import CREDENTIALS, s3_server

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from benchledger.raw import RunLayout, read_json
+from benchledger.raw.layout import RunLayout, read_json
 from tests.integration.test_fault_suite import run_cli
 
 pytestmark = pytest.mark.integration

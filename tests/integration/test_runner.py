@@ -1,4 +1,4 @@
-"""benchledger.runner runs a real DAG through dag.test() in a fresh interpreter (~25 s)."""
+"""benchledger.local.runner runs a real DAG through dag.test() in a fresh interpreter (~25 s)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.runner import FAILURES_ENV, RunnerDied, run_in_subprocess
+from benchledger.local.runner import FAILURES_ENV, RunnerDied, run_in_subprocess
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_a_runner_whose_parent_is_killed_stops_its_children_and_exits(airflow_ho
     marker = tmp_path / "child.pid"
     parent_code = (
         "import sys\nfrom pathlib import Path\n"
-        "from benchledger.runner import run_in_subprocess\n"
+        "from benchledger.local.runner import run_in_subprocess\n"
         "run_in_subprocess(Path(sys.argv[1]), 'hang', Path(sys.argv[2]),"
         " {'marker': sys.argv[3]}, Path(sys.argv[4]))\n")
     parent = subprocess.Popen([sys.executable, "-c", parent_code, str(dag_file),

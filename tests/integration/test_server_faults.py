@@ -25,11 +25,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from benchledger import lifecycle, restart
 from benchledger.publishing.export import export_run
-from benchledger.raw import RunLayout, read_json
-from benchledger.records import file_sha256
-from benchledger.sweep import load_sweep
+from benchledger.raw.layout import RunLayout, read_json
+from benchledger.raw.records import file_sha256
+from benchledger.restart import steps as restart
+from benchledger.server import lifecycle
+from benchledger.sweep.spec import load_sweep
 from benchledger.warehouse.load import load_run_dir
 from tests.faults.fault_server import serve_in_thread
 from tests.synthetic import derived_warehouse

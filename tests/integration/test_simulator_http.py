@@ -419,7 +419,7 @@ def test_clocks_are_idle_when_idle_and_at_load_clock_during_a_stream(gpu_sim: Si
 def test_the_dcgm_page_follows_the_load(low_clock_sim: Sim) -> None:
     """GET /dcgm as dcgm-exporter prints it: idle clocks and power while idle, GPU 0 stuck
     at its low clock during a stream, and energy counters that grow, faster under load."""
-    from benchledger.dcgm import parse_dcgm_page
+    from benchledger.server.dcgm import parse_dcgm_page
 
     def dcgm() -> list[dict]:
         answer = httpx.get(low_clock_sim.url + "/dcgm")

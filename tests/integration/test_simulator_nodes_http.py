@@ -1,6 +1,6 @@
 """The simulator as a deployment of pretend nodes: real processes, one per loopback address
 (the head on one, each node on its own), checked with raw httpx and hand parsing (no
-benchledger.dcgm: the simulator shares no code with benchledger's parser)."""
+benchledger.server.dcgm: the simulator shares no code with benchledger's parser)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.db import connect
 from tests.conftest import REPO
 
@@ -153,7 +153,7 @@ def test_the_warehouse_holds_both_runs_and_their_entries(pair):
 
 
 def test_each_sweep_has_its_own_dag_file_and_airflow_state(pair):
-    from benchledger.local_run import sweep_airflow_home
+    from benchledger.local.run import sweep_airflow_home
 
     for name in NAMES:
         home = sweep_airflow_home(pair["data"], name)

@@ -23,10 +23,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from benchledger import restart
-from benchledger.raw import Attempt, RunLayout, read_json, write_json
-from benchledger.records import file_sha256
-from benchledger.sweep import load_sweep
+from benchledger.raw.layout import Attempt, RunLayout, read_json, write_json
+from benchledger.raw.records import file_sha256
+from benchledger.restart import steps as restart
+from benchledger.sweep.spec import load_sweep
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 from tests.conftest import REPO
@@ -99,9 +99,9 @@ def hanging_server():
 
 CHILD = """
 import json, sys
-from benchledger.raw import Attempt, RunLayout
-from benchledger.restart import measure_restart_workload
-from benchledger.sweep import load_sweep
+from benchledger.raw.layout import Attempt, RunLayout
+from benchledger.restart.steps import measure_restart_workload
+from benchledger.sweep.spec import load_sweep
 data_dir, run_id, sweep_path, handle = sys.argv[1:]
 measure_restart_workload(RunLayout(data_dir, run_id), load_sweep(sweep_path), "ext", 0,
                          json.loads(handle), "code", Attempt(1, "worker-a"))

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchledger.raw import read_json
-from benchledger.records import file_sha256
+from benchledger.raw.layout import read_json
+from benchledger.raw.records import file_sha256
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
 from benchmarks.synthetic_run import write_scale_run

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.rules import STREAMS_NOT_BUFFERED
 from benchledger.warehouse.metrics import REQUEST_METRICS
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run

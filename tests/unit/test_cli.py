@@ -40,7 +40,7 @@ def test_sql_refuses_writes(tmp_path, capsys):
 
 
 def test_core_package_never_imports_airflow():
-    code = ("import sys, benchledger.cli, benchledger.restart, benchledger.client, "
+    code = ("import sys, benchledger.cli, benchledger.restart.steps, benchledger.client, "
             "benchledger.simulator.server, benchledger.stats, benchledger.warehouse.derive; "
             "print('airflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -140,7 +140,7 @@ def test_a_second_run_of_a_sweep_is_refused_at_once_naming_the_holder(tmp_path):
     sweep.write_text(SWEEP)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-         "from benchledger.local_run import sweep_lock\n"
+         "from benchledger.local.run import sweep_lock\n"
          "with sweep_lock(Path(sys.argv[1]), 'cli'):\n    print('held', flush=True)\n"
          "    time.sleep(60)\n", str(tmp_path / "wh-data")],
         cwd=REPO, stdout=subprocess.PIPE, text=True)

@@ -9,7 +9,6 @@ from typing import get_args
 import pytest
 
 import benchledger.client as client
-from benchledger import sweep
 from benchledger.client import (
     ENDPOINTS,
     TOKEN_COUNTS,
@@ -20,8 +19,9 @@ from benchledger.client import (
     poisson_arrivals,
 )
 from benchledger.prompts import load_prompt_set
-from benchledger.records import requests_table
-from benchledger.sweep import parse_sweep
+from benchledger.raw.records import requests_table
+from benchledger.sweep import spec as sweep
+from benchledger.sweep.spec import parse_sweep
 
 
 def spec(**overrides) -> WindowSpec:

@@ -21,9 +21,9 @@ import benchledger.client as client
 from benchledger.client import Target, WindowSpec, measure_window
 from benchledger.client import record as client_record
 from benchledger.client import sse as client_sse
-from benchledger.progress import progress_line as client_progress_line
+from benchledger.client.progress import progress_line as client_progress_line
 from benchledger.prompts import load_prompt_set
-from benchledger.records import requests_table
+from benchledger.raw.records import requests_table
 from tests.conftest import RESET, Script, chat_chunk, good_stream, sse_event, usage_event
 
 STATUSES = {"completed", "failed", "unresolved"}

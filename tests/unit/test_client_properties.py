@@ -28,7 +28,7 @@ from benchledger.client import (
     read_usage,
 )
 from benchledger.prompts import Prompt, load_prompt_set
-from benchledger.records import requests_table
+from benchledger.raw.records import requests_table
 from tests.conftest import Script, good_stream
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),

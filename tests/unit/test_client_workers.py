@@ -18,7 +18,7 @@ from benchledger.client import workers as client_workers
 from benchledger.client.ruler import Reading, bunched_events, summarise
 from benchledger.client.streams import Share
 from benchledger.prompts import cold_prefix, load_prompt_set
-from benchledger.records import requests_table
+from benchledger.raw.records import requests_table
 from tests.conftest import Script, chat_chunk, good_stream, usage_event
 
 TIMING = ("t_submit_ns", "t_first_ns", "t_last_ns", "t_done_ns", "content_event_ns")

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from benchledger import cluster, cluster_config, cluster_run
 from benchledger.cli import _settings, main
-from benchledger.records import storage_path
-from benchledger.sweep import load_sweep
+from benchledger.cluster import commands as cluster
+from benchledger.cluster import config as cluster_config
+from benchledger.cluster import run as cluster_run
+from benchledger.raw.records import storage_path
+from benchledger.sweep.spec import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -179,7 +181,7 @@ def test_storage_locations_are_paths_or_file_urls():
 
 
 def test_run_refuses_a_gs_data_dir_and_a_warehouse_in_an_object_store(tmp_path, capsys):
-    """Raw files may live in S3 (benchledger.raw_store); other stores, and the warehouse
+    """Raw files may live in S3 (benchledger.raw.store); other stores, and the warehouse
     anywhere but a local file, are refused in one line."""
     sweep_path = tmp_path / "s.toml"
     sweep_path.write_text(SWEEP)

@@ -17,9 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from benchledger import cluster, cluster_config
-from benchledger import cluster_supervisor as supervisor
 from benchledger.cli import main
+from benchledger.cluster import commands as cluster
+from benchledger.cluster import config as cluster_config
+from benchledger.cluster import supervisor
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 # a process with a child in its own session, as Airflow's task processes are

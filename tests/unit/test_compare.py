@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.stats import Difference
 from benchledger.warehouse.compare import decide, derive_comparisons
 from benchledger.warehouse.db import connect

@@ -17,9 +17,9 @@ import pytest
 
 from benchledger.client import WindowResult
 from benchledger.publishing.export import export_run
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
+from benchledger.restart.window_write import write_window
 from benchledger.warehouse.derive import counter_check
-from benchledger.window_write import write_window
 from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
 
 N = 6

@@ -19,10 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from benchledger.client import WindowResult
-from benchledger.observe import COUNTER_UNREADABLE, NO_ENDPOINT, MetricsScrape
-from benchledger.raw import RunLayout, read_json, write_json
+from benchledger.raw.layout import RunLayout, read_json, write_json
+from benchledger.restart.window_write import write_window
 from benchledger.rules import COUNTERS_READABLE
-from benchledger.window_write import write_window
+from benchledger.server.observe import COUNTER_UNREADABLE, NO_ENDPOINT, MetricsScrape
 from tests.faults.fault_server import serve_in_thread
 from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
 

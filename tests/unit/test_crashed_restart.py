@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from benchledger import rules as R
-from benchledger.raw import RunLayout, read_json
+from benchledger.raw.layout import RunLayout, read_json
 from benchledger.warehouse.compare import derive_comparisons
 from tests.synthetic import (
     RUN_ID,

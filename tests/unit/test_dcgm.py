@@ -1,4 +1,4 @@
-"""dcgm-exporter pages as GPU readings (benchledger/dcgm.py), on real exporter output
+"""dcgm-exporter pages as GPU readings (benchledger/server/dcgm.py), on real exporter output
 (tests/fixtures/dcgm/README.md names each page's source and versions)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.dcgm import DcgmPageError, clock_event_names, parse_dcgm_page
+from benchledger.server.dcgm import DcgmPageError, clock_event_names, parse_dcgm_page
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
 

@@ -1,4 +1,4 @@
-"""The steps of a deployment's other nodes (benchledger.deployment), on real processes
+"""The steps of a deployment's other nodes (benchledger.restart.deployment), on real processes
 without Airflow: each node's own manifest, a dead node found after a window and at its
 teardown, the restart crashed naming the node, and leftovers of an interrupted run."""
 
@@ -12,10 +12,10 @@ import time
 
 import psutil
 
-from benchledger import deployment
-from benchledger.raw import RunLayout, read_json, write_json
-from benchledger.restart import stop_leftover_servers
-from benchledger.sweep import parse_sweep
+from benchledger.raw.layout import RunLayout, read_json, write_json
+from benchledger.restart import deployment
+from benchledger.restart.steps import stop_leftover_servers
+from benchledger.sweep.spec import parse_sweep
 
 SWEEP = parse_sweep(textwrap.dedent("""
     [sweep]

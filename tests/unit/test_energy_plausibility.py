@@ -1,7 +1,7 @@
 """GPU pages that lie never become energy (issue #39 item 3).
 
 Each case is a page a hostile probe served (tests/faults/lying_dcgm.py renders it; the
-client's own parser, benchledger.dcgm, reads it), read as the telemetry sampler reads it:
+client's own parser, benchledger.server.dcgm, reads it), read as the telemetry sampler reads it:
 once when the deployment is ready (what it lists), then before, during and after one
 window. Before this change each one was an energy value: -12.98 J/token and -600 W from a
 negative power without a counter, -2.21 J/token from a counter going backwards with a
@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 
 from benchledger import rules as R
-from benchledger.dcgm import parse_dcgm_page
 from benchledger.expectations.gate import run_gate
 from benchledger.rules import SUITE_FRAMES
-from benchledger.telemetry import READING_COLUMNS, parse_nvidia_smi
+from benchledger.server.dcgm import parse_dcgm_page
+from benchledger.server.telemetry import READING_COLUMNS, parse_nvidia_smi
 from benchledger.warehouse.db import connect, insert_frame, query_frame
 from benchledger.warehouse.metrics import WINDOW_METRICS
 from tests.faults.lying_dcgm import render
@@ -36,7 +36,7 @@ WINDOW = (("before", 10.0), ("during", 10.5), ("during", 11.0), ("during", 11.5)
 
 
 def page_rows(text: str, window: str, phase: str, at_s: float, node: str = NODE) -> list[dict]:
-    """One page as the sampler stores it (benchledger.telemetry.read_node for dcgm)."""
+    """One page as the sampler stores it (benchledger.server.telemetry.read_node for dcgm)."""
     return [{"restart_id": "r", "window_id": window, "node": node, "source": "dcgm",
              "phase": phase, "sampled_at": T0 + timedelta(seconds=at_s),
              **{k: gpu.get(k) for k in READING_COLUMNS if k != "clock_event_names"},

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from benchledger.publishing.report_cards import verdicts_section
-from benchledger.sweep import parse_sweep
+from benchledger.sweep.spec import parse_sweep
 from benchledger.warehouse.db import insert_frame, migrate
 from benchledger.warehouse.frontier import derive_frontier
 

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from benchledger.expectations.gate import REQUEST_COLUMNS, SUITES, RuleResult, run_gate
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.rules import rules_of_suite
 from benchledger.rules.frame import show as _show
 from benchledger.rules.frame import summarise as _summarise

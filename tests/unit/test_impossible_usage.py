@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 from benchledger import rules as R
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.db import connect, query_frame
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir

@@ -53,7 +53,7 @@ def test_the_layer_contracts_hold(installed):
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
     # The protocol model reaching up to the CLI: a layer violation.
-    ("sweep.py", "from benchledger.cli import main", "Layers: each imports only"),
+    ("sweep/spec.py", "from benchledger.cli import main", "Layers: each imports only"),
     # The warehouse importing Airflow: the core must stay Airflow-free.
     ("warehouse/db.py", "import airflow", "Only the Airflow tasks"),
     # The client reusing the simulator's SSE code: each side must check the other.

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchledger import lifecycle
-from benchledger.sweep import Arm
+from benchledger.server import lifecycle
+from benchledger.sweep.spec import Arm
 
 
 def command_arm(command: str) -> Arm:
@@ -80,8 +80,8 @@ def test_effective_config_hash_ignores_per_instance_values():
 
 
 def test_servers_left_by_an_interrupted_run_are_stopped(tmp_path):
-    from benchledger.raw import RunLayout, read_json, write_json
-    from benchledger.restart import stop_leftover_servers
+    from benchledger.raw.layout import RunLayout, read_json, write_json
+    from benchledger.restart.steps import stop_leftover_servers
 
     layout = RunLayout(tmp_path, "manual__interrupted")
     handle = lifecycle.launch(command_arm("sleep 60"), tmp_path / "server.log", seed=1)

@@ -1,7 +1,7 @@
 """Loading one run's raw files: one transaction, rows tagged with their file, second
 versions of a window recorded but not loaded, observations as rows.
 
-Raw files are written by the project's own writers (benchledger.restart).
+Raw files are written by the project's own writers (benchledger.restart.steps).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchledger.client import WindowResult
-from benchledger.raw import Attempt, RunLayout, read_json
+from benchledger.raw.layout import Attempt, RunLayout, read_json
+from benchledger.restart.window_write import write_window
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
-from benchledger.window_write import write_window
 from tests.synthetic import RUN_ID, accounting, request_row, seal_as_a_step, write_as_a_step
 from tests.unit.test_warehouse import write_run
 

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from benchledger import lifecycle, topology
-from benchledger.deployment import simulator_node_argv
 from benchledger.redaction import REDACTED, redact_sweep_text
-from benchledger.sweep import SweepError, parse_sweep, server_settings
+from benchledger.restart.deployment import simulator_node_argv
+from benchledger.server import lifecycle
+from benchledger.sweep import topology
+from benchledger.sweep.spec import SweepError, parse_sweep, server_settings
 
 HEAD = """
 [sweep]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchledger.sweep import SweepError, parse_recorded, parse_sweep
+from benchledger.sweep.spec import SweepError, parse_recorded, parse_sweep
 
 SWEEP = """
 [sweep]

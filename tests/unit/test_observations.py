@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchledger.telemetry import NodeSource, TelemetrySampler, parse_nvidia_smi
+from benchledger.server.telemetry import NodeSource, TelemetrySampler, parse_nvidia_smi
 from benchledger.warehouse.observations import clock_rows, log_rows, metric_samples
 from tests.reference import reconcile_requests
 
@@ -191,7 +191,7 @@ PROMETHEUS = "# TYPE vllm:generation_tokens_total counter\nvllm:generation_token
 
 
 def test_metrics_scrape_keeps_prometheus_text_and_sends_the_key(observed_server):
-    from benchledger.observe import MetricsScrape
+    from benchledger.server.observe import MetricsScrape
 
     server, base = observed_server
     server.script = (200, PROMETHEUS)
@@ -211,7 +211,7 @@ def test_metrics_scrape_keeps_prometheus_text_and_sends_the_key(observed_server)
 ])
 def test_a_metrics_page_that_cannot_be_kept_is_an_error_within_the_bound(observed_server,
                                                                          script, recorded):
-    from benchledger.observe import MetricsScrape
+    from benchledger.server.observe import MetricsScrape
 
     server, base = observed_server
     server.script = script
@@ -226,8 +226,8 @@ def test_a_metrics_page_that_cannot_be_kept_is_an_error_within_the_bound(observe
 
 
 def test_a_metrics_url_nobody_listens_on_is_recorded():
-    from benchledger.lifecycle import free_port
-    from benchledger.observe import MetricsScrape
+    from benchledger.server.lifecycle import free_port
+    from benchledger.server.observe import MetricsScrape
 
     scrape = MetricsScrape(f"http://127.0.0.1:{free_port()}/metrics")
     scrape.start()
@@ -245,7 +245,7 @@ def test_a_metrics_url_nobody_listens_on_is_recorded():
 ])
 def test_a_broken_clock_endpoint_is_recorded_never_sampled(observed_server, monkeypatch,
                                                            script, recorded):
-    from benchledger import telemetry
+    from benchledger.server import telemetry
 
     monkeypatch.setattr(telemetry, "HTTP_TIMEOUT_S", 0.5)
     server, base = observed_server
@@ -262,7 +262,7 @@ def test_a_broken_clock_endpoint_is_recorded_never_sampled(observed_server, monk
 
 
 def test_a_hanging_nvidia_smi_is_cut_off_and_recorded(tmp_path, monkeypatch):
-    from benchledger import telemetry
+    from benchledger.server import telemetry
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 60\n")
@@ -279,7 +279,7 @@ def test_a_hanging_nvidia_smi_is_cut_off_and_recorded(tmp_path, monkeypatch):
 
 
 def test_an_observer_that_raises_is_recorded_and_the_others_still_run(tmp_path):
-    from benchledger.observe import LogSlice, observe_all
+    from benchledger.server.observe import LogSlice, observe_all
 
     class Broken:
         def __init__(self):
@@ -305,7 +305,7 @@ def test_an_observer_that_raises_is_recorded_and_the_others_still_run(tmp_path):
 
 
 def test_a_log_that_cannot_be_read_is_recorded(tmp_path):
-    from benchledger.observe import LogSlice
+    from benchledger.server.observe import LogSlice
 
     folder = tmp_path / "server.log"
     folder.mkdir()  # reading it fails (IsADirectoryError), as an unreadable log would

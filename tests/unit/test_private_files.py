@@ -20,13 +20,16 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from benchledger import cluster, cluster_config, cluster_join, cluster_run
-from benchledger import cluster_supervisor as supervisor
 from benchledger.cli import main
-from benchledger.raw_store import parse_store
-from benchledger.records import storage_path
-from benchledger.sweep import load_sweep
-from benchledger.workload_files import prepare_run_workloads
+from benchledger.cluster import commands as cluster
+from benchledger.cluster import config as cluster_config
+from benchledger.cluster import join as cluster_join
+from benchledger.cluster import run as cluster_run
+from benchledger.cluster import supervisor
+from benchledger.raw.records import storage_path
+from benchledger.raw.store import parse_store
+from benchledger.restart.workload_files import prepare_run_workloads
+from benchledger.sweep.spec import load_sweep
 
 
 def mode(path: Path) -> int:

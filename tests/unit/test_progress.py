@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from benchledger.client import Target, WindowSpec, measure_window
-from benchledger.progress import (
+from benchledger.client.progress import (
     INTERVAL_ENV,
     NoProgress,
     Snapshot,
@@ -152,7 +152,7 @@ def test_a_listener_that_raises_never_ends_the_window(scripted_server, caplog):
         calls.append(snap)
         raise OSError(28, "No space left on device")
 
-    with caplog.at_level(logging.WARNING, logger="benchledger.progress"):
+    with caplog.at_level(logging.WARNING, logger="benchledger.client.progress"):
         result = measure_window(Target(base, "slow"), spec(), on_progress=broken,
                                 progress_interval_s=0.02)
     assert result.accounting["completed"] == 6 and len(calls) > 1

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from benchledger import restart
-from benchledger.progress import INTERVAL_ENV, Snapshot
-from benchledger.raw import Attempt, RunLayout, read_json
-from benchledger.sweep import load_sweep
+from benchledger.client.progress import INTERVAL_ENV, Snapshot
+from benchledger.raw.layout import Attempt, RunLayout, read_json
+from benchledger.restart import steps as restart
+from benchledger.sweep.spec import load_sweep
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 from tests.faults.fault_server import serve_in_thread
@@ -64,7 +64,7 @@ def test_the_window_ends_with_its_report_done_in_the_file_and_the_log(slot, capl
                                                                       monkeypatch):
     layout, sweep, handle = slot
     monkeypatch.setenv(INTERVAL_ENV, "0.1")
-    with caplog.at_level(logging.INFO, logger="benchledger.restart"):
+    with caplog.at_level(logging.INFO, logger="benchledger.restart.steps"):
         restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code",
                                          Attempt(2, "worker-b"))
     report = read_json(progress_file(layout))
@@ -87,7 +87,7 @@ def test_the_window_ends_with_its_report_done_in_the_file_and_the_log(slot, capl
 def test_progress_off_writes_and_logs_nothing(slot, caplog, monkeypatch):
     layout, sweep, handle = slot
     monkeypatch.setenv(INTERVAL_ENV, "0")
-    with caplog.at_level(logging.INFO, logger="benchledger.restart"):
+    with caplog.at_level(logging.INFO, logger="benchledger.restart.steps"):
         restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code")
     assert not progress_file(layout).exists() and progress_logged(caplog) == []
 
@@ -95,7 +95,7 @@ def test_progress_off_writes_and_logs_nothing(slot, caplog, monkeypatch):
 def test_a_bad_setting_is_said_and_never_costs_the_window(slot, caplog, monkeypatch):
     layout, sweep, handle = slot
     monkeypatch.setenv(INTERVAL_ENV, "often")
-    with caplog.at_level(logging.INFO, logger="benchledger.restart"):
+    with caplog.at_level(logging.INFO, logger="benchledger.restart.steps"):
         summaries = restart.measure_restart_workload(layout, sweep, "ext", 0, handle, "code")
     assert summaries[0]["completed"] == 5
     assert f"environment variable {INTERVAL_ENV}='often'" in caplog.text

@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from benchledger.progress import Snapshot, Waiting, progress_line
-from benchledger.progress_view import (
+from benchledger.client.progress import Snapshot, Waiting, progress_line
+from benchledger.local.progress_view import (
     LiveDisplay,
     PlainDisplay,
     RunWatcher,

@@ -1,4 +1,4 @@
-"""How an object store is named and reached (benchledger.raw_store, operators/sweep_tasks):
+"""How an object store is named and reached (benchledger.raw.store, operators/sweep_tasks):
 the location, the local copy, the credentials from the environment or an Airflow
 connection, and the order a folder's files are pushed in. The transfers themselves are
 tested against a real S3-compatible server (tests/integration/test_raw_store.py)."""
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from airflow.sdk import Connection
 
-from benchledger import raw_store
 from benchledger.operators import sweep_tasks
-from benchledger.raw_store import S3Settings
+from benchledger.raw import store as raw_store
+from benchledger.raw.store import S3Settings
 
 
 def test_a_location_is_a_folder_or_a_bucket_with_a_local_copy(tmp_path, monkeypatch):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchledger import lifecycle
-from benchledger.progress import ReadinessReporter, Waiting, shortened
+from benchledger.client.progress import ReadinessReporter, Waiting, shortened
+from benchledger.server import lifecycle
 from tests.unit.test_lifecycle import readiness_server  # noqa: F401 (a fixture)
 
 

@@ -23,7 +23,7 @@ from benchledger.client import (
     read_usage,
 )
 from benchledger.prompts import Prompt, load_prompt_set
-from benchledger.records import REQUEST_SCHEMA, requests_table
+from benchledger.raw.records import REQUEST_SCHEMA, requests_table
 from tests.conftest import Script, chat_chunk, sse_event, usage_event
 
 FIELDS = ("reasoning_content", "reasoning")

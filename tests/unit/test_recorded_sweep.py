@@ -11,8 +11,9 @@ import textwrap
 
 import pytest
 
-from benchledger import raw, restart
-from benchledger.raw import RunLayout
+from benchledger.raw import layout as raw
+from benchledger.raw.layout import RunLayout
+from benchledger.restart import steps as restart
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
 from tests.synthetic import RUN_ID, request_row, write_as_a_step, write_synthetic_run
@@ -53,7 +54,7 @@ def test_the_run_manifest_keeps_the_files_text_and_its_sha256(tmp_path):
 def test_a_step_measures_the_recorded_sweep_even_when_the_file_changed(tmp_path, caplog):
     layout, path = planned(tmp_path)
     path.write_text(SWEEP.replace("requests = 5", "requests = 50"))
-    with caplog.at_level(logging.WARNING, logger="benchledger.restart"):
+    with caplog.at_level(logging.WARNING, logger="benchledger.restart.steps"):
         sweep, _ = restart.recorded_sweep(layout, path)
     assert sweep.arm("sim").requests == 5
     assert "changed since run" in caplog.text and "measures the planned text" in caplog.text

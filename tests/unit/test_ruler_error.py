@@ -17,7 +17,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.rules import BURST_SHARE_BOUNDED, CLIENT_LAG_WITHIN_BOUND
 from benchledger.warehouse.metrics import REQUEST_METRICS, TIMING_COLUMNS
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, ruler, write_synthetic_run
@@ -258,7 +258,7 @@ def test_what_is_and_is_not_a_burst(tmp_path):
 
 
 def test_the_sweep_keys_and_their_defaults():
-    from benchledger.sweep import parse_sweep
+    from benchledger.sweep.spec import parse_sweep
 
     sweep = parse_sweep(sweep_text())
     plan = sweep.arm("a")
@@ -281,7 +281,7 @@ def test_the_sweep_keys_and_their_defaults():
     ("max_burst_fraction", "-0.1"),
 ])
 def test_bad_values_name_the_key(key, bad):
-    from benchledger.sweep import SweepError, parse_sweep
+    from benchledger.sweep.spec import SweepError, parse_sweep
 
     with pytest.raises(SweepError, match=rf"s\.toml: defaults\.{key}: ") as caught:
         parse_sweep(sweep_text(**{key: bad}), "s.toml")

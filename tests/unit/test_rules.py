@@ -149,7 +149,7 @@ def test_the_protocol_docs_carry_the_generated_rule_table():
 
 
 def test_the_sweep_refuses_by_rule_name():
-    from benchledger.sweep import MIN_REQUESTS_SPECULATIVE, SweepError, parse_sweep
+    from benchledger.sweep.spec import MIN_REQUESTS_SPECULATIVE, SweepError, parse_sweep
 
     assert MIN_REQUESTS_SPECULATIVE == R.MIN_REQUESTS_SPECULATIVE
     text = """

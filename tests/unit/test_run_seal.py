@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from benchledger import raw, seal
-from benchledger.restart_record import RestartRecord
+from benchledger.raw import layout as raw
+from benchledger.raw import seal
+from benchledger.restart.manifest import RestartRecord
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
 from benchmarks.synthetic_run import write_scale_run

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from benchledger import schedule
+from benchledger.sweep import schedule
 
 
 def at(hour: int, minute: int) -> datetime:
@@ -67,8 +67,8 @@ name = "code"
 def test_a_scheduled_run_records_its_slot_and_the_skipped_ones_in_runs(tmp_path):
     import json
 
-    from benchledger.raw import RunLayout
-    from benchledger.restart import write_run_manifest
+    from benchledger.raw.layout import RunLayout
+    from benchledger.restart.steps import write_run_manifest
     from benchledger.warehouse.db import connect
     from benchledger.warehouse.load import load_run_dir
 

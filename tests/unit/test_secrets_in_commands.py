@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger import lifecycle
-from benchledger.raw import RunLayout, read_json
+from benchledger.raw.layout import RunLayout, read_json
 from benchledger.redaction import (
     REDACTED,
     command_secrets,
@@ -22,8 +21,14 @@ from benchledger.redaction import (
     redact_command_text,
     redact_sweep_text,
 )
-from benchledger.restart import launch_restart, recorded_sweep, stop_restart, write_run_manifest
-from benchledger.sweep import Arm, SweepError, load_sweep, parse_recorded
+from benchledger.restart.steps import (
+    launch_restart,
+    recorded_sweep,
+    stop_restart,
+    write_run_manifest,
+)
+from benchledger.server import lifecycle
+from benchledger.sweep.spec import Arm, SweepError, load_sweep, parse_recorded
 
 HF = "hf_plantedXYZabcdefghij0123456789"
 OPENAI = "sk-plantedABCdefghij0123456789"

@@ -17,15 +17,15 @@ import pandas as pd
 import pytest
 
 from benchledger.client import WindowResult
-from benchledger.observe import FAMILY_PREFIXES, detect_family, families_named, server_family
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
+from benchledger.restart.window_write import write_window
+from benchledger.server.observe import FAMILY_PREFIXES, detect_family, families_named, server_family
 from benchledger.simulator.engine import Engine
 from benchledger.simulator.metrics import render_metrics
 from benchledger.simulator.options import MetricsFamily, SimConfig
-from benchledger.sweep import SERVER_FAMILIES
+from benchledger.sweep.spec import SERVER_FAMILIES
 from benchledger.warehouse.observations import metric_samples
 from benchledger.warehouse.reconcile import FAMILY_COUNTERS, QUANTITIES
-from benchledger.window_write import write_window
 from tests.reference import reconcile_requests
 from tests.synthetic import (
     RUN_ID,

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.lifecycle import simulator_command_template
+from benchledger.server.lifecycle import simulator_command_template
 from benchledger.simulator import options
 from benchledger.simulator.engine import SimConfig
 from benchledger.simulator.server import build_parser, config_from_args
-from benchledger.sweep import (
+from benchledger.sweep.spec import (
     PER_ARM_KEYS,
     ArmPlan,
     Defaults,

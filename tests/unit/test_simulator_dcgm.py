@@ -1,11 +1,11 @@
 """The simulator's pretend dcgm-exporter page (simulator/dcgm_page.py), read back by
-benchledger's own parser (benchledger/dcgm.py), which shares no code with it."""
+benchledger's own parser (benchledger/server/dcgm.py), which shares no code with it."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchledger.dcgm import parse_dcgm_page
+from benchledger.server.dcgm import parse_dcgm_page
 from benchledger.simulator.dcgm_page import gpu_energy_mj, render_dcgm
 from benchledger.simulator.options import SimConfig
 

@@ -1,6 +1,6 @@
 """The simulator as a deployment of pretend nodes (simulator/nodes.py), without processes:
 the stuck GPU's index, the head's registry and pace, a pretend node's view of the head's
-load. The /dcgm page is read back with a few lines of hand parsing (no benchledger.dcgm:
+load. The /dcgm page is read back with a few lines of hand parsing (no benchledger.server.dcgm:
 the simulator shares no code with benchledger's parser)."""
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ import pytest
 
 from benchledger.client import Target, WindowSpec, measure_window
 from benchledger.prompts import load_prompt_set
-from benchledger.records import REQUEST_SCHEMA, requests_table
+from benchledger.raw.records import REQUEST_SCHEMA, requests_table
 from benchledger.simulator import options
 from benchledger.simulator.engine import Engine, SimConfig
-from benchledger.sweep import SweepError, parse_sweep
+from benchledger.sweep.spec import SweepError, parse_sweep
 
 REASONING_COLUMNS = ("reasoning_tokens", "reasoning_chunks", "t_first_reasoning_ns",
                      "t_last_reasoning_ns")

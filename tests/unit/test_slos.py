@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from benchledger.client.streams import constant_arrivals
-from benchledger.raw import window_stem
-from benchledger.sweep import LoadPoint, SweepError, parse_sweep
+from benchledger.raw.layout import window_stem
+from benchledger.sweep.spec import LoadPoint, SweepError, parse_sweep
 from benchledger.warehouse.frontier import finding
 
 BASE = """
@@ -107,7 +107,7 @@ def test_frontier_finding_words(throughput, per_user, expected):
 
 
 def test_a_rate_search_doubles_then_bisects_and_stops_past_the_first_failure():
-    from benchledger.slos import RateSearch, next_rate
+    from benchledger.sweep.slos import RateSearch, next_rate
 
     search = RateSearch(min=1, max=64, points=8, resolution=0.1)
     history: list[tuple[float, bool]] = []
@@ -125,7 +125,7 @@ def test_a_rate_search_doubles_then_bisects_and_stops_past_the_first_failure():
     (100.0, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),  # sustained up to max: stops there
 ])
 def test_a_rate_search_stops_at_its_bounds(ceiling, expected):
-    from benchledger.slos import RateSearch, next_rate
+    from benchledger.sweep.slos import RateSearch, next_rate
 
     search = RateSearch(min=1, max=64, points=10)
     history: list[tuple[float, bool]] = []
@@ -159,7 +159,7 @@ def test_a_searching_restart_judges_its_window_by_the_slos(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from benchledger.rate_search import SLO_COLUMNS, judge_window
+    from benchledger.restart.rate_search import SLO_COLUMNS, judge_window
 
     ms = 1_000_000
     rows = [{"window_id": "w", "request_id": f"r{i}", "status": status,
@@ -194,7 +194,7 @@ def test_a_searching_restart_judges_its_window_by_the_slos(tmp_path):
 def test_the_slo_frontier_example_parses():
     from pathlib import Path
 
-    from benchledger.sweep import load_sweep
+    from benchledger.sweep.spec import load_sweep
 
     example = load_sweep(Path(__file__).parents[2] / "docs/examples/slo_frontier.toml")
     assert [slo.metric for slo in example.slos] == ["ttft", "tpot"]

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 SWEEP = textwrap.dedent("""

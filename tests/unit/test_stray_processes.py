@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from benchledger import lifecycle
-from benchledger.raw import RunLayout, read_json, write_json
-from benchledger.restart import run_problems, stop_leftover_servers, stop_restart
-from benchledger.server_processes import MARK_ENV
-from benchledger.sweep import Arm, parse_sweep
+from benchledger.raw.layout import RunLayout, read_json, write_json
+from benchledger.restart.steps import run_problems, stop_leftover_servers, stop_restart
+from benchledger.server import lifecycle
+from benchledger.server.processes import MARK_ENV
+from benchledger.sweep.spec import Arm, parse_sweep
 from tests.conftest import pids_tagged
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")

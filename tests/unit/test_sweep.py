@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.sweep import SweepError, load_sweep, parse_sweep
+from benchledger.sweep.spec import SweepError, load_sweep, parse_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 

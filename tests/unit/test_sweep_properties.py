@@ -17,8 +17,8 @@ import tomli_w
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from benchledger.raw import RunLayout
-from benchledger.sweep import (
+from benchledger.raw.layout import RunLayout
+from benchledger.sweep.spec import (
     MAX_REQUESTS,
     MAX_WAIT_S,
     Defaults,

@@ -29,7 +29,7 @@ from benchledger.prompts import load_prompt_set
 from benchledger.simulator import protocol
 from benchledger.simulator.options import SimConfig
 from benchledger.simulator.tokenizer import tokenize
-from benchledger.sweep import SweepError, parse_sweep
+from benchledger.sweep.spec import SweepError, parse_sweep
 from benchledger.warehouse.entries import token_source
 from tests.unit.test_gate import by_key, entry, failures, make_run
 

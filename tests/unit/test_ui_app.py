@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from benchledger.publishing import ui_app
 from benchledger.publishing.history import history
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.compare import derive_comparisons
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
@@ -288,8 +288,8 @@ def test_pages_are_guarded_and_send_a_visitor_to_the_login(warehouse):
 
 
 def test_the_warehouses_are_those_of_the_installed_sweeps_and_the_setting(tmp_path):
-    from benchledger.cluster_run import install_sweep
-    from benchledger.sweep import load_sweep
+    from benchledger.cluster.run import install_sweep
+    from benchledger.sweep.spec import load_sweep
 
     sweep_file = tmp_path / "ui.toml"
     sweep_file.write_text(SWEEP)
@@ -310,7 +310,7 @@ def test_cluster_up_installs_the_plugin_that_airflow_registers(tmp_path):
         _load_plugins_from_plugin_directory,
     )
 
-    from benchledger.cluster_config import install_ui_plugin, write_config, write_join_file
+    from benchledger.cluster.config import install_ui_plugin, write_config, write_join_file
 
     _, api_url = write_config(tmp_path)
     installed = install_ui_plugin(tmp_path)

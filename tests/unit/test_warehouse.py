@@ -1,6 +1,6 @@
 """Warehouse: migrations, idempotent loading, the requests view, gate + derivation.
 
-Raw files are written by the project's own writer (benchledger.restart) from synthetic
+Raw files are written by the project's own writer (benchledger.restart.steps) from synthetic
 requests with known timestamps, so every derived number has a hand-computed answer.
 The same code runs on an in-memory database and on a file.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.db import connect, migrate
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from benchledger.raw import RunLayout
+from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir

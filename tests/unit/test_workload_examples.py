@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.local_run import CliError, execute_sweep
-from benchledger.sweep import load_sweep
-from benchledger.workload_files import check_run_workloads, items_needed, prepare_run_workloads
+from benchledger.local.run import CliError, execute_sweep
+from benchledger.restart.workload_files import (
+    check_run_workloads,
+    items_needed,
+    prepare_run_workloads,
+)
+from benchledger.sweep.spec import load_sweep
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "workloads"
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchledger.prompts import FILLER_WORDS
+from benchledger.sweep.workload import Empirical, Fixed, Lognormal, Normal, Uniform
 from benchledger.workloads import (
     TABLE_SCHEMA,
     WorkloadError,
@@ -24,7 +25,6 @@ from benchledger.workloads import (
     render_prompt,
 )
 from benchledger.workloads.lengths import draw, reader
-from benchledger.workloads.spec import Empirical, Fixed, Lognormal, Normal, Uniform
 
 
 def write(path: Path, text: str | bytes) -> Path:

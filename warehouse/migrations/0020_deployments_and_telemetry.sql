@@ -2,7 +2,7 @@
 -- energy per token.
 --
 -- gpu_telemetry: one row per GPU and reading during a measured window, read from every
--- node the arm's deployment spans (benchledger/telemetry.py): `before` and `after` bracket
+-- node the arm's deployment spans (benchledger/server/telemetry.py): `before` and `after` bracket
 -- the window (the energy counters' delta is the window's energy), `during` every
 -- clock_interval_s between. A field the source lacks is NULL, never 0. Loaded from each
 -- window's <window>.telemetry.parquet; node_clocks keeps the clock samples of windows

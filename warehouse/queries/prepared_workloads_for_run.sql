@@ -2,7 +2,7 @@
 -- built-in prompt set) with what its prompts' text is made from: the prepared file's name
 -- and sha256 (in the run folder), the workload's seed and shared prefix, and where one of
 -- the run's restart manifests was loaded from (the run folder is two folders above it,
--- benchledger.raw.RunLayout). The report renders a few of its prompts from that file.
+-- benchledger.raw.layout.RunLayout). The report renders a few of its prompts from that file.
 SELECT w.workload, w.prepared_file, w.prepared_sha256, w.seed, w.shared_prefix_tokens,
        (SELECT f.path
         FROM restarts AS r

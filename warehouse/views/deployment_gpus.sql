@@ -1,5 +1,5 @@
 -- One row per GPU that a node of a restart's deployment listed when the deployment was
--- ready (restarts.deployment[*].gpus, as its telemetry listed them: benchledger.deployment).
+-- ready (restarts.deployment[*].gpus, as its telemetry listed them: benchledger.restart.deployment).
 -- Every window's telemetry must show each of them (issue #39: a GPU left off a window's
 -- page gives the window no energy, view window_energy, and leaves the restart's clock
 -- unchecked, queries/gate_restarts.sql): the one reading of that list for both.

@@ -1,0 +1,325 @@
+"""Run one DAG to completion with ``dag.test()``: no scheduler, executor or api-server.
+
+Airflow reads its configuration once, at import time, so each run happens in a fresh
+process whose environment comes from :func:`airflow_env`.  Callers use
+:func:`run_in_subprocess`; ``python -m benchledger.local.runner`` is what that process executes.
+
+Exit codes: 0 = DagRun success, 1 = DagRun failed, 2 = could not run it at all.
+Airflow's verbose output (task logs included) goes to the log file; stdout gets only the
+``task_id: state`` summary and stderr at most one line.  See docs/runner.md for the why.
+
+The runner never outlives the process that started it: when that parent dies (even by
+SIGKILL) the runner stops the servers its tasks started and exits, and a caller whose
+runner died stops what it left behind (:func:`benchledger.restart.steps.stop_leftover_servers`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchledger.operators import FAILURES_ENV
+from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
+
+EXIT_CODES = {"success": 0, "failed": 1}
+SETUP_ERROR = 2
+# Put on PYTHONPATH so `-m benchledger.local.runner` (and DAG files importing the project) resolve
+# whether or not the project is pip-installed.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+# Linux prctl(2): deliver a signal to this process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+# How often the runner checks that the process that started it is still there.
+PARENT_CHECK_S = 0.25
+# The exit status of a runner that gave up because its parent died (128 + SIGTERM).
+ABANDONED = 128 + signal.SIGTERM
+
+
+def airflow_env(airflow_home: Path, dags_folder: Path) -> dict[str, str]:
+    """Environment variables to set before the runner process imports Airflow."""
+    home = Path(airflow_home).resolve()
+    return {
+        "AIRFLOW_HOME": str(home),
+        # Ignore any airflow.cfg the caller's environment points at.
+        "AIRFLOW_CONFIG": str(home / "airflow.cfg"),
+        # dag.test() re-parses and serializes the whole dags-folder bundle; a DAG outside
+        # it fails with "the dag is not serialized".
+        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(dags_folder).resolve()),
+        # Exactly one bundle, the dags folder (the default, pinned against inherited config):
+        # dag.test() parses every file of the bundle that owns the DAG on each call.
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+            [{"name": "dags-folder", "classpath": _LOCAL_BUNDLE, "kwargs": {}}]
+        ),
+        # sqlite needs an absolute path (settings.py refuses relative ones).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # An inherited unit-test mode would swap in Airflow's test config.
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        # Plain text in the log file; no ANSI colours.
+        "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    state: str  # "success" | "failed"
+    run_id: str | None
+    tasks: dict[str, str]  # task_id -> final state
+    # Failed tasks in the order they failed: {"task_id", "error", ...} (FAILURES_ENV).
+    failures: list[dict] = field(default_factory=list)
+
+
+class RunnerDied(RuntimeError):
+    """The runner process ended abnormally (killed by a signal, or an unknown exit code):
+    its teardown tasks may not have run."""
+
+    def __init__(self, message: str, returncode: int, failures: list[dict]):
+        super().__init__(message)
+        self.returncode = returncode
+        self.failures = failures
+
+
+def run_in_subprocess(
+    dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
+    keep_fds: tuple[int, ...] = (), env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run the DAG in a fresh interpreter; return its state, run id and task states.
+
+    The child's stdout (the task summary) and stderr are inherited; `keep_fds` are passed
+    on to it (a lock the run must hold for as long as the runner lives); `env` is added to
+    its environment (over this process's, under Airflow's own variables). Raises
+    RuntimeError if the run could not happen at all (exit code 2: bad DAG file, DB
+    error, ...) and RunnerDied if the runner was killed or crashed.
+    """
+    dag_file = Path(dag_file).resolve()
+    result_file = Path(log_file).resolve().with_suffix(".result.json")
+    failures_file = Path(log_file).resolve().with_suffix(".failures.jsonl")
+    result_file.unlink(missing_ok=True)
+    failures_file.unlink(missing_ok=True)
+    child_env = {**os.environ, **(env or {}), **airflow_env(airflow_home, dag_file.parent)}
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(PROJECT_ROOT), child_env.get("PYTHONPATH")]))
+    child_env[FAILURES_ENV] = str(failures_file)
+    cmd = [
+        sys.executable, "-m", "benchledger.local.runner",
+        "--dag-file", str(dag_file), "--dag-id", dag_id,
+        "--airflow-home", str(Path(airflow_home).resolve()),
+        "--conf", json.dumps(conf or {}), "--log-file", str(Path(log_file).resolve()),
+        "--result-file", str(result_file), "--parent-pid", str(os.getpid()),
+    ]  # fmt: skip
+    # No pipes on purpose: servers spawned by tasks could inherit them and then a
+    # communicate() would block until those servers exit.
+    rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode
+    failures = read_failures(failures_file)
+    if rc in EXIT_CODES.values() and result_file.exists():
+        result = json.loads(result_file.read_text())
+        return RunResult(result["state"], result["run_id"], result["tasks"],
+                         [f for f in failures if f.get("run_id") == result["run_id"]])
+    if rc == SETUP_ERROR:
+        raise RuntimeError(f"runner could not run DAG {dag_id!r} (exit {rc}); see {log_file}")
+    how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.valid_signals()
+           else f"exit {rc}")
+    raise RunnerDied(f"the runner of DAG {dag_id!r} died ({how}) before the run finished; "
+                     f"see {log_file}", rc, failures)
+
+
+def read_failures(path: Path) -> list[dict]:
+    """The failed tasks the on_failure_callback recorded, oldest first; a line cut short
+    by a kill is reported as such rather than dropped."""
+    if not Path(path).exists():
+        return []
+    failures = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        try:
+            failures.append(json.loads(line))
+        except ValueError:
+            failures.append({"task_id": "?", "error": f"unreadable failure record {line!r}"})
+    return failures
+
+
+def _ensure_db_and_pool() -> None:
+    from airflow.models.pool import Pool
+    from airflow.utils import db
+
+    try:
+        db.check_migrations(timeout=0)  # ~0.3 s when up to date; raises after 1 s if not
+    except TimeoutError:
+        t0 = time.monotonic()
+        db.upgradedb()  # == `airflow db migrate`; on an empty DB: ORM create_all + stamp
+        print(f"[runner] migrated metadata DB in {time.monotonic() - t0:.1f}s", flush=True)
+    # dag.test() ignores pools, but a scheduler-run of the same DAG would wait forever on a
+    # missing one, so keep the metadata DB honest.  provide_session commits.
+    pool = Pool.get_pool(WAREHOUSE_POOL)
+    if pool is None or pool.slots != WAREHOUSE_POOL_SLOTS:
+        Pool.create_or_update_pool(WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS,
+                                  POOL_DESCRIPTION, False)
+
+
+def _load_dag(dag_file: Path, dag_id: str):
+    from airflow.configuration import conf as airflow_conf
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    dags_folder = Path(airflow_conf.get("core", "dags_folder")).resolve()
+    if not dag_file.resolve().is_relative_to(dags_folder):
+        raise RuntimeError(f"{dag_file} is not under [core] dags_folder {dags_folder}")
+    # Parse just this file; dag.test() itself then syncs the bundle to the DB.
+    bag = BundleDagBag(dag_folder=str(dag_file), bundle_path=dags_folder, bundle_name="dags-folder")
+    if bag.import_errors:
+        for err in bag.import_errors.values():
+            print(err)  # full traceback to the log; just its last line to stderr
+        last_lines = [err.strip().splitlines()[-1] for err in bag.import_errors.values()]
+        raise RuntimeError(f"cannot import {dag_file}: {'; '.join(last_lines)}")
+    if dag_id not in bag.dags:
+        raise RuntimeError(f"no DAG {dag_id!r} in {dag_file} (found {sorted(bag.dags)})")
+    return bag.dags[dag_id]
+
+
+def run_dag(
+    dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
+    result_file: Path | None = None,
+) -> str:
+    """Run the DAG in *this* process and return the DagRun state.
+
+    The environment from airflow_env() must be in place before Airflow is first imported.
+    Prints ``task_id: state`` lines (in execution order) to stdout.
+    """
+    if Path(os.environ.get("AIRFLOW_HOME", "")).resolve() != Path(airflow_home).resolve():
+        raise RuntimeError("AIRFLOW_HOME differs from airflow_home: set airflow_env() first")
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    # Redirect fds 1/2 (not just sys.stdout) so Airflow's logging, print()s in tasks (they
+    # run in this process) and processes spawned by tasks all write to the log file.
+    saved = os.dup(1), os.dup(2)
+    with open(log_file, "a", buffering=1) as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            t0 = time.monotonic()
+            _ensure_db_and_pool()
+            dag = _load_dag(Path(dag_file), dag_id)
+            t1 = time.monotonic()
+            dr = dag.test(run_conf=conf or {})
+            t2 = time.monotonic()
+            print(f"[runner] setup {t1 - t0:.1f}s, dag.test {t2 - t1:.1f}s", flush=True)
+            # Execution order; TIs that never started (no start_date) go last.
+            tis = sorted(
+                dr.get_task_instances(), key=lambda ti: (ti.start_date is None, ti.start_date or 0)
+            )
+            summary = "\n".join(f"{ti.task_id}: {ti.state}" for ti in tis)
+            if result_file is not None:  # what the caller (benchledger run) reads back
+                Path(result_file).write_text(json.dumps({
+                    "run_id": dr.run_id, "state": str(dr.state),
+                    "tasks": {ti.task_id: str(ti.state) for ti in tis}}))
+            print(summary)
+            state = str(dr.state)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+    print(summary, flush=True)
+    return state
+
+
+_abandoning = threading.Lock()
+
+
+def _abandon(reason: str, data_dir: str | None) -> None:
+    """The process that started this runner is gone: nobody would read the result, and
+    the servers the tasks started would run on forever. Stop them and exit now."""
+    if not _abandoning.acquire(blocking=False):
+        return  # the signal handler and the watchdog thread both noticed
+    print(f"[runner] {reason}: stopping the servers this run started, then exiting",
+          file=sys.stderr, flush=True)
+    try:
+        if data_dir:
+            from benchledger.restart.steps import stop_leftover_servers
+
+            for line in stop_leftover_servers(Path(data_dir), parent_pid=os.getpid()):
+                print(f"[runner] {line}", file=sys.stderr, flush=True)
+        for pid in _child_pids():  # anything else a task started (no manifest)
+            with contextlib.suppress(OSError):
+                own_group = os.getpgid(pid) == pid  # a server's session: its whole tree
+                os.kill(-pid if own_group else pid, signal.SIGKILL)
+    finally:
+        os._exit(ABANDONED)
+
+
+def _child_pids() -> list[int]:
+    children = []
+    for path in Path("/proc/self/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            children += [int(pid) for pid in path.read_text().split()]
+    return children
+
+
+def _die_with_parent(parent_pid: int, data_dir: str | None) -> None:
+    """Never finish headless. Linux: PR_SET_PDEATHSIG sends SIGTERM when the parent dies,
+    handled here until Airflow's task runner replaces the SIGTERM handler (it does, for
+    each task, with one that only calls the operator's on_kill). So a watchdog thread also
+    checks the parent every PARENT_CHECK_S; that one works everywhere."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: _abandon("SIGTERM", data_dir))
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        _abandon(f"the process that started this run (PID {parent_pid}) is gone", data_dir)
+
+    threading.Thread(target=watch, name="benchledger-parent-watchdog", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchledger.local.runner", description=__doc__)
+    p.add_argument("--dag-file", type=Path, required=True)
+    p.add_argument("--dag-id", required=True)
+    p.add_argument("--airflow-home", type=Path, required=True)
+    p.add_argument("--conf", default="{}", help="JSON object passed as the DagRun conf")
+    p.add_argument("--log-file", type=Path, help="default: AIRFLOW_HOME/runner.log")
+    p.add_argument("--result-file", type=Path, help="write run id, state and task states here")
+    p.add_argument("--parent-pid", type=int, help="stop this run's servers and exit when "
+                                                   "this process is gone")
+    args = p.parse_args(argv)
+    log_file = args.log_file or args.airflow_home / "runner.log"
+    if args.parent_pid:
+        _die_with_parent(args.parent_pid, json.loads(args.conf).get("data_dir"))
+    if "airflow" not in sys.modules:  # lets a human run the module without run_in_subprocess
+        os.environ.update(airflow_env(args.airflow_home, args.dag_file.resolve().parent))
+    try:
+        state = run_dag(
+            args.dag_file, args.dag_id, args.airflow_home, json.loads(args.conf), log_file,
+            args.result_file,
+        )
+    except Exception as exc:  # keep stderr to one line; the traceback goes to the log
+        with open(log_file, "a") as log:
+            traceback.print_exc(file=log)
+        print(f"runner: {type(exc).__name__}: {exc} (see {log_file})", file=sys.stderr)
+        return SETUP_ERROR
+    return EXIT_CODES.get(state, SETUP_ERROR)
+
+
+if __name__ == "__main__":
+    code = main()
+    # Interpreter shutdown would spend ~2 s garbage-collecting Airflow's object graph;
+    # freezing it skips that while atexit handlers (DB dispose, log flush) still run.
+    gc.freeze()
+    sys.exit(code)
