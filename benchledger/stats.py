@@ -11,12 +11,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy import stats as _scipy_stats
 
 CONFIDENCE = 0.95
 
+# A column of the vectorised functions' results (0-d for scalar arguments).
+Floats = NDArray[np.float64]
 
-def t_bounds(mean, sd, n, confidence: float = CONFIDENCE):
+
+def t_bounds(mean: ArrayLike, sd: ArrayLike, n: ArrayLike,
+             confidence: float = CONFIDENCE) -> tuple[Floats, Floats]:
     """Vectorised t_interval bounds for whole columns (or scalars): mean -/+ t * sd / sqrt(n)
     with n - 1 degrees of freedom; NaN where n < 2 or sd is missing (no interval)."""
     mean, sd, n = (np.asarray(x, dtype=float) for x in (mean, sd, n))
@@ -28,7 +33,8 @@ def t_bounds(mean, sd, n, confidence: float = CONFIDENCE):
     return mean - half, mean + half
 
 
-def sd_from_interval(mean, high, n, confidence: float = CONFIDENCE):
+def sd_from_interval(mean: ArrayLike, high: ArrayLike, n: ArrayLike,
+                     confidence: float = CONFIDENCE) -> Floats:
     """The sd behind t_bounds' interval, for whole columns: its half-width times sqrt(n)
     over t(n - 1); NaN where there is no interval (n < 2, a bound missing)."""
     mean, high, n = (np.asarray(x, dtype=float) for x in (mean, high, n))
@@ -38,7 +44,9 @@ def sd_from_interval(mean, high, n, confidence: float = CONFIDENCE):
         return np.where(usable, (high - mean) * np.sqrt(np.where(usable, n, 1)) / t, np.nan)
 
 
-def welch_bounds(mean_a, sd_a, n_a, mean_b, sd_b, n_b, confidence: float = CONFIDENCE):
+def welch_bounds(mean_a: ArrayLike, sd_a: ArrayLike, n_a: ArrayLike, mean_b: ArrayLike,
+                 sd_b: ArrayLike, n_b: ArrayLike,
+                 confidence: float = CONFIDENCE) -> tuple[Floats, Floats]:
     """Vectorised welch_from_summary: the bounds of mean_b - mean_a for whole columns; NaN
     where a side has fewer than 2 values or no sd. Zero spread on both sides gives the
     difference itself as both bounds, as welch_from_summary does."""
@@ -111,7 +119,9 @@ def welch_from_summary(a: tuple[float, float | None, int], b: tuple[float, float
 MAX_RESTARTS_TO_DECIDE = 1000
 
 
-def restart_interval_meaning(mean, high, n, confidence: float = CONFIDENCE):
+def restart_interval_meaning(mean: ArrayLike, high: ArrayLike, n: ArrayLike,
+                             confidence: float = CONFIDENCE,
+                             ) -> tuple[Floats, NDArray[np.bool_], Floats]:
     """What an entry's interval over restart means can say, for whole columns: its degrees
     of freedom (n - 1); whether it reaches 0 or below although the quantity cannot be
     negative (two restarts of a rate: [-183, 365] tok/s, t with 1 df is 12.7), so it cannot

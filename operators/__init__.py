@@ -2,6 +2,8 @@
 (no Airflow): the runner, which starts Airflow in a child process, reads FAILURES_ENV here.
 """
 
+from benchledger.settings import variable
+
 # Where the tasks' on_failure_callback appends one JSON line per failed task (the first
 # cause of a failed run, for the terminal): set by benchledger.local.runner for the runs it starts.
-FAILURES_ENV = "BENCHLEDGER_FAILURES_FILE"
+FAILURES_ENV = variable("failures_file")

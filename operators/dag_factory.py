@@ -14,7 +14,7 @@ from airflow.sdk import DAG, Param, TaskGroup, chain
 
 from benchledger.operators import sweep_tasks as t
 from benchledger.operators.worker_pin import restart_queue
-from benchledger.sweep.spec import load_sweep
+from benchledger.sweep.spec import Sweep, load_sweep
 
 
 def _target_params(warehouse: str | None, data_dir: str | None) -> dict:
@@ -34,7 +34,7 @@ def _target_params(warehouse: str | None, data_dir: str | None) -> dict:
 NEVER_RETRIED = {"retries": 0}
 
 
-def sweep_retries(sweep) -> dict:
+def sweep_retries(sweep: Sweep) -> dict[str, Any]:
     """The sweep's retry settings, for tasks whose failure is an error (a lost connection,
     a killed worker, a locked warehouse): a retry rewrites only its own files, measures
     only windows no attempt wrote, loads only what is not loaded: no record twice."""
@@ -67,7 +67,8 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
         doc_md=(f"Sweep file: `{path}`. See docs/protocol.md of the benchledger project "
                 "for what every number means."),
     ) as dag:
-        planned = t.plan.override(**retried)(path)
+        # An XComArg, resolved into plan's str when load runs (see handle below): Any here.
+        planned: Any = t.plan.override(**retried)(path)
         last_on: dict[str, Any] = {}  # node -> the end of the last restart that used it
         stops = []
         for arm in sweep.arms:
@@ -127,7 +128,7 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
 def _starts_other_nodes(arm: Any) -> bool:
     """Whether the arm's restarts start processes on other nodes (an external deployment's
     nodes are only read)."""
-    return bool(arm.processes) and arm.server != "external"
+    return bool(arm.processes) and arm.starts_processes
 
 
 class _Pins:

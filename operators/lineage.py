@@ -29,14 +29,19 @@ out: load's look-up of raw_files to skip files it has seen, the runs columns tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
-from airflow.sdk import get_current_context
-from airflow.sdk.bases.decorator import task_decorator_factory
+from airflow.sdk import Context, get_current_context
+from airflow.sdk.bases.decorator import TaskDecorator, task_decorator_factory
 
 from benchledger.raw import layout as raw
+
+if TYPE_CHECKING:  # imported where lineage is reported: not at all while it is disabled
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.event_v2 import Dataset
 
 # load_run_dir's tables: the run's manifests, its requests, the observations of its windows
 # (server counters, log lines, node clocks) and the catalogue of the files themselves.
@@ -62,22 +67,23 @@ class LineageTaskOperator(_PythonDecoratedOperator):
     """What @task builds, plus the method the OpenLineage provider calls when the task
     succeeded: it returns the datasets the body reported."""
 
-    reported_inputs: tuple = ()
-    reported_outputs: tuple = ()
+    reported_inputs: tuple[Dataset, ...] = ()
+    reported_outputs: tuple[Dataset, ...] = ()
 
-    def execute(self, context):
+    def execute(self, context: Context) -> Any:
         # A retry in the same process (dag.test) must not inherit the last try's datasets.
         self.reported_inputs = self.reported_outputs = ()
         return super().execute(context)
 
-    def get_openlineage_facets_on_complete(self, task_instance):
+    def get_openlineage_facets_on_complete(self, task_instance: object) -> OperatorLineage:
         from airflow.providers.openlineage.extractors import OperatorLineage
 
         return OperatorLineage(inputs=list(self.reported_inputs),
                                outputs=list(self.reported_outputs))
 
 
-def lineage_task(python_callable=None, multiple_outputs=None, **kwargs):
+def lineage_task(python_callable: Callable[..., Any] | None = None,
+                 multiple_outputs: bool | None = None, **kwargs: Any) -> TaskDecorator:
     """@task whose body may report the datasets it read and wrote (report_*)."""
     return task_decorator_factory(python_callable=python_callable,
                                   multiple_outputs=multiple_outputs,
@@ -93,7 +99,7 @@ def openlineage_enabled() -> bool:
     return not is_disabled()
 
 
-def file_dataset(path: Path):
+def file_dataset(path: Path) -> Dataset:
     from openlineage.client.event_v2 import Dataset
     from openlineage.client.naming.dataset import LocalFileSystem
 
@@ -107,7 +113,7 @@ def duckdb_catalog(warehouse: Path) -> str:
     return Path(warehouse).name.lstrip(".").split(".")[0]
 
 
-def table_datasets(warehouse: Path, tables: Iterable[str]) -> list:
+def table_datasets(warehouse: Path, tables: Iterable[str]) -> list[Dataset]:
     from openlineage.client.event_v2 import Dataset
 
     namespace = f"duckdb://{Path(warehouse).resolve()}"
@@ -129,7 +135,7 @@ def _existing(*folders: Path) -> list[Path]:
     return [folder for folder in folders if folder.is_dir()]
 
 
-def _report(inputs: list, outputs: list) -> None:
+def _report(inputs: list[Dataset], outputs: list[Dataset]) -> None:
     task = get_current_context()["task"]
     if not isinstance(task, LineageTaskOperator):
         raise TypeError(f"task {task.task_id} reports lineage but is not a @lineage_task")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,17 +19,22 @@ from typing import TYPE_CHECKING
 from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from benchledger.operators import FAILURES_ENV, lineage
+from benchledger.operators import FAILURES_ENV as FAILURES_ENV  # one name, runner and tasks
+from benchledger.operators import lineage
 from benchledger.raw.layout import Attempt, RunLayout
+from benchledger.settings import settings, variable
 from benchledger.warehouse import WAREHOUSE_POOL
 
 if TYPE_CHECKING:  # pyarrow: never imported while a DAG file is parsed
-    from benchledger.raw.store import RawStorage
+    from airflow.sdk import Connection, Context
+
+    from benchledger.raw.store import RawStorage, S3Settings
+    from benchledger.sweep.spec import Sweep
 
 log = logging.getLogger(__name__)
 
 
-S3_CONN_ENV = "BENCHLEDGER_S3_CONN_ID"
+S3_CONN_ENV = variable("s3_conn_id")
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,11 @@ def run_paths() -> RunPaths:
 
     context = get_current_context()
     params = context.get("params") or {}
-    home = Path(os.environ.get("BENCHLEDGER_HOME", Path.home() / ".benchledger"))
-    data_dir = params.get("data_dir") or os.environ.get("BENCHLEDGER_DATA_DIR") or home
+    current = settings()
+    data_dir = params.get("data_dir") or current.data_dir or current.home
     try:
         storage = resolve(data_dir, _s3_settings() if is_object_store(data_dir) else None)
-        warehouse = (params.get("warehouse") or os.environ.get("BENCHLEDGER_WAREHOUSE")
+        warehouse = (params.get("warehouse") or current.warehouse
                      or storage.local / "warehouse.duckdb")
         return RunPaths(run_id=context["run_id"], data_dir=storage.local,
                         warehouse=storage_path(warehouse), storage=storage)
@@ -62,13 +66,13 @@ def run_paths() -> RunPaths:
         raise AirflowFailException(str(exc)) from exc
 
 
-def _s3_settings():
+def _s3_settings() -> S3Settings:
     """The object store's endpoint and credentials: the Airflow connection named by
     BENCHLEDGER_S3_CONN_ID (an `aws` connection: login, password, extra endpoint_url and
     region_name), else the environment. Never logged, never recorded."""
     from benchledger.raw.store import S3Settings
 
-    conn_id = os.environ.get(S3_CONN_ENV)
+    conn_id = settings().s3_conn_id
     if not conn_id:
         return S3Settings.from_env()
     from airflow.sdk import Connection
@@ -76,7 +80,7 @@ def _s3_settings():
     return s3_settings_of(Connection.get(conn_id))
 
 
-def s3_settings_of(conn):
+def s3_settings_of(conn: Connection) -> S3Settings:
     """S3Settings from an Airflow connection (the fields the Amazon provider's `aws`
     connection uses), the environment filling what it leaves out."""
     from benchledger.raw.store import S3Settings
@@ -91,12 +95,12 @@ def s3_settings_of(conn):
         region=extra.get("region_name") or env.region)
 
 
-def record_failure(context) -> None:
+def record_failure(context: Context) -> None:
     """on_failure_callback of every task: one JSON line per failed task (which task, the
     error it raised) in the file FAILURES_ENV names. `benchledger run` prints the first
     one, so a cause is not left in the task log behind a later symptom. Without the
     variable (a scheduler) the task log and the UI already show it."""
-    path = os.environ.get(FAILURES_ENV)
+    path = settings().failures_file
     if not path:
         return
     exc = context.get("exception")
@@ -167,7 +171,7 @@ def _teardown_files(arm: str, restart_index: int,
                                 f"be stored: {exc}") from exc
 
 
-def _recorded(layout: RunLayout, sweep_path: str):
+def _recorded(layout: RunLayout, sweep_path: str) -> tuple[Sweep, str]:
     """The sweep as plan recorded it in the run manifest (parsed once, sha256 checked): every
     task of a run measures the sweep its `runs` row names. (sweep, sha256)."""
     from benchledger.restart.steps import RecordMismatch, recorded_sweep

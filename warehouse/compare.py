@@ -41,6 +41,10 @@ DEFAULT_NUMERATOR = {"throughput": "output_tokens", "goodput": "output_tokens",
                      "slo_attainment": "requests_meeting_all_slos"}
 # Units of which less is better (latencies, energy per token); of every other unit, more.
 LOWER_IS_BETTER = {"s", "J/token"}
+# A comparison's verdict (comparisons.verdict), and the words of the frontier's findings and
+# the history's changes (warehouse.frontier, warehouse.history), which import them from here.
+IMPROVEMENT, REGRESSION = "improvement", "regression"
+NO_FINDING, NOT_DECIDABLE = "no finding", "not decidable"
 
 
 @dataclass(frozen=True)
@@ -114,24 +118,24 @@ def decide(diff: Difference | None, higher_is_better: bool, control: float | Non
     `replicated` is ab_restarts_replicated's, `beyond_control` ab_beyond_control's (None
     where no control difference was measured)."""
     if diff is None:
-        return "not decidable", "no difference could be computed"
+        return NOT_DECIDABLE, "no difference could be computed"
     if not replicated:
         if diff.low is not None and not diff.excludes_zero:
-            return "no finding", ("no difference found between single instances (request-"
-                                  "level interval includes 0); a finding needs >= "
-                                  f"{R.MIN_RESTARTS_FOR_CLAIM} restarts per arm (T5)")
-        return "not decidable", ("one restart per arm: an instance effect cannot be told "
-                                 f"from the arm; run >= {R.MIN_RESTARTS_FOR_CLAIM} restarts "
-                                 "per arm (T5)")
+            return NO_FINDING, ("no difference found between single instances (request-"
+                                "level interval includes 0); a finding needs >= "
+                                f"{R.MIN_RESTARTS_FOR_CLAIM} restarts per arm (T5)")
+        return NOT_DECIDABLE, ("one restart per arm: an instance effect cannot be told "
+                               f"from the arm; run >= {R.MIN_RESTARTS_FOR_CLAIM} restarts "
+                               "per arm (T5)")
     if not diff.excludes_zero:
-        return "no finding", "the 95% interval of the difference over restarts includes 0"
+        return NO_FINDING, "the 95% interval of the difference over restarts includes 0"
     if has_control and control is None:
-        return "not decidable", "the A/A control was not measured (no publishable entries)"
+        return NOT_DECIDABLE, "the A/A control was not measured (no publishable entries)"
     if beyond_control is False:
-        return "no finding", (f"the difference ({diff.difference:.4g}) is not larger than the "
-                              f"A/A control's ({control:.4g}) (T11)")
+        return NO_FINDING, (f"the difference ({diff.difference:.4g}) is not larger than the "
+                            f"A/A control's ({control:.4g}) (T11)")
     better = (diff.difference > 0) == higher_is_better
-    return ("improvement" if better else "regression"), (
+    return (IMPROVEMENT if better else REGRESSION), (
         "the interval over restart means excludes 0"
         + (" and the difference exceeds the A/A control's" if control is not None else ""))
 
@@ -315,7 +319,7 @@ class Measured:
             same = self.a_config is not None and self.a_config == self.b_config
             return _control_verdict(*self.sides(), same)
         if not passed.get(R.AB_ARMS_DIFFER.name, True):
-            return {"verdict": "not decidable",
+            return {"verdict": NOT_DECIDABLE,
                     "reason": f"refused as an A/B: arms {self.a_name!r} and {self.b_name!r} "
                               f"report identical effective configs ({str(self.a_config)[:12]}), so "
                               "this is an A/A control, not an A/B (T11)"}
@@ -353,7 +357,7 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
     out = Measured(record, role, comparison.a, comparison.b,
                    has_control=bool(comparison.control))
     if point is None:
-        out.early = {"verdict": "not decidable",
+        out.early = {"verdict": NOT_DECIDABLE,
                      "reason": "the arms share no load point (concurrency, rate) to compare at"}
         return out
 
@@ -366,7 +370,7 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
                   b_restarts=len(b.restarts))
     for arm, s in ((comparison.a, a), (comparison.b, b)):
         if s.blocked:
-            out.early = {"verdict": "not decidable",
+            out.early = {"verdict": NOT_DECIDABLE,
                          "reason": f"arm {arm!r}: {s.blocked[:300]}"}
             return out
     assert a.entry is not None  # not blocked: it has its entry
@@ -396,13 +400,13 @@ def _control_verdict(a: Side, b: Side, same_config: bool) -> dict:
     note = "" if same_config else (" (note: the two arms report different effective "
                                    "configs, so this control may not be same-vs-same)")
     if diff is None or diff.low is None:
-        return {**values, "verdict": "not decidable",
+        return {**values, "verdict": NOT_DECIDABLE,
                 "reason": "A/A control without an interval (needs >= 2 restarts per arm)" + note}
     if diff.excludes_zero:
-        return {**values, "verdict": "not decidable",
+        return {**values, "verdict": NOT_DECIDABLE,
                 "reason": "the A/A control itself differs (interval excludes 0): instances "
                           "vary more than the restarts average out; add restarts" + note}
-    return {**values, "verdict": "no finding",
+    return {**values, "verdict": NO_FINDING,
             "reason": "same-vs-same: the interval of the difference includes 0" + note}
 
 
@@ -443,7 +447,7 @@ def compare_entries(con: duckdb.DuckDBPyConnection, a_entry_id: str,
     return {"a": a_entry_id, "b": b_entry_id, "evidence": a["evidence"],
             "profile": _profile(a), "metric": a["metric"], "a_value": a["value"],
             "b_value": b["value"], "difference": difference, "ratio": ratio,
-            "verdict": "not decidable",
+            "verdict": NOT_DECIDABLE,
             "reason": "two entries compared by hand: a difference, not a finding (no interval "
                       "over restarts and no A/A control; a sweep's [[comparisons]] gives one)"}
 

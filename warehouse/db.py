@@ -27,6 +27,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from benchledger.settings import SettingsError, settings, variable
 from benchledger.sweep.spec import RecordedSweepMismatch, Sweep, parse_recorded
 from benchledger.warehouse.writer_waiting import WaitingWriter
 
@@ -53,9 +54,10 @@ READ_ONLY_CONFIG = {
 
 # How long a connect waits for a lock another process holds on the warehouse file. A
 # writer waits long (a reader's query or another run's load will end); a reader short (a
-# load takes seconds; a reader that waits minutes is better told the file is busy).
-WRITER_WAIT_ENV, WRITER_WAIT_S = "BENCHLEDGER_LOCK_TIMEOUT_S", 300.0
-READER_WAIT_ENV, READER_WAIT_S = "BENCHLEDGER_READ_LOCK_TIMEOUT_S", 30.0
+# load takes seconds; a reader that waits minutes is better told the file is busy): 300 s
+# and 30 s unless these variables say otherwise (benchledger.settings).
+WRITER_WAIT_ENV = variable("lock_timeout_s")
+READER_WAIT_ENV = variable("read_lock_timeout_s")
 _FIRST_RETRY_S, _LONGEST_RETRY_S = 0.05, 1.0
 
 # DuckDB's refusal when another process holds the file: it names that process.
@@ -190,20 +192,12 @@ def _check_blocks(con: duckdb.DuckDBPyConnection, path: str) -> None:
 def lock_wait_s(read_only: bool) -> float:
     """The bound on waiting for another process's lock: the environment's setting
     (BENCHLEDGER_LOCK_TIMEOUT_S for writers, BENCHLEDGER_READ_LOCK_TIMEOUT_S for readers),
-    else the default."""
-    name, default = (READER_WAIT_ENV, READER_WAIT_S) if read_only else (WRITER_WAIT_ENV,
-                                                                      WRITER_WAIT_S)
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
+    else the default (benchledger.settings). WarehouseError naming a refused value."""
+    current = settings()
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 86_400:  # also false for nan
-        raise WarehouseError(f"environment variable {name}={text!r}: expected a number of "
-                             "seconds from 0 to 86400")
-    return value
+        return current.read_lock_timeout_s if read_only else current.lock_timeout_s
+    except SettingsError as exc:
+        raise WarehouseError(str(exc)) from None
 
 
 def _open_waiting(path: str, read_only: bool, config: dict,
@@ -374,7 +368,7 @@ def _view_order(con: duckdb.DuckDBPyConnection, views: dict[str, str]) -> list[s
         raise WarehouseError(f"views read each other in a cycle: {cycle}") from exc
 
 
-def _base_tables(node) -> set[str]:
+def _base_tables(node: object) -> set[str]:
     """Every relation name a serialized query reads (tables, views, and CTE names)."""
     if isinstance(node, list):
         return set().union(*map(_base_tables, node))
@@ -444,7 +438,7 @@ def query_sql(name: str) -> str:
     return (QUERIES / f"{name}.sql").read_text()
 
 
-def query_frame(con: duckdb.DuckDBPyConnection, name: str, **params) -> pd.DataFrame:
+def query_frame(con: duckdb.DuckDBPyConnection, name: str, **params: object) -> pd.DataFrame:
     """Run queries/<name>.sql with its named parameters bound; the rows as a DataFrame."""
     return con.execute(query_sql(name), params).df()
 

@@ -42,6 +42,14 @@ from benchledger.rules import (
     EXCLUDE_RESTART,
     names_with_effect,
 )
+from benchledger.rules.core import (
+    COUNTER_UNREADABLE,
+    LOWER_BOUND,
+    MISMATCH,
+    NO_COUNTER,
+    PARTIAL,
+    RECONCILED,
+)
 from benchledger.stats import t_bounds
 from benchledger.sweep.slos import bounds_rows, judge_sql
 from benchledger.sweep.spec import ArmPlan, LoadPoint, Sweep
@@ -116,18 +124,9 @@ class RunFacts:
 
 
 # entries.counter_check: how the server's own counters checked the token counts of the
-# windows behind an entry (T3). Never blocking by itself (a server without /metrics can
-# still be measured), but a number nobody cross-checked says so where it is read.
-RECONCILED = "reconciled"  # every counter of every window matched the client's count
-LOWER_BOUND = "lower bound"  # all checked, some only as a lower bound (failed/unresolved)
-PARTIAL = "partial"  # some counters or windows had no counter to check against
-NO_COUNTER = "no counter"  # no counter checked any of its windows
-MISMATCH = "mismatch"  # a counter disagreed (its rule blocks the entry)
-# a window's /metrics could not be read (timed out, an error status, not Prometheus text):
-# its counters may exist, unread (rule counters_readable blocks it where its family has them)
-UNREADABLE = "counter unreadable"
-
-
+# windows behind an entry (T3; its words: benchledger.rules.core). Never blocking by itself
+# (a server without /metrics can still be measured), but a number nobody cross-checked says
+# so where it is read.
 def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
     """The counter_check label of an entry resting on these windows (None: no window).
     checks: counter_checks_for_run.sql's rows; a window without rows was never reconciled,
@@ -143,7 +142,7 @@ def counter_check(window_ids: pd.Series, checks: pd.DataFrame) -> str | None:
         return MISMATCH
     # (a frame without the column: rows from before counters could be unreadable)
     if "unreadable" in mine and int(mine["unreadable"].sum()):
-        return UNREADABLE
+        return COUNTER_UNREADABLE
     if not matched + lower:
         return NO_COUNTER
     if unchecked:

@@ -393,8 +393,8 @@ def _over_windows(values: Iterable[float]) -> Entry:
     series = pd.Series(list(values), dtype=float)
     if series.empty:
         return {}
-    low, high = t_bounds(series.mean(), series.std(ddof=1), len(series))
-    mean, low, high = float(series.mean()), as_float(low), as_float(high)
+    bounds = t_bounds(series.mean(), series.std(ddof=1), len(series))
+    mean, low, high = float(series.mean()), as_float(bounds[0]), as_float(bounds[1])
     # One window per restart: the window-level interval is the restart-level one.
     return {"value": mean, "ci95_low": low, "ci95_high": high,
             "restart_mean": mean, "restart_ci95_low": low, "restart_ci95_high": high}

@@ -28,8 +28,9 @@ import pandas as pd
 from benchledger import __version__
 from benchledger.imports.evidence import NOT_RECORDED
 from benchledger.rules import DEFAULT_MAX_BURST_FRACTION
+from benchledger.rules.core import NO_COUNTER
 from benchledger.warehouse.db import first_row, query_frame
-from benchledger.warehouse.derive import NO_COUNTER, TIMING_RULES
+from benchledger.warehouse.derive import TIMING_RULES
 from benchledger.warehouse.entries import (
     Block,
     Candidate,

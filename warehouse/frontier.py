@@ -37,6 +37,7 @@ from benchledger import __version__
 from benchledger.rules import ARRIVALS_ON_SCHEDULE
 from benchledger.sweep.slos import meets_target, queue_growth_sql, saturation_reasons
 from benchledger.sweep.spec import Sweep
+from benchledger.warehouse.compare import IMPROVEMENT, NO_FINDING, NOT_DECIDABLE, REGRESSION
 from benchledger.warehouse.db import insert_frame, query_frame, recorded_sweep
 from benchledger.warehouse.entries import as_float, over_slo_requests
 from benchledger.warehouse.metrics import MEETING_ALL, MEETING_SLO
@@ -228,6 +229,10 @@ def derive_frontier(con: duckdb.DuckDBPyConnection, run_id: str,
 # A frontier comparison without a control is judged on its intervals alone (as
 # compare.decide judges its axes); its findings say so rather than claim a control.
 NO_CONTROL = "no A/A control: not held to one"
+# What a frontier comparison finds beyond a comparison's own verdicts (NO_FINDING,
+# NOT_DECIDABLE): one side better on an axis and not worse on the other, or a trade.
+B_DOMINATES, A_DOMINATES, TRADE_OFF = "b dominates", "a dominates", "trade-off"
+FINDINGS = (B_DOMINATES, A_DOMINATES, TRADE_OFF)
 
 
 def finding(throughput: str | None, per_user: str | None, *,
@@ -235,23 +240,23 @@ def finding(throughput: str | None, per_user: str | None, *,
     """What two axes' verdicts (b against a) say together, and why; `has_control`: whether
     the comparison names an A/A control (the reason names it only then)."""
     verdicts = {"throughput": throughput, "per-user decode rate": per_user}
-    better = [axis for axis, v in verdicts.items() if v == "improvement"]
-    worse = [axis for axis, v in verdicts.items() if v == "regression"]
+    better = [axis for axis, v in verdicts.items() if v == IMPROVEMENT]
+    worse = [axis for axis, v in verdicts.items() if v == REGRESSION]
     unheld = "" if has_control else f" ({NO_CONTROL})"
     held = " beyond the A/A control" if has_control else unheld
     if better and worse:
-        return "trade-off", f"b is better on {better[0]} and worse on {worse[0]}{unheld}"
+        return TRADE_OFF, f"b is better on {better[0]} and worse on {worse[0]}{unheld}"
     if better:
-        return "b dominates", (f"b is better on {' and '.join(better)}{held}, and not worse "
-                               "on the other axis")
+        return B_DOMINATES, (f"b is better on {' and '.join(better)}{held}, and not worse "
+                             "on the other axis")
     if worse:
-        return "a dominates", (f"a is better on {' and '.join(worse)}{held}, and not worse "
-                               "on the other axis")
-    if any(v in (None, "not decidable") for v in verdicts.values()):
-        return "not decidable", "an axis could not be compared: " + "; ".join(
+        return A_DOMINATES, (f"a is better on {' and '.join(worse)}{held}, and not worse "
+                             "on the other axis")
+    if any(v in (None, NOT_DECIDABLE) for v in verdicts.values()):
+        return NOT_DECIDABLE, "an axis could not be compared: " + "; ".join(
             f"{axis}: {v or 'no comparison'}" for axis, v in verdicts.items())
-    return "no finding", ("neither axis differs beyond what the A/A control shows"
-                          if has_control else f"neither axis differs{unheld}")
+    return NO_FINDING, ("neither axis differs beyond what the A/A control shows"
+                        if has_control else f"neither axis differs{unheld}")
 
 
 def control_finding(throughput: str | None, per_user: str | None) -> tuple[str, str]:
@@ -261,10 +266,10 @@ def control_finding(throughput: str | None, per_user: str | None) -> tuple[str, 
     difference), or 'not decidable' where an axis could not be compared."""
     verdicts = {"throughput": throughput, "per-user decode rate": per_user}
     if any(v is None for v in verdicts.values()):
-        return "not decidable", "an axis of the A/A control has no comparison: " + "; ".join(
+        return NOT_DECIDABLE, "an axis of the A/A control has no comparison: " + "; ".join(
             f"{axis}: {v or 'none'}" for axis, v in verdicts.items())
-    noisy = [axis for axis, v in verdicts.items() if v == "not decidable"]
-    return "no finding", ("same-vs-same" + (
+    noisy = [axis for axis, v in verdicts.items() if v == NOT_DECIDABLE]
+    return NO_FINDING, ("same-vs-same" + (
         f"; its own interval excluded 0 on {' and '.join(noisy)} (instances vary more than "
         "the restarts average out: add restarts)" if noisy else
         ": neither axis differs"))

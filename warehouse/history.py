@@ -32,7 +32,7 @@ import pandas as pd
 from benchledger import __version__
 from benchledger.stats import sd_from_interval, welch_bounds
 from benchledger.sweep.values import HeadlineMetric
-from benchledger.warehouse.compare import LOWER_IS_BETTER
+from benchledger.warehouse.compare import IMPROVEMENT, LOWER_IS_BETTER, NOT_DECIDABLE, REGRESSION
 from benchledger.warehouse.db import insert_frame, query_frame
 
 # What a line is: one arm's headline quantity at one load point.
@@ -40,14 +40,13 @@ LINE = ["arm", "workload", "metric", "statistic", "scope", "numerator", "load_po
 QUANTITY = [c for c in LINE if c != "arm"]
 HEADLINE_METRICS = get_args(HeadlineMetric)
 
+# A line's change since the previous run; NOT_DECIDABLE, IMPROVEMENT and REGRESSION are a
+# comparison's verdicts (warehouse.compare), here of a run against the one before it.
 FIRST_RUN = "first run"
 CONFIG_CHANGED = "config changed"
 BLOCKED = "blocked"
 NO_CONTROL = "no control: not decidable"
-NOT_DECIDABLE = "not decidable"
 NO_CHANGE = "no change"
-IMPROVEMENT = "improvement"
-REGRESSION = "regression"
 FLAGGED = (IMPROVEMENT, REGRESSION)
 
 

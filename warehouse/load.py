@@ -130,7 +130,8 @@ def _check_one_sweep(manifests: list[_Manifest]) -> None:
                                  "refusing to load")
 
 
-def _load(con, manifests: list[_Manifest], recorded_as: Callable[[Path], str]) -> dict[str, int]:
+def _load(con: duckdb.DuckDBPyConnection, manifests: list[_Manifest],
+          recorded_as: Callable[[Path], str]) -> dict[str, int]:
     _check_against_runs(con, manifests[0])
     loaded = _loaded(con, [m.sha256 for m in manifests])
     new, superseded = _split_new(con, [m for m in manifests if m.sha256 not in loaded])
@@ -173,7 +174,7 @@ def _load(con, manifests: list[_Manifest], recorded_as: Callable[[Path], str]) -
             "windows": len(rows["windows"]), **counts}
 
 
-def _check_against_runs(con, run: _Manifest) -> None:
+def _check_against_runs(con: duckdb.DuckDBPyConnection, run: _Manifest) -> None:
     """A run already in the warehouse keeps the sweep it was loaded with: a run folder
     whose run manifest now names another sweep text is refused, not loaded beside it."""
     row = first_row(con, "SELECT sweep_sha256 FROM runs WHERE run_id = ?", [run.key])
@@ -183,7 +184,8 @@ def _check_against_runs(con, run: _Manifest) -> None:
                              f"warehouse with {row[0]}; refusing to load")
 
 
-def _split_new(con, pending: list[_Manifest]) -> tuple[list[_Manifest], list[_Manifest]]:
+def _split_new(con: duckdb.DuckDBPyConnection, pending: list[_Manifest]
+               ) -> tuple[list[_Manifest], list[_Manifest]]:
     """(new, superseded): a manifest whose key is already in its table is a second version
     of it. Two manifests of one folder with the same key are refused: which one to keep
     would be a guess."""
@@ -322,7 +324,7 @@ def _gather_observations(rows: dict[str, list[dict]],
     return total
 
 
-def _insert_requests(con, files: list[_NamedFile]) -> int:
+def _insert_requests(con: duckdb.DuckDBPyConnection, files: list[_NamedFile]) -> int:
     """Insert the rows of every requests file, each tagged with its file's sha256.
 
     One INSERT reads all files with the same columns: DuckDB scans them in parallel, where
@@ -360,7 +362,7 @@ def _insert_requests(con, files: list[_NamedFile]) -> int:
     return rows
 
 
-def _insert_telemetry(con, files: list[_NamedFile]) -> int:
+def _insert_telemetry(con: duckdb.DuckDBPyConnection, files: list[_NamedFile]) -> int:
     """Insert the GPU samples of every telemetry file (benchledger.server.telemetry's columns plus
     restart_id and window_id), each row tagged with its file's sha256: one INSERT that
     DuckDB reads from the files, like the requests. Refused unless every column is one of
@@ -392,8 +394,8 @@ def _insert_telemetry(con, files: list[_NamedFile]) -> int:
     return rows
 
 
-def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile],
-                          table: str = "request_records") -> int:
+def _insert_parquet_files(con: duckdb.DuckDBPyConnection, columns: tuple[str, ...],
+                          files: list[_NamedFile], table: str = "request_records") -> int:
     # Column names were checked against request_records' own; every value is bound.
     names = ", ".join(f'"{c}"' for c in columns)
     read = ", ".join(f'r."{c}"' for c in columns)
@@ -409,7 +411,7 @@ def _insert_parquet_files(con, columns: tuple[str, ...], files: list[_NamedFile]
         con.unregister("incoming_files")
 
 
-def _insert_with_pyarrow(con, columns: tuple[str, ...], f: _NamedFile,
+def _insert_with_pyarrow(con: duckdb.DuckDBPyConnection, columns: tuple[str, ...], f: _NamedFile,
                          table: str = "request_records") -> int:
     names = ", ".join(f'"{c}"' for c in columns)
     con.register("incoming_requests", pq.read_table(f.path))
@@ -431,7 +433,7 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) ->
                                               for c in columns})) if rows else 0
 
 
-def _loaded(con, shas: list[str]) -> set[str]:
+def _loaded(con: duckdb.DuckDBPyConnection, shas: list[str]) -> set[str]:
     return {sha for sha, in con.execute(
         "SELECT sha256 FROM raw_files WHERE sha256 IN (SELECT unnest($shas))",
         {"shas": shas}).fetchall()}

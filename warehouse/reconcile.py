@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import duckdb
 import pandas as pd
 
-from benchledger.server.observe import COUNTER_UNREADABLE
+from benchledger.rules.core import COUNTER_UNREADABLE, LOWER_BOUND, MATCH, MISMATCH, NO_COUNTER
 
 # What a window is reconciled on, whatever a family calls its counter: one *_reconcile rule
 # each (benchledger.rules), reconciliations.quantity.
@@ -81,12 +81,6 @@ FAMILY_COUNTERS: dict[str, dict[str, Counter]] = {
 }
 # Windows whose family is unknown are read with the names this project always checked.
 DEFAULT_FAMILY = "vllm"
-# reconciliations.status of a counter that could not be checked: the server has none (no
-# /metrics endpoint, or none of this name), or its endpoint could not be read (timed out,
-# an error status, text that is not Prometheus': the observer's recorded words). The first
-# is a server measured without counters; the second hides counters that may be there, and
-# blocks where the server's family exports them (rule counters_readable).
-NO_COUNTER, UNREADABLE = "no counter", COUNTER_UNREADABLE
 # A scrape the observer could not read, in a window's observation_errors (its parts are
 # "metrics: ...", "log: ...", "clocks: ...", joined by "; ").
 _UNREADABLE_SCRAPE = re.compile(
@@ -120,7 +114,7 @@ NO_REQUESTS = dict.fromkeys(("output_tokens", "prompt_tokens", "uncached_prompt_
                               "completed", "cached_unknown", "prompt_unknown"), 0.0)
 
 
-def window_family(recorded, metrics: pd.DataFrame) -> tuple[str, bool]:
+def window_family(recorded: object, metrics: pd.DataFrame) -> tuple[str, bool]:
     """(the family whose counters check the window, whether it was known): the restart's
     recorded family, else the one family whose counters the window's scrapes show, else
     the default (not known)."""
@@ -169,7 +163,7 @@ def reconcile_window(window: pd.Series, client: dict[str, float], metrics: pd.Da
                 "counter": counter.name, "quantity": quantity, "client_value": value,
                 "server_delta": server, "tolerance": tolerance}
         if unreadable:
-            rows.append({**base, "relative_error": None, "status": UNREADABLE,
+            rows.append({**base, "relative_error": None, "status": COUNTER_UNREADABLE,
                          "detail": f"{counter.name}: not reconciled (its /metrics could not "
                                    f"be read: {unreadable[1][:500]})"})
             continue
@@ -180,10 +174,10 @@ def reconcile_window(window: pd.Series, client: dict[str, float], metrics: pd.Da
             continue
         if clean:
             error = abs(server - value) / max(value, 1.0)
-            status = "match" if tolerance is None or error <= tolerance else "mismatch"
+            status = MATCH if tolerance is None or error <= tolerance else MISMATCH
         else:
             error = max(0.0, (value - server) / max(value, 1.0))
-            status = "lower bound"
+            status = LOWER_BOUND
         sign = (server - value) / max(value, 1.0)
         rows.append({**base, "relative_error": error, "status": status,
                      "detail": f"{counter.name} delta {server:g} vs {counter.meaning} "

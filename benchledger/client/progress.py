@@ -24,37 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
+
+from benchledger.settings import DEFAULT_PROGRESS_S, settings, variable
 
 log = logging.getLogger(__name__)
 
-INTERVAL_ENV = "BENCHLEDGER_PROGRESS_S"
-DEFAULT_INTERVAL_S = 5.0
-# Shorter would flood a task log; longer than an hour is no progress report.
-MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
+INTERVAL_ENV = variable("progress_s")
+DEFAULT_INTERVAL_S = DEFAULT_PROGRESS_S
 
 
-def interval_s(environ: dict | None = None) -> float | None:
-    """Seconds between progress reports from BENCHLEDGER_PROGRESS_S (default 5); None when
-    it is 0 (progress off). ValueError naming the variable for anything else."""
-    text = (os.environ if environ is None else environ).get(INTERVAL_ENV, "").strip()
-    if not text:
-        return DEFAULT_INTERVAL_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if value == 0:
-        return None
-    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:  # also false for nan
-        raise ValueError(f"environment variable {INTERVAL_ENV}={text!r}: expected seconds "
-                         f"between progress reports, 0 (off) or {MIN_INTERVAL_S:g} to "
-                         f"{MAX_INTERVAL_S:g}")
-    return value
+def interval_s(environ: Mapping[str, str] | None = None) -> float | None:
+    """Seconds between progress reports from BENCHLEDGER_PROGRESS_S (default 5), in this
+    process's environment or `environ`; None when it is 0 (progress off). SettingsError (a
+    ValueError) naming the variable for anything else."""
+    return settings(environ).progress_s
 
 
 @dataclass(frozen=True)

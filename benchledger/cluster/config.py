@@ -30,6 +30,8 @@ from cryptography.fernet import Fernet
 from benchledger.cluster.airflow_api import ClusterError
 from benchledger.raw.store import LOCAL_COPY_ENV
 from benchledger.redaction import shown_location
+from benchledger.settings import settings as read_settings
+from benchledger.settings import variable
 
 STATE_FILE = "cluster.json"
 CONFIG_FILE = "airflow.cfg"
@@ -44,7 +46,7 @@ POLL_S = 0.5
 # Set in the environment of every process of the deployment, and so inherited by what they
 # start: `down` finds by it the servers under test that tasks launched and that outlived
 # their task process (reparented to init, they are in no recorded process tree).
-HOME_ENV = "BENCHLEDGER_CLUSTER_HOME"
+HOME_ENV = variable("cluster_home")
 LOOPBACK = "127.0.0.1"
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -317,10 +319,10 @@ def api_credentials(home: Path) -> tuple[str, str]:
     """(user, password) for the cluster's REST API: from the environment
     (BENCHLEDGER_AIRFLOW_USER / BENCHLEDGER_AIRFLOW_PASSWORD, for a production deployment),
     else the local cluster's password file."""
-    user = os.environ.get("BENCHLEDGER_AIRFLOW_USER")
-    password = os.environ.get("BENCHLEDGER_AIRFLOW_PASSWORD")
+    current = read_settings()
+    user, password = current.airflow_user, current.airflow_password
     if user and password:
-        return user, password
+        return user, password.get_secret_value()
     path = Path(home) / PASSWORDS_FILE
     try:
         return API_USER, json.loads(path.read_text())[API_USER]
@@ -334,7 +336,7 @@ def local_raw_base(home: Path) -> Path:
     """Where this host's processes of the deployment keep their copy of raw files held in
     an object store (benchledger.raw.store): the caller's BENCHLEDGER_LOCAL_RAW_DIR, else
     the folder's object-store/."""
-    return Path(os.environ.get(LOCAL_COPY_ENV) or Path(home) / "object-store")
+    return read_settings().local_raw_dir or Path(home) / "object-store"
 
 
 def airflow_env(home: Path) -> dict[str, str]:

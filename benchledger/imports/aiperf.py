@@ -19,8 +19,10 @@ the field table.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -55,6 +57,7 @@ from benchledger.imports.evidence import (
     seconds_to_ns,
     window_id_for,
 )
+from benchledger.imports.tools import Importer, register
 from benchledger.raw.records import file_sha256
 from benchledger.rules import MIN_REQUESTS_PLAIN
 
@@ -107,6 +110,26 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
         command=(summary.get("run_info") or {}).get("cli_command"),
         model=_model(config), started_at=_first_start(requests),
         windows=[window], requests=requests)
+
+
+@register
+class AIPerfImporter(Importer):
+    """AIPerf's export: its per-request records and its summary, side by side (a folder of
+    fixed file names: the folder names the import)."""
+
+    name = "aiperf"
+
+    def files(self, path: Path) -> tuple[Path, ...]:
+        return files_of(path)
+
+    def identity(self, path: Path) -> Path:
+        return identity(path)
+
+    def default_name(self, identity_file: Path) -> str:
+        return identity_file.parent.name
+
+    def parse(self, path: Path, sha256: str, run_id: str, name: str) -> Evidence:
+        return parse(path, sha256, run_id, name)
 
 
 def _read_records(path: Path) -> tuple[list[dict], list[int]]:
@@ -238,7 +261,8 @@ def _requests(path: Path, window_id: str, records: list[dict], lines: list[int],
     })
 
 
-def _refuse_repeats(path: Path, ids: list, lines: list[int], where) -> None:
+def _refuse_repeats(path: Path, ids: list[Any], lines: list[int],
+                    where: Callable[[int], str]) -> None:
     """Each request record (AIPerf's x_request_id) appears once in an export."""
     pair = first_duplicate(pd.DataFrame({"x_request_id": pd.Series(ids, dtype=object)}))
     if pair is not None:
@@ -319,6 +343,6 @@ def _check_counts(path: Path, summary: dict, window: dict) -> None:
             "exports only)"))
 
 
-def _first_start(requests: pa.Table):
+def _first_start(requests: pa.Table) -> datetime | None:
     first = pc.min(requests.column("t_submit_ns")).as_py()
     return from_epoch(first / 1e9) if first is not None else None

@@ -78,10 +78,9 @@ class Evidence:
     requests: pa.Table | None = None
     report_rows: pa.Table | None = None
     flags: list[str] = field(default_factory=list)  # what the import found worth saying
-
-    @property
-    def evidence(self) -> str:
-        return HISTORICAL if self.tool == "report" else IMPORTED
+    # What its entries rest on: another tool's measurement, or an old report's rows
+    # (historical: report.py says so).
+    evidence: str = IMPORTED
 
 
 def run_id_for(tool: str, sha256: str) -> str:

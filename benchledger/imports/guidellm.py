@@ -56,6 +56,7 @@ from benchledger.imports.evidence import (
     single,
     window_id_for,
 )
+from benchledger.imports.tools import Importer, register
 from benchledger.rules import MIN_REQUESTS_PLAIN
 
 # GuideLLM's request lists -> the status of a request row.
@@ -85,6 +86,16 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
         model=single([w.pop("model") for w in windows]),
         started_at=min(w["window_start"] for w in windows),
         windows=windows, requests=requests)
+
+
+@register
+class GuideLLMImporter(Importer):
+    """GuideLLM's benchmarks report (one JSON file)."""
+
+    name = "guidellm"
+
+    def parse(self, path: Path, sha256: str, run_id: str, name: str) -> Evidence:
+        return parse(path, sha256, run_id, name)
 
 
 def _refuse_repeats(path: Path, tables: list[pa.Table],

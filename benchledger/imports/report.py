@@ -28,6 +28,7 @@ from benchledger.imports.evidence import (
     EvidenceFileError,
     SourceFile,
 )
+from benchledger.imports.tools import Importer, register
 
 TEXT, INTEGER, NUMBER = pa.string(), pa.int64(), pa.float64()
 COLUMNS: dict[str, pa.DataType] = {
@@ -70,7 +71,17 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
          for line, values in rows], schema=ROW_SCHEMA)
     return Evidence(tool="report", run_id=run_id, name=name,
                     files=[SourceFile(path, sha256, "report-csv", len(rows))],
-                    report_rows=table)
+                    report_rows=table, evidence=HISTORICAL)
+
+
+@register
+class ReportImporter(Importer):
+    """An old report's summary rows (a CSV), historical evidence."""
+
+    name = "report"
+
+    def parse(self, path: Path, sha256: str, run_id: str, name: str) -> Evidence:
+        return parse(path, sha256, run_id, name)
 
 
 def _check_header(path: Path, header: Sequence[str] | None) -> None:
@@ -101,7 +112,8 @@ def _row(path: Path, line: int, raw: dict) -> tuple[int, dict]:
     return line, values
 
 
-def _value(path: Path, line: int, column: str, cell: str, kind: pa.DataType):
+def _value(path: Path, line: int, column: str, cell: str,
+           kind: pa.DataType) -> str | float | int:
     if kind == TEXT:
         if column in CHOICES and cell not in CHOICES[column]:
             raise EvidenceFileError(path, f"line {line}, column {column}: {cell!r} is not one "

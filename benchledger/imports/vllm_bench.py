@@ -48,6 +48,7 @@ from benchledger.imports.evidence import (
     seconds_to_ns,
     window_id_for,
 )
+from benchledger.imports.tools import Importer, register
 from benchledger.rules import MIN_REQUESTS_PLAIN
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "errors")
@@ -85,6 +86,16 @@ def parse(path: Path, sha256: str, run_id: str, name: str) -> Evidence:
     return evidence
 
 
+@register
+class VllmBenchImporter(Importer):
+    """The result file of `vllm bench serve --save-result --save-detailed`."""
+
+    name = "vllm-bench"
+
+    def parse(self, path: Path, sha256: str, run_id: str, name: str) -> Evidence:
+        return parse(path, sha256, run_id, name)
+
+
 def _label(doc: dict) -> str:
     rate, cap = doc.get("request_rate"), doc.get("max_concurrency")
     return f"rate@{rate}" + (f",max_concurrency@{cap}" if cap is not None else "")
@@ -98,7 +109,7 @@ def _request(i: int) -> str:
     return f"request {i}"
 
 
-def _requests(path: Path, window_id: str, lists: dict[str, list]):
+def _requests(path: Path, window_id: str, lists: dict[str, list[Any]]) -> pa.Table:
     n = len(lists["errors"])
     errors = lists["errors"]
     if not set(map(type, errors)) <= {str, type(None)}:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from benchledger.client.progress import (
     Snapshot,
@@ -32,6 +32,9 @@ from benchledger.client.progress import (
     waiting_state,
 )
 from benchledger.raw import layout as raw
+
+if TYPE_CHECKING:  # rich is imported by a live display only, not with this module
+    from rich.console import Group
 
 POLL_S = 1.0  # at most; a shorter interval polls at half of it
 # Reports missed before a window counts as stopped, plus slack for a busy machine.
@@ -134,7 +137,7 @@ class LiveDisplay:
             if now - seen_at > stale_after_s(snapshot):
                 self._finish(key, stopped_line(snapshot, now - seen_at))
 
-    def _render(self):
+    def _render(self) -> Group:
         from rich.console import Group
         from rich.progress_bar import ProgressBar
         from rich.table import Table

@@ -29,9 +29,13 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchledger.operators import FAILURES_ENV
 from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
+
+if TYPE_CHECKING:  # Airflow is imported after airflow_env() has set its environment
+    from airflow.sdk import DAG
 
 EXIT_CODES = {"success": 0, "failed": 1}
 SETUP_ERROR = 2
@@ -168,7 +172,7 @@ def _ensure_db_and_pool() -> None:
                                   POOL_DESCRIPTION, False)
 
 
-def _load_dag(dag_file: Path, dag_id: str):
+def _load_dag(dag_file: Path, dag_id: str) -> DAG:
     from airflow.configuration import conf as airflow_conf
     from airflow.dag_processing.dagbag import BundleDagBag
 

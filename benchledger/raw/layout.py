@@ -120,12 +120,14 @@ class RestartManifest(TypedDict, total=False):
     launch_attempt: int | None
     server_kind: str
     single_instance: bool
+    # the sweep text (its sha256) the launch measured: the loader refuses another run's
+    sweep_sha256: str | None
     status: RestartStatus
     error: str | None
     started_at: str
     pid: int | None
     base_url: str | None
-    command: str | None
+    command: list[str] | None  # argv, secrets redacted
     log_path: str | None
     server_mark: str | None  # in the server's environment: finds every process it started
     earlier_launches: list[dict[str, Any]]
@@ -143,8 +145,9 @@ class RestartManifest(TypedDict, total=False):
     # left running): pid, ppid, pgid, sid, command (redacted), why, signal, alive.
     stray_processes: list[dict[str, Any]]
     crashed_in_window: str
-    # The node whose process died (a multi-node arm's other node, or the head's own).
-    crashed_node: str
+    # The node whose process died (a multi-node arm's other node, or the head's own; None
+    # where the manifest names no node).
+    crashed_node: str | None
     # Every node the deployment spanned, the head first: node, address, role, rank, host,
     # pid, its GPUs as its telemetry listed them at readiness, and how its process ended.
     deployment: list[dict[str, Any]]

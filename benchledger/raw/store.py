@@ -33,10 +33,11 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from pyarrow import fs as pafs
@@ -44,9 +45,10 @@ from pyarrow import fs as pafs
 from benchledger.raw import layout as raw
 from benchledger.raw.records import storage_path
 from benchledger.redaction import shown_location
+from benchledger.settings import settings as read_settings
+from benchledger.settings import variable
 
-LOCAL_COPY_ENV = "BENCHLEDGER_LOCAL_RAW_DIR"
-ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+LOCAL_COPY_ENV = variable("local_raw_dir")
 LEDGER = ".stored"  # what this node pushed from a folder (no .json: never taken for a manifest)
 _LOCK = ".stored.lock"
 _CHUNK = 8 << 20
@@ -73,12 +75,15 @@ class S3Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings:
-        env = os.environ if env is None else env
-        endpoint = next((env[k] for k in ENDPOINT_ENVS if env.get(k)), None)
-        return cls(endpoint_url=endpoint, access_key=env.get("AWS_ACCESS_KEY_ID"),
-                   secret_key=env.get("AWS_SECRET_ACCESS_KEY"),
-                   session_token=env.get("AWS_SESSION_TOKEN"),
-                   region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
+        """From the AWS_* variables (benchledger.settings) of this process's environment,
+        or of `env`."""
+        current = read_settings(env)
+        secret, token = current.aws_secret_access_key, current.aws_session_token
+        return cls(endpoint_url=current.aws_endpoint_url,
+                   access_key=current.aws_access_key_id,
+                   secret_key=secret.get_secret_value() if secret else None,
+                   session_token=token.get_secret_value() if token else None,
+                   region=current.aws_region)
 
 
 @dataclass(frozen=True)
@@ -162,10 +167,10 @@ class RawStorage:
 
 
 def local_copy_base(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get(LOCAL_COPY_ENV):
-        return Path(env[LOCAL_COPY_ENV])
-    return Path(env.get("BENCHLEDGER_HOME") or Path.home() / ".benchledger") / "object-store"
+    """This node's folder of local copies: BENCHLEDGER_LOCAL_RAW_DIR, else
+    $BENCHLEDGER_HOME/object-store (of this process's environment, or of `env`)."""
+    current = read_settings(env)
+    return current.local_raw_dir or current.home / "object-store"
 
 
 def resolve(location: str | Path, settings: S3Settings | None = None,
@@ -367,7 +372,11 @@ def pull_run(storage: RawStorage, layout: raw.RunLayout) -> int:
                for folder, found in sorted(by_folder.items()))
 
 
-def _parallel(function, items: list) -> list:
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _parallel(function: Callable[[_Item], _Result], items: list[_Item]) -> list[_Result]:
     if len(items) < 2:
         return [function(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(len(items), _PARALLEL)) as pool:

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from benchledger.raw import layout as raw
 from benchledger.raw.layout import NO_ATTEMPT, Attempt, NodeManifest, RunLayout
-from benchledger.redaction import REDACTED, redact_argv
+from benchledger.redaction import REDACTED
 from benchledger.restart.manifest import RawWriteError, RestartRecord, os_error_text, utc_now
-from benchledger.server import lifecycle
-from benchledger.simulator.options import SWEEP_OPTIONS, launch_flags
+from benchledger.server import launchers, lifecycle
 from benchledger.sweep import topology
 from benchledger.sweep.spec import (
     Arm,
@@ -41,8 +39,6 @@ from benchledger.sweep.topology import DeploymentNode
 
 log = logging.getLogger(__name__)
 
-# The readiness path of a simulator's pretend node (it answers 200 once it joined its head).
-PRETEND_NODE_HEALTH = "/health"
 NODE_PROBE_TIMEOUT_S = 5.0
 
 
@@ -57,8 +53,7 @@ def as_written(layout: RunLayout, arm: Arm, sweep_path: Path | None) -> Arm:
     the file's recorded form is still exactly the run's (the same sweep, secrets aside).
     The task's own path to the file comes first (a worker's DAG bundle), else the one plan
     recorded."""
-    commands = [arm.command, *(p.command for p in arm.processes)]
-    if arm.server != "command" or not any(REDACTED in (c or "") for c in commands):
+    if not any(REDACTED in command for command in arm.commands):
         return arm
     manifest = raw.read_json(layout.run_manifest)
     path = Path(sweep_path or manifest.get("sweep_path") or "")
@@ -76,73 +71,19 @@ def as_written(layout: RunLayout, arm: Arm, sweep_path: Path | None) -> Arm:
         f"is started from the sweep file {path}, but {why}; rerun the sweep")
 
 
-# [arms.simulator] as an arm that leaves the table out has it (launch_flags' input).
-SIMULATOR_DEFAULTS: dict[str, Any] = {
-    str(option.sweep_key): [] if option.per_restart else option.default
-    for option in SWEEP_OPTIONS}
-
-
-def simulator_node_argv(arm: Arm, member: DeploymentNode, head_url: str, restart_index: int,
-                        port: str, seed: str, template: bool = False) -> list[str]:
-    """A pretend node of a simulator arm that spans nodes: it joins the head at head_url
-    and serves its pretend GPUs' telemetry; the arm's [arms.simulator] GPU settings apply,
-    and its own `low_clock` says whether its stuck GPU is stuck. `template`: as recorded,
-    where it runs and whom it joins left out."""
-    argv = [sys.executable, "-m", "benchledger.simulator",
-            "--host", "{address}" if template else member.address, "--port", port,
-            "--seed", seed, "--model", arm.model,
-            "--join", "{head_url}" if template else head_url,
-            "--node-name", "{node}" if template else member.node]
-    values = arm.simulator.model_dump() if arm.simulator else dict(SIMULATOR_DEFAULTS)
-    low = bool(member.process and member.process.low_clock)
-    return argv + launch_flags({**values, "low_clock_restarts": [restart_index] if low else []},
-                               restart_index)
-
-
-def start_node_process(arm: Arm, member: DeploymentNode, head: lifecycle.ServerHandle,
-                       log_path: Path, seed: int, restart_index: int = 0
-                       ) -> lifecycle.ServerHandle:
-    """Spawn the process of one more node of an arm's deployment (never the head: that is
-    lifecycle.launch), on this machine, in a new session with its own mark; returns at once. Its
-    base URL is where it serves HTTP (a pretend node; a command that takes a {port}), else
-    empty. `head` is the head's handle: its port and URL go into the command."""
-    head_url = f"http://{arm.head_address}:{head.port}"
-    if arm.server == "simulator":
-        port: int | None = lifecycle.free_port(member.address)
-        template = simulator_node_argv(arm, member, head_url, restart_index, "{port}",
-                                       "{seed}", template=True)
-        argv = simulator_node_argv(arm, member, head_url, restart_index, str(port), str(seed))
-    elif arm.server == "command" and member.process is not None and member.process.command:
-        command = member.process.command
-        template = lifecycle.split_command(arm, command)
-        port = lifecycle.free_port(member.address) if lifecycle.PORT_TOKEN in command else None
-        values = topology.process_values(member, len(arm.processes) + 1, arm.head_address,
-                                         head.port, port)
-        argv = [topology.substitute(part, values) for part in template]
-    else:
-        raise ValueError(f"arm {arm.name!r}: node {member.node!r} has no process benchledger "
-                         f"starts (server = {arm.server!r})")
-    mark = lifecycle.new_mark()
-    pid = lifecycle.start_process(argv, log_path, mark,
-                                  f"arm {arm.name!r} on node {member.node!r}")
-    return lifecycle.ServerHandle(
-        base_url=f"http://{member.address}:{port}" if port else "", pid=pid, port=port,
-        command=redact_argv(argv), command_template=redact_argv(template),
-        log_path=str(log_path), mark=mark)
-
-
 class NodeRecord:
     """The manifest of one node's process of one restart slot."""
 
-    def __init__(self, layout: RunLayout, arm: str, k: int, node: str):
+    def __init__(self, layout: RunLayout, arm: str, k: int, node: str) -> None:
         self.layout, self.arm, self.k, self.node = layout, arm, k, node
         self.path = layout.node_manifest(arm, k, node)
 
     def read(self) -> NodeManifest:
         return cast(NodeManifest, raw.read_manifest(self.path))
 
-    def update(self, **changes: Any) -> NodeManifest:
-        manifest = {**self.read(), **changes}
+    def update(self, **changes: Unpack[NodeManifest]) -> NodeManifest:
+        """Merge `changes` (the manifest's own keys: a typo is a type error) and write."""
+        manifest: NodeManifest = {**self.read(), **changes}
         try:
             raw.write_json(self.path, manifest,
                            sealed_in=self.layout.slot_dir(self.arm, self.k))
@@ -150,7 +91,7 @@ class NodeRecord:
             raise RawWriteError(f"{self.layout.restart_id(self.arm, self.k)} node {self.node}: "
                                 f"its manifest could not be written: "
                                 f"{os_error_text(exc, self.path)}") from exc
-        return cast(NodeManifest, manifest)
+        return manifest
 
 
 def _members(sweep: Sweep, arm_name: str) -> list[DeploymentNode]:
@@ -178,9 +119,10 @@ def launch_node(layout: RunLayout, sweep: Sweep, arm_name: str, k: int, node: st
         return None
     try:
         seed = lifecycle.instance_seed(sweep.sweep.name, f"{arm_name}@{node}", k)
-        handle = start_node_process(as_written(layout, arm, sweep_path), member,
-                                    lifecycle.ServerHandle.from_dict(head),
-                                    layout.node_log(arm_name, k, node), seed, k)
+        started = as_written(layout, arm, sweep_path)
+        handle = launchers.launcher_for(started).start_node(
+            started, member, lifecycle.ServerHandle.from_dict(head),
+            layout.node_log(arm_name, k, node), seed, k)
     except Exception as exc:
         record.update(status="failed", error=f"launch failed: {exc}")
         return None
@@ -218,7 +160,7 @@ def node_records(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> dict
 def launch_problems(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> list[str]:
     """Why the other nodes' processes are not all running: one line per node whose launch
     failed or never ran (what wait_ready reports instead of waiting for the head)."""
-    if sweep.arm(arm_name).arm.server == "external":
+    if not sweep.arm(arm_name).arm.starts_processes:
         return []  # its nodes are only named: nothing of theirs is started
     problems = []
     for node, manifest in node_records(layout, sweep, arm_name, k).items():
@@ -237,18 +179,13 @@ def base_urls(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     return urls
 
 
-def _health_path(arm: Arm, member: DeploymentNode) -> str | None:
-    if arm.server == "simulator":
-        return PRETEND_NODE_HEALTH
-    return member.process.health_path if member.process else None
-
-
 def node_gone(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> tuple[str, str] | None:
     """(node, evidence) of the first node besides the head whose process died, else None.
     A process on this machine is asked by its pid (still the process its launch started?);
     one that serves a health path is asked there (one probe, bounded); one that does
     neither is checked at its teardown, which says whether it had ended before its stop."""
     arm = sweep.arm(arm_name).arm
+    launcher = launchers.launcher_for(arm)
     here = socket.gethostname()
     for member in topology.deployment(arm):
         if member.is_head:
@@ -259,7 +196,7 @@ def node_gone(layout: RunLayout, sweep: Sweep, arm_name: str, k: int) -> tuple[s
                 and not lifecycle.started_as_recorded(pid, manifest.get("started_at")):
             return member.node, (f"its process {pid} ended ({lifecycle.process_state(pid)}); "
                                  f"see {manifest.get('log_path')}")
-        path, base_url = _health_path(arm, member), manifest.get("base_url")
+        path, base_url = launcher.node_health_path(arm, member), manifest.get("base_url")
         if path and base_url:
             probe = lifecycle.probe_readiness(base_url, path,
                                               time.monotonic() + NODE_PROBE_TIMEOUT_S)

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from benchledger.raw import layout as raw
 from benchledger.raw.layout import Attempt, RestartManifest, RestartStatus, RunLayout, WindowFiles
@@ -65,12 +65,13 @@ class RestartRecord:
         """The manifest so far ({} before the launch wrote it)."""
         return cast(RestartManifest, raw.read_manifest(self.path))
 
-    def update(self, /, status: RestartStatus | None = None,
-               **changes: Any) -> RestartManifest:
+    def update(self, status: RestartStatus | None = None, /,
+               **changes: Unpack[RestartManifest]) -> RestartManifest:
         """Merge `changes` (and the new status, if one is given) into the manifest and
         write it atomically; a manifest that cannot be written raises RawWriteError
-        naming the file and the errno."""
-        manifest: dict[str, Any] = {**self.read(), **changes}
+        naming the file and the errno. `changes` are the manifest's own keys, so a key it
+        does not have (a typo) is a type error, not a field no reader looks at."""
+        manifest: RestartManifest = {**self.read(), **changes}
         if status is not None:
             manifest["status"] = status
         try:
@@ -79,7 +80,7 @@ class RestartRecord:
         except OSError as exc:
             raise RawWriteError(f"{self.restart_id}: the restart manifest could not be "
                                 f"written: {os_error_text(exc, self.path)}") from exc
-        return cast(RestartManifest, manifest)
+        return manifest
 
     def refuse_after_crash(self) -> None:
         """A retried or later step of a crashed restart measures nothing: it would only
@@ -142,7 +143,7 @@ class RestartRecord:
         """The window's files are missing and why; the restart cannot count (a dead server
         makes it crashed, anything else failed)."""
         manifest = self.read()
-        changes: dict[str, Any] = {
+        changes: RestartManifest = {
             "error": error + (f"; and the server died during it: {gone}" if gone else ""),
             "unwritten_windows": sorted({*manifest.get("unwritten_windows", []), window_id})}
         if gone:

@@ -97,14 +97,16 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     arm = sweep.arm(arm_name).arm
     record = RestartRecord(layout, arm_name, k)
     earlier = record.read()
-    record.update(
-        restart_id=record.restart_id, run_id=layout.run_id, arm=arm_name, restart_index=k,
-        node=socket.gethostname(), requested_node=arm.node,
-        worker_hostname=attempt.worker_hostname, launch_attempt=attempt.number,
-        server_kind=arm.server, single_instance=arm.server == "external",
-        sweep_sha256=sweep_sha256, interrupted_windows=earlier.get("interrupted_windows", []),
-        **_stop_earlier_launch(earlier), started_at=utc_now(), status="launching",
-    )
+    launching: raw.RestartManifest = {
+        "restart_id": record.restart_id, "run_id": layout.run_id, "arm": arm_name,
+        "restart_index": k, "node": socket.gethostname(), "requested_node": arm.node,
+        "worker_hostname": attempt.worker_hostname, "launch_attempt": attempt.number,
+        "server_kind": arm.server, "single_instance": not arm.starts_processes,
+        "sweep_sha256": sweep_sha256,
+        "interrupted_windows": earlier.get("interrupted_windows", []),
+        **_stop_earlier_launch(earlier), "started_at": utc_now(), "status": "launching",
+    }
+    record.update(**launching)
     _api_key(record, arm)  # checked before a server is started for nothing
     try:
         seed = lifecycle.instance_seed(sweep.sweep.name, arm_name, k)
@@ -125,7 +127,7 @@ def launch_failure(layout: RunLayout, arm_name: str, k: int) -> str:
     return str(manifest.get("error") or f"launch failed (status {manifest.get('status')})")
 
 
-def _stop_earlier_launch(manifest: Mapping[str, Any]) -> dict[str, Any]:
+def _stop_earlier_launch(manifest: Mapping[str, Any]) -> raw.RestartManifest:
     """The manifest changes for a launch that finds an earlier attempt's server of this
     slot still recorded as running: stop it when it is on this machine and still the
     process that attempt started; either way, list it under `earlier_launches`."""
@@ -434,15 +436,16 @@ def stop_restart(layout: RunLayout, arm_name: str, k: int,
     if elsewhere:  # its pid names some other process here: signal nothing
         return record.update(stop_status=elsewhere)
     outcome = lifecycle.stop(lifecycle.ServerHandle.from_dict(handle))
-    stopped: dict[str, Any] = {"stopped_at": utc_now(), "stop_status": str(outcome),
-                               **_strays(outcome)}
+    stopped: raw.RestartManifest = {"stopped_at": utc_now(), "stop_status": str(outcome),
+                                    **_strays(outcome)}
     if outcome.ended_before_stop and manifest.get("status") == "ok":
-        return record.update("crashed", error=f"server ended before stop: {outcome}",
-                             crashed_node=manifest.get("requested_node"), **stopped)
+        stopped["error"] = f"server ended before stop: {outcome}"
+        stopped["crashed_node"] = manifest.get("requested_node")
+        return record.update("crashed", **stopped)
     return record.update(**stopped)
 
 
-def _strays(outcome: lifecycle.StopOutcome) -> dict[str, Any]:
+def _strays(outcome: lifecycle.StopOutcome) -> raw.RestartManifest:
     """The manifest's record of the processes a stop had to stop on their own: the
     server's teardown is broken (a daemon, a process that left its group, one that ignored
     SIGTERM), whatever its windows measured. Logged, and `run_problems` names them."""

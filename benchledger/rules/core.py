@@ -117,10 +117,24 @@ STREAMED, BUFFERED = "streamed", "delivered in one read"
 ON_SCHEDULE, BEHIND_SCHEDULE = "on schedule", "behind schedule"
 DEFAULT_MAX_ARRIVAL_LAG_MS = 100.0
 # counters_readable: every scrape read (or no endpoint); one unreadable, where the server's
-# family exports counters (fails), or where no family is known (passes, labelled)
+# family exports counters (fails), or where no family is known (passes, labelled).
+# COUNTER_UNREADABLE is also what the /metrics observer records of such a scrape
+# (benchledger.server.observe), and a reconciliation status and counter_check label below.
 COUNTERS_READ = "counters read or absent"
 COUNTER_UNREADABLE, UNREADABLE_NO_FAMILY = ("counter unreadable",
                                             "counter unreadable, no known family")
+# T3 (docs/protocol.md): how a server's counter checked one window's client count
+# (reconciliations.status, warehouse.reconcile): it matched within reconcile_tolerance, or
+# not; only as a lower bound (failed or unresolved requests make the client's count one);
+# there was no counter (no /metrics endpoint, none of that name), or COUNTER_UNREADABLE.
+MATCH, MISMATCH, LOWER_BOUND, NO_COUNTER = "match", "mismatch", "lower bound", "no counter"
+# An entry's counter_check (warehouse.derive) over its windows' statuses, the first that
+# holds: MISMATCH (a counter disagreed: its rule blocks the entry); COUNTER_UNREADABLE (a
+# window's counters may exist, unread: rule counters_readable blocks it where its family has
+# them); NO_COUNTER (no counter checked any window); PARTIAL (some counters or windows had
+# none to check against); LOWER_BOUND (all checked, some only as a lower bound); else
+# RECONCILED (every counter of every window matched the client's count).
+RECONCILED, PARTIAL = "reconciled", "partial"
 # energy_readable: the window's energy was read whole and every reading can be true
 ENERGY_READ, ENERGY_UNREADABLE = "energy read", "energy unreadable"
 STATED = "stated"  # rate_denominator_stated

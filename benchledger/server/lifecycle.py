@@ -1,16 +1,13 @@
-"""Start, health-wait, describe and stop a model server process.
+"""Health-wait, describe and stop a model server process (started by launchers).
 
 A server is started in its own session (process group) so that stopping it takes the
 whole tree (vLLM forks engine workers) and so that it outlives the task that started it:
 launch, measurement and stop are separate Airflow tasks. Stop sends SIGTERM to the group,
 then SIGKILL after a grace period.
 
-How a `command` is run: the arm's text is split into arguments like a POSIX shell would
-split them (shlex: quotes group, backslashes escape) and the program is started directly,
-never through a shell, so `$(...)`, `;`, `|`, `*` and `$VAR` reach the program as plain
-text. The only substitution is the literal text `{port}` (in the command and in
-`base_url`), replaced by the restart's free loopback port; every other brace is passed on
-as written. A shell is used only when the command names one on purpose (`sh -c '...'`).
+How each kind of arm's server is started is benchledger.server.launchers' (one launcher
+per kind, chosen once from the arm); its names are importable here too. Everything below
+goes by the handle a launch returned, the same for every kind.
 
 Readiness waits while the answer means "not yet" (connection refused, 5xx, a timeout) and
 fails at once on a definite refusal (401/403, or 404 on every readiness path), naming the
@@ -26,39 +23,43 @@ import contextlib
 import hashlib
 import json
 import os
-import shlex
 import signal
-import socket
-import subprocess
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 
 from benchledger.client.progress import ReadinessReporter
-from benchledger.redaction import REDACTED, is_secret_name, redact, redact_argv, redact_command_text
+from benchledger.redaction import REDACTED, is_secret_name, redact, redact_command_text
+
+# Starting a server, by kind (re-exported: callers import them here).
+from benchledger.server.launchers import (  # noqa: F401
+    LOOPBACK,
+    NODE_ADDRESS_ENV,
+    PORT_TOKEN,
+    STARTED,
+    ServerHandle,
+    command_template,
+    free_port,
+    instance_argv,
+    launch,
+    simulator_command_template,
+    split_command,
+    start_process,
+    with_port,
+)
 from benchledger.server.observe import bounded_get, error_text
-from benchledger.server.processes import Leftovers, leftovers_text, mark_environment, new_mark
-from benchledger.simulator.options import launch_flags
-from benchledger.sweep import topology
-from benchledger.sweep.spec import Arm
+from benchledger.server.processes import Leftovers, leftovers_text
+from benchledger.sweep.arms import Arm
 
 # Keys whose values differ between two instances of one config and so must not enter the
 # effective-config hash (vLLM's /v1/models carries creation times and random permission ids).
 VOLATILE_KEYS = {"created", "id_permission", "permission", "root_created"}
 # Environment variables that change what a server does; recorded with the command line.
 ENV_PREFIXES = ("VLLM_", "SGLANG_", "LLAMA_", "CUDA_", "NCCL_", "HF_", "BENCHLEDGER_SIM_")
-# The only text replaced in an arm's command and base_url (and, for an arm that spans
-# nodes, the tokens benchledger.sweep.topology lists).
-PORT_TOKEN = "{port}"
-LOOPBACK = "127.0.0.1"
-# Set by `benchledger cluster join --address` in a worker's environment: the node's own
-# address, where the servers its tasks launch listen and are measured (issue #25).
-NODE_ADDRESS_ENV = "BENCHLEDGER_NODE_ADDRESS"
 # Readiness: one probe's bound, the pause between probes, and the path tried when the
 # health path answers 404 (servers without /health, e.g. llama-cpp-python's, serve it).
 PROBE_TIMEOUT_S = 5.0
@@ -66,11 +67,6 @@ PROBE_INTERVAL_S = 0.2
 FALLBACK_READY_PATH = "/v1/models"
 # After each window: one probe, this long at most, decides whether the server still lives.
 ALIVE_PROBE_TIMEOUT_S = 10.0
-
-
-# Servers started by this process. Holding the Popen objects keeps Python from reaping a
-# server that died early (Popen.__del__ would, losing its exit status before we look).
-_STARTED: dict[int, subprocess.Popen] = {}
 
 
 class ServerNotReady(RuntimeError):
@@ -101,160 +97,16 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-@dataclass
-class ServerHandle:
-    """What later tasks need to reach and stop a launched server (travels as JSON)."""
-
-    base_url: str
-    pid: int | None
-    port: int | None
-    command: list[str] | None  # secrets redacted (what is recorded, never what ran)
-    command_template: list[str] | None  # the same
-    log_path: str | None
-    # The mark in the server's environment that finds every process it started
-    # (benchledger.server.processes); None for an external server.
-    mark: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ServerHandle:
-        return cls(**data)
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A currently free TCP port on `host`, this machine's address the process will bind
-    (the server binds it moments later); on loopback when `host` is not one of this
-    machine's (a name another machine resolves: the port is then only a guess there too)."""
-    for address in dict.fromkeys([host, LOOPBACK]):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((address, 0))
-            except OSError:
-                continue
-            return sock.getsockname()[1]
-    raise OSError(f"no free TCP port on {host} or {LOOPBACK}")
-
-
-def simulator_argv(arm: Arm, restart_index: int, port: str, seed: str,
-                   template: bool = False) -> list[str]:
-    """`benchledger simulator` for an arm with the given port and seed, by position (no
-    text substitution: a model name containing "{port}" stays a model name). The
-    [arms.simulator] values become flags as the simulator's settings declare
-    (benchledger.simulator.options.launch_flags)."""
-    # The recorded template leaves where a head runs out (as its port and seed): two arms
-    # of one setting on other nodes are one configuration.
-    host = "{address}" if template and arm.spans_nodes else _bind_host(arm)
-    argv = [sys.executable, "-m", "benchledger.simulator", "--host", host,
-            "--port", port, "--seed", seed, "--model", arm.model]
-    if arm.spans_nodes:  # the head: ready once every pretend node has joined it
-        argv += ["--expect-nodes", str(len(arm.processes)),
-                 "--node-name", "{node}" if template else arm.node]
-    if arm.simulator is None:
-        return argv
-    return argv + launch_flags(arm.simulator.model_dump(), restart_index)
-
-
-def _bind_host(arm: Arm) -> str:
-    """Where the head listens: its address when the other nodes of its deployment must
-    reach it; else the node's own address where its worker was given one (a worker that
-    joined from another host), loopback otherwise."""
-    if arm.spans_nodes:
-        return arm.head_address
-    return os.environ.get(NODE_ADDRESS_ENV) or LOOPBACK
-
-
-def simulator_command_template(arm: Arm, restart_index: int = 0) -> list[str]:
-    """The simulator's command as recorded: {port} and {seed} are per instance."""
-    return simulator_argv(arm, restart_index, "{port}", "{seed}", template=True)
-
-
-def split_command(arm: Arm, command: str | None = None) -> list[str]:
-    """The arm's command (or `command`, one of its processes') as arguments (shlex, POSIX
-    rules); never run through a shell."""
-    text = arm.command if command is None else command
-    try:
-        argv = shlex.split(text or "")
-    except ValueError as exc:  # "No closing quotation", "No escaped character"
-        raise ValueError(f"arm {arm.name!r}: command {redact_command_text(text or '')!r} "
-                         f"cannot be split into arguments: {exc}") from None
-    if not argv:
-        raise ValueError(f"arm {arm.name!r}: command {redact_command_text(text or '')!r} "
-                         "names no program")
-    return argv
-
-
-def command_template(arm: Arm, restart_index: int = 0) -> list[str]:
-    if arm.server == "simulator":
-        return simulator_command_template(arm, restart_index)
-    if arm.server == "command":
-        return split_command(arm)
-    raise ValueError(f"arm {arm.name!r}: server = {arm.server!r} is not started by benchledger")
-
-
-def with_port(text: str, port: int) -> str:
-    """`text` with each literal {port} replaced; nothing else is interpreted."""
-    return text.replace(PORT_TOKEN, str(port))
-
-
-def instance_argv(arm: Arm, restart_index: int, port: int, seed: int) -> list[str]:
-    """What one restart's process (the head, for an arm that spans nodes) is started with."""
-    if arm.server == "simulator":
-        return simulator_argv(arm, restart_index, str(port), str(seed))
-    if arm.spans_nodes:
-        head = topology.deployment(arm)[0]
-        values = topology.process_values(head, len(arm.processes) + 1, head.address, port,
-                                         port)
-        return [topology.substitute(part, values) for part in command_template(arm)]
-    return [with_port(part, port) for part in command_template(arm, restart_index)]
-
-
 def instance_seed(sweep_name: str, arm: str, restart_index: int) -> int:
     """A stable per-instance seed: reruns reproduce, restarts differ like real instances."""
     digest = hashlib.sha256(f"{sweep_name}/{arm}/{restart_index}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
 
 
-def launch(arm: Arm, log_path: Path, seed: int, restart_index: int = 0) -> ServerHandle:
-    """Spawn the arm's server in a new session, its mark in its environment; returns at
-    once (see wait_ready). The handle's command lines have their secrets redacted: the
-    handle is recorded (restart.json, XCom), the process gets the command as written."""
-    if arm.server == "external":
-        return ServerHandle(base_url=arm.base_url or "", pid=None, port=None, command=None,
-                            command_template=None, log_path=None)
-    host = _bind_host(arm)
-    port = free_port(host)
-    template = command_template(arm, restart_index)
-    argv = instance_argv(arm, restart_index, port, seed)
-    mark = new_mark()
-    pid = start_process(argv, log_path, mark, f"arm {arm.name!r}")
-    base_url = with_port(arm.base_url or f"http://{host}:{{port}}", port)
-    return ServerHandle(base_url=base_url, pid=pid, port=port,
-                        command=redact_argv(argv), command_template=redact_argv(template),
-                        log_path=str(log_path), mark=mark)
-
-
-def start_process(argv: list[str], log_path: Path, mark: str, what: str) -> int:
-    """Start argv in a new session, its output appended to log_path and `mark` in its
-    environment; its pid. The Popen object is kept (_STARTED)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        try:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                       env=mark_environment(mark))
-        except OSError as exc:  # no such program, not executable, ...
-            raise OSError(exc.errno, f"{what}: cannot start "
-                                     f"{redact_argv(argv)[0]!r}: {exc.strerror}") from None
-    _STARTED[process.pid] = process
-    return process.pid
-
-
 def process_state(pid: int) -> str:
     """'running', 'exited:<code>' / 'signalled:<sig>' (when we can reap it) or 'gone'."""
-    if pid in _STARTED:
-        code = _STARTED[pid].poll()
+    if pid in STARTED:
+        code = STARTED[pid].poll()
         if code is None:
             return "running"
         return f"signalled:{-code}" if code < 0 else f"exited:{code}"
@@ -431,7 +283,7 @@ def wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
 class _NotReady(ServerNotReady):
     """ServerNotReady with the last probe, for the progress report of the wait's end."""
 
-    def __init__(self, message: str, probe: Probe):
+    def __init__(self, message: str, probe: Probe) -> None:
         super().__init__(message)
         self.probe = probe
 
@@ -486,7 +338,7 @@ def server_gone(handle: ServerHandle, health_path: str, api_key: str | None = No
     return f"the server no longer answers its readiness path ({redact(probe.detail, api_key)})"
 
 
-def _strip_volatile(value):
+def _strip_volatile(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _strip_volatile(v) for k, v in sorted(value.items()) if k not in VOLATILE_KEYS}
     if isinstance(value, list):
@@ -494,7 +346,7 @@ def _strip_volatile(value):
     return value
 
 
-def _get_json(url: str, headers: dict[str, str]) -> dict | None:
+def _get_json(url: str, headers: dict[str, str]) -> dict[str, Any] | None:
     try:
         answer = bounded_get(url, PROBE_TIMEOUT_S, headers)
         return answer.json() if answer.status_code == 200 else None
@@ -513,7 +365,7 @@ def recorded_environment(arm: Arm) -> dict[str, str]:
     return env
 
 
-def describe(handle: ServerHandle, arm: Arm, api_key: str | None = None) -> dict:
+def describe(handle: ServerHandle, arm: Arm, api_key: str | None = None) -> dict[str, Any]:
     """The effective config: what the server says about itself plus how it was started.
 
     Per-instance values (port, seed, timestamps) are left out, so two restarts of one
@@ -539,11 +391,11 @@ def describe(handle: ServerHandle, arm: Arm, api_key: str | None = None) -> dict
     return redact(config, api_key)
 
 
-def config_sha256(config: dict) -> str:
+def config_sha256(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def server_version(config: dict) -> str | None:
+def server_version(config: dict[str, Any]) -> str | None:
     version = config.get("version")
     return version.get("version") if isinstance(version, dict) else None
 

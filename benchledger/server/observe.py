@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchledger.rules.core import COUNTER_UNREADABLE
 from benchledger.sweep.spec import DEFAULT_METRICS_TIMEOUT_S, SERVER_FAMILIES
 
 LOG_SLICE_LIMIT = 4_000_000  # bytes of server log kept per window
@@ -38,9 +41,9 @@ METRICS_TIMEOUT_S = DEFAULT_METRICS_TIMEOUT_S  # the arm's metrics_timeout_s by 
 # warehouse/reconcile.py reads the words): the server has no such endpoint (it answered
 # that there is no route), or it has one that could not be read (a timeout, an error
 # status, a cut or oversized answer, text that is not Prometheus', a dropped connection).
-# The first is a server without counters; the second hides counters that may be there.
+# The first is a server without counters; the second hides counters that may be there
+# (COUNTER_UNREADABLE: the same words as the reconciliation and the rule that read it).
 NO_ENDPOINT = "no endpoint"
-COUNTER_UNREADABLE = "counter unreadable"
 NO_ROUTE_STATUSES = frozenset({404, 410})
 MAX_RECORDED_ERRORS = 20  # per observer and window: a broken endpoint must not grow the file
 # How each server family names its /metrics (tests/fixtures/metrics/<family>.txt cite the
@@ -69,7 +72,7 @@ class Answer:
     def text(self) -> str:
         return self.body.decode("utf-8", errors="replace")
 
-    def json(self):
+    def json(self) -> Any:
         return json.loads(self.body)
 
 
@@ -248,7 +251,16 @@ class LogSlice:
                            lines=text.splitlines(), truncated=len(data) == LOG_SLICE_LIMIT)
 
 
-def _guarded(observer, step: str) -> None:
+class Observer(Protocol):
+    """What observe_all runs around a window (a `result` dict with an `errors` list, where
+    there is one, records what start or stop raised)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _guarded(observer: Observer, step: Literal["start", "stop"]) -> None:
     """Run one observer's start or stop; whatever it raises is recorded, not raised."""
     try:
         getattr(observer, step)()
@@ -258,7 +270,8 @@ def _guarded(observer, step: str) -> None:
             _record_error(result, f"{step}: {error_text(exc)}")
 
 
-def observe_all(observers: list) -> tuple:
+def observe_all(observers: Sequence[Observer]
+                ) -> tuple[Callable[[], None], Callable[[], None]]:
     """Start/stop callables that run every observer (for measure_window's hooks); an
     observer that fails is recorded in its result and never stops the window."""
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import psutil
 
 from benchledger.redaction import redact_argv
+from benchledger.settings import variable
 
-MARK_ENV = "BENCHLEDGER_SERVER_MARK"
+MARK_ENV = variable("server_mark")
 COMMAND_CHARS = 300  # of a process's command line kept on record
 
 

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -58,8 +59,9 @@ def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | 
         if (reason := not_ready()) is not None:
             raise ApiError(503, reason, "ServiceUnavailableError")
 
-    async def ready_json_body(request: Request):
-        """The POST body of a server that is ready, or the ApiError a server answers."""
+    async def ready_json_body(request: Request) -> Any:
+        """The POST body of a server that is ready, or the ApiError a server answers (any
+        JSON value: protocol's parsers check its shape)."""
         require_ready()
         try:
             return await request.json()

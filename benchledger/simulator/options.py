@@ -8,7 +8,7 @@ text, allowed range, how its flag is spelled, and whether a sweep may set it und
   (`add_arguments`, `config_from_args`; server.py adds only --host and --port);
 * the sweep's ``[arms.simulator]`` table: benchledger.sweep.spec builds its pydantic model from
   `SWEEP_OPTIONS` (the keys, types, defaults and ranges);
-* the launch command of an arm (`launch_flags`, used by benchledger.server.lifecycle).
+* the launch command of an arm (`launch_flags`, used by benchledger.server.launchers).
 
 So adding a setting is adding one field here. This module imports nothing from benchledger
 (the simulator is the bottom layer) and no third-party package.

@@ -30,7 +30,7 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._engine = engine
 
-    async def shutdown(self, sockets=None) -> None:
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._engine.abort_all()
         await super().shutdown(sockets)
 

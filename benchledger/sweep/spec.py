@@ -37,6 +37,20 @@ from benchledger.rules import (
     N_AT_LEAST_MIN,
 )
 
+# The [[arms]], one model per kind of server (re-exported: callers import them here).
+from benchledger.sweep.arms import (  # noqa: F401
+    ARM_KINDS,
+    PER_ARM_KEYS,
+    Arm,
+    ArmBase,
+    ArmKind,
+    CommandArm,
+    ExternalArm,
+    SimulatorArm,
+    as_the_file_says,
+    server_settings,
+)
+
 # [[slos]], [slo_target] and load points (re-exported: callers import them here).
 from benchledger.sweep.slos import (  # noqa: F401
     MAX_SLOS,
@@ -190,114 +204,6 @@ class Defaults(Strict):
     # send its requests before it counts as having fallen behind its schedule.
     max_arrival_lag_ms: Annotated[float, Field(gt=0, le=MAX_WAIT_S * 1000)] = \
         DEFAULT_MAX_ARRIVAL_LAG_MS
-
-
-class _PerArmKeys(Strict):
-    """The [defaults] keys an arm may set for itself (PER_ARM_KEYS), each of the [defaults]
-    key's type and range; None when the arm leaves it to [defaults] (Sweep.plan). The other
-    keys hold for the whole sweep: one request timeout, endpoint, prompt cache, seed,
-    reconcile tolerance, clock interval and ruler (client workers, lag and burst bounds)
-    for all arms."""
-
-    requests: Requests | None = None
-    min_requests: Requests | None = None
-    warmup: Warmup | None = None
-    restarts: Restarts | None = None
-    max_tokens: MaxTokens | None = None
-    temperature: Temperature | None = None
-    concurrency: Concurrency | None = None
-    drain_timeout_s: Seconds | None = None
-    ready_timeout_s: Seconds | None = None
-    arrival: Arrival | None = None
-    rate_rps: RateRps | None = None
-    rate_search: RateSearch | None = None
-    clock_source: ClockSource | None = None
-    clock_url: URL | None = None
-    min_clock_ratio: ClockRatio | None = None
-    require_clock_check: bool | None = None
-
-
-PER_ARM_KEYS = tuple(_PerArmKeys.model_fields)
-
-
-class Arm(_PerArmKeys):
-    """One server configuration: its own keys below, plus each PER_ARM_KEYS key of
-    [defaults] (None when the arm leaves it to [defaults])."""
-
-    name: Name
-    server: Literal["simulator", "command", "external"]
-    model: Text
-    # Whether the server runs speculative decoding; for simulator arms it follows
-    # [arms.simulator].speculative unless set here.
-    speculative: bool | None = None
-    command: Text | None = None  # server = "command": may use {port}
-    base_url: URL | None = None  # server = "external" (required) or "command" (default loopback)
-    health_path: URLPath = "/health"
-    metrics_path: URLPath = "/metrics"
-    # The bound of each scrape of metrics_path (connect to the last byte), at readiness and
-    # around every window; a scrape cut there is recorded as `counter unreadable`.
-    metrics_timeout_s: Seconds = DEFAULT_METRICS_TIMEOUT_S
-    # Whose counter names /metrics carries (vLLM, SGLang, llama.cpp's server, TGI): "auto"
-    # recognises them from the names when the server is ready; reconciliation then checks
-    # that family's own counters (warehouse/reconcile.py).
-    server_family: Literal["auto", ServerFamily] = "auto"
-    node: Text = "local"
-    # The head's address (where the other nodes of a multi-node deployment reach it, and
-    # {address} in clock_url); default: the node's name, 127.0.0.1 for node = "local".
-    address: Host | None = None
-    # A deployment that spans nodes: one more process per node (the head is this arm's own
-    # server on `node`). server = "external": the nodes it spans, nothing is started.
-    processes: list[NodeProcess] = Field(default_factory=list, max_length=MAX_NODES)
-    # The NAME of an environment variable holding the server's API key (sent as
-    # `Authorization: Bearer <value>`). Read when the run starts; the value itself is
-    # never written to raw files, the warehouse or exports (only the name is).
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    # Where output token counts come from (T1): the server's per-request usage, the
-    # tokens listed in its streamed logprobs (exact, per event), or the received text
-    # counted by its tokenizer endpoint (calibrated against non-streamed usage). Never
-    # chunks, characters or max_tokens.
-    token_count: TokenCountName = "usage"
-    # token_count = "server_tokenizer": the server's tokenizer endpoint (vLLM and llama.cpp's
-    # server: /tokenize; llama-cpp-python: /extras/tokenize).
-    tokenize_path: URLPath = "/tokenize"
-    # token_count = "server_tokenizer": non-streamed requests per window whose usage checks
-    # the tokenizer's counts (their disagreement blocks the window beyond reconcile_tolerance).
-    calibration_requests: int = Field(5, ge=1, le=1000)
-    simulator: SimulatorOptions | None = None
-
-    @model_validator(mode="after")
-    def _server_keys_fit(self) -> Arm:
-        if self.server == "command" and not self.command:
-            raise ValueError("server = 'command' needs a 'command' (it may contain {port})")
-        if self.server == "external" and not self.base_url:
-            raise ValueError("server = 'external' needs a 'base_url'")
-        if self.server == "external" and self.restarts not in (None, 1):
-            raise ValueError("server = 'external' cannot be restarted: 'restarts' must be 1")
-        if self.server != "simulator" and self.simulator is not None:
-            raise ValueError("[arms.simulator] options need server = 'simulator'")
-        if self.server != "command" and self.command is not None:
-            raise ValueError("'command' needs server = 'command'")
-        problem = _processes_problem(self)
-        if problem:
-            raise ValueError(problem)
-        return self
-
-    @property
-    def head_address(self) -> str:
-        """Where the head (this arm's own server) is reached from the other nodes."""
-        if self.address:
-            return self.address
-        return "127.0.0.1" if self.node == "local" else self.node
-
-    @property
-    def spans_nodes(self) -> bool:
-        return bool(self.processes)
-
-    @property
-    def is_speculative(self) -> bool:
-        if self.speculative is not None:
-            return self.speculative
-        return bool(self.simulator and self.simulator.speculative)
 
 
 # Metrics a comparison may name (see warehouse/metrics.py for what each one is).
@@ -491,7 +397,7 @@ class Sweep(Strict):
         merged = {key: getattr(self.defaults, key) for key in Defaults.model_fields}
         merged.update((key, value) for key in PER_ARM_KEYS
                       if (value := getattr(arm, key)) is not None)
-        if arm.server == "external":
+        if not arm.starts_processes:
             merged["restarts"] = 1  # one server, not ours to restart
         return ArmPlan(arm=arm, **{_PLAN_NAMES.get(key, key): value
                                    for key, value in merged.items()})
@@ -509,34 +415,6 @@ class Sweep(Strict):
         raise KeyError(f"sweep {self.sweep.name!r} has no workload {name!r}")
 
 
-def _processes_problem(arm: Arm) -> str | None:
-    """What is wrong with an arm's [[arms.processes]], or None."""
-    nodes = [arm.node, *(p.node for p in arm.processes)]
-    dupes = sorted({n for n in nodes if nodes.count(n) > 1})
-    if dupes:
-        return (f"processes: node(s) {dupes} appear twice (the head runs on the arm's node "
-                f"{arm.node!r}; one process per node)")
-    for i, p in enumerate(arm.processes):
-        where = f"processes[{i}] (node {p.node!r})"
-        if arm.server == "command" and not p.command:
-            return f"{where}: server = 'command' needs a 'command' for every process"
-        if arm.server != "command" and p.command is not None:
-            return (f"{where}: 'command' needs server = 'command' (a simulator arm starts "
-                    "pretend nodes itself; an external arm only names its nodes)")
-        if p.health_path is not None and (arm.server != "command"
-                                          or "{port}" not in (p.command or "")):
-            return (f"{where}: 'health_path' needs server = 'command' and a command that "
-                    "serves HTTP on {port}")
-        if p.low_clock and arm.server != "simulator":
-            return f"{where}: 'low_clock' is a setting of the simulator's pretend nodes"
-    if arm.simulator is not None:
-        gpus, stuck = (getattr(arm.simulator, key) for key in ("num_gpus", "low_clock_gpu"))
-        if stuck >= gpus:
-            return (f"[arms.simulator] low_clock_gpu = {stuck} names no GPU of num_gpus = "
-                    f"{gpus} (GPUs are numbered from 0)")
-    return None
-
-
 def _n_problem(plan: ArmPlan) -> str | None:
     kind = "speculative" if plan.arm.is_speculative else "non-speculative"
     if plan.min_requests_key is not None and plan.min_requests_key < plan.protocol_floor:
@@ -552,9 +430,7 @@ def _clock_problem(plan: ArmPlan) -> str | None:
     if plan.clock_source == "http" and not plan.clock_url:
         return "clock_source = 'http' needs a clock_url (e.g. \"{base_url}/clocks\")"
     if plan.clock_source in ("http", "dcgm") and "{base_url}" in (plan.clock_url or ""):
-        silent = [p.node for p in plan.arm.processes
-                  if plan.arm.server == "external"
-                  or (plan.arm.server == "command" and "{port}" not in (p.command or ""))]
+        silent = [p.node for p in plan.arm.processes if not plan.arm.process_serves_http(p)]
         if silent:
             return (f"clock_url {plan.clock_url!r} uses {{base_url}}, but the process on "
                     f"node(s) {silent} serves no URL benchledger knows; name each node's "
@@ -590,7 +466,7 @@ def _arrival_problem(plan: ArmPlan) -> str | None:
                                              and plan.rate_rps is not None):
             return ("rate_search and rate_rps both give the arm's rates: set one (an arm's "
                     "own key overrides [defaults]; set the other there only)")
-        if plan.arm.server == "external":
+        if not plan.arm.starts_processes:
             return ("rate_search needs restarts measured one after another on the arm's "
                     "node (restart 0 searches, the others repeat its rates); an external "
                     "server has one restart: give it a rate_rps ladder")
@@ -602,13 +478,6 @@ def _arrival_problem(plan: ArmPlan) -> str | None:
                 f"'{plan.arrival}' sends no rate: set arrival = 'poisson' or 'constant' "
                 "(a closed loop's ladder is its concurrency list)")
     return None
-
-
-def server_settings(arm: Arm) -> tuple[object, ...]:
-    """What makes two arms' servers the same configuration, as far as the sweep says
-    (the effective config each server reports is compared again at run time)."""
-    return (arm.server, arm.model, arm.command, arm.base_url, arm.simulator, arm.speculative,
-            tuple((p.command, p.low_clock) for p in arm.processes))
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
@@ -641,8 +510,9 @@ def parse_sweep(text: str, source: str = "<sweep>", recorded: bool = False) -> S
     try:
         return Sweep.model_validate(data, context={"recorded": recorded})
     except ValidationError as exc:
+        errors = [as_the_file_says(e) for e in exc.errors()]
         lines = [f"{source}: {_key_path(e['loc']) + ': ' if _key_path(e['loc']) else ''}"
-                 f"{_describe(e)}" for e in exc.errors()]
+                 f"{_describe(e)}" for e in errors]
         raise SweepError("invalid sweep file\n  " + "\n  ".join(lines)) from None
 
 

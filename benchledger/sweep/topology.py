@@ -89,12 +89,10 @@ def process_values(member: DeploymentNode, nnodes: int, head_address: str,
 def serves_http(arm: Arm, member: DeploymentNode) -> bool:
     """Whether the process on this node serves HTTP benchledger can reach (its own base
     URL): the head always (it serves the API), a simulator's pretend node, and a command
-    process whose command takes a {port}."""
-    if member.is_head or arm.server == "simulator":
+    process whose command takes a {port} (an external arm's other nodes are only named)."""
+    if member.is_head or member.process is None:  # the head: it serves the API
         return True
-    if arm.server == "command" and member.process is not None:
-        return "{port}" in (member.process.command or "")
-    return False  # an external arm's other nodes are only named
+    return arm.process_serves_http(member.process)
 
 
 def telemetry_url(plan: ArmPlan, member: DeploymentNode, base_url: str | None) -> str | None:
