@@ -12,6 +12,9 @@ from __future__ import annotations
 import pandas as pd
 
 from benchledger.imports.evidence import EVIDENCE_KINDS, NOT_RECORDED, RERUN
+from benchledger.publishing.formatting import md_number, person_unit
+from benchledger.publishing.formatting import md_text as md_text  # entries.md's text cells
+from benchledger.publishing.templating import render
 
 TITLES = {
     "imported": "Imported evidence: another tool's results, not measured by this pipeline",
@@ -65,28 +68,11 @@ def section_rows(entries: pd.DataFrame) -> pd.DataFrame:
     return filled
 
 
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 10 else f"{value:.1f}"
-    return md_text(value)
-
-
 # --- text that leaves the warehouse as a file a program opens ---------------------------------
 
 # A CSV cell that starts with one of these is a formula to a spreadsheet (OWASP, "CSV
 # Injection"): `=HYPERLINK(...)`, `=cmd|...`, `+1+1`, `@SUM(1)`, `-2+3`, a tab or CR first.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-# Markdown's own syntax in a table cell, and HTML, which Markdown renderers pass through:
-# each character, and what stands for it (an entity or a backslash escape).
-MD_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "|": "\\|", "`": "\\`",
-              "[": "\\[", "]": "\\]", "\n": " ", "\r": " "}
-MD_TABLE = str.maketrans(MD_ESCAPES)
-
-
-def md_text(value: object) -> str:
-    """A text cell for a Markdown table: HTML and Markdown's table, code and link syntax
-    escaped, one line. A renderer shows the text as it was, never as markup."""
-    return str(value).translate(MD_TABLE)
 
 
 def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
@@ -114,15 +100,16 @@ def csv_text(frame: pd.DataFrame) -> str:
 
 
 def evidence_markdown(entries: pd.DataFrame) -> str:
-    """entries.md's sections for evidence from elsewhere ('' when there is none)."""
-    parts = []
+    """entries.md's sections for evidence from elsewhere ('' when there is none): each
+    cell through the `md_cell` filter (numbers as entries.md prints them, text escaped)."""
+    sections = []
     for kind, frame in other_evidence(entries):
         rows = section_rows(frame)
-        parts += ["", f"## {TITLES[kind]} (evidence `{kind}`)", "",
-                  "Published under this label only; never compared with another kind. A "
-                  f"label its source did not record reads `{NOT_RECORDED}` (docs/imports.md "
-                  "of the benchledger project).", "",
-                  "| " + " | ".join(rows.columns) + " |", "|" + "---|" * len(rows.columns)]
-        parts += ["| " + " | ".join(_cell(v) for v in row) + " |"
-                  for row in rows.itertuples(index=False)]
-    return "\n".join(parts) + ("\n" if parts else "")
+        if "value" in rows and "unit" in rows:  # a latency in ms: its digits, point moved
+            known = frame["value"].notna()
+            rows["value"] = rows["value"].where(~known, [
+                md_number(v, u) for v, u in zip(frame["value"], frame["unit"], strict=True)])
+            rows["unit"] = rows["unit"].map(person_unit)
+        sections.append((TITLES[kind], kind, list(rows.columns),
+                         list(rows.itertuples(index=False))))
+    return render("evidence.md", sections=sections, not_recorded=NOT_RECORDED)

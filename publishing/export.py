@@ -43,6 +43,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -50,7 +51,6 @@ import pandas as pd
 from benchledger.publishing.evidence import (
     csv_text,
     evidence_markdown,
-    md_text,
     other_evidence,
     rerun_entries,
 )
@@ -65,6 +65,7 @@ from benchledger.publishing.read import (
     unknown_run_message,
 )
 from benchledger.publishing.report_html import build_report
+from benchledger.publishing.templating import render
 from benchledger.raw.records import file_sha256
 from benchledger.warehouse.db import first_row
 
@@ -94,51 +95,21 @@ def _json_records(frame: pd.DataFrame) -> str:
     return json.dumps(records, indent=1, sort_keys=True) + "\n"
 
 
-def _md_number(value) -> str:
-    if value is None or pd.isna(value):
-        return "–"
-    return f"{value:.4g}" if abs(value) < 10 else f"{value:.1f}"
+# The columns of an entry that entries.md shows (templates/entries.md); the ruler's two
+# (client_lag_p99_ms, n_burst) are NULL in entries derived before they existed.
+MD_COLUMNS = ("arm", "workload", "metric", "statistic", "phase", "scope", "concurrency",
+              "numerator", "value", "unit", "ci95_low", "ci95_high", "n_requests",
+              "n_restarts", "population", "prompt_cache", "drain_status", "token_source",
+              "counter_check", "client_lag_p99_ms", "n_burst", "evidence")
 
 
 def entries_markdown(entries: pd.DataFrame, run_id: str) -> str:
-    """A Markdown table of the published entries, every label a reader needs; every text
-    cell escaped (publishing.evidence.md_text: a name is shown, never rendered)."""
-    header = ("| arm | workload | metric | statistic | phase | scope | c | numerator | value "
-              "| 95% CI | n | restarts | population | prompts | drain | tokens from "
-              "| counters | client lag p99 ms | bursts | evidence |")
-    # A code span shows its text as it is (no HTML, no Markdown); a backtick would end it.
-    lines = [f"# Published entries of run `{run_id.replace('`', chr(39))}`", "",
-             "Validated entries only; see docs/protocol.md of the benchledger project for "
-             "what each label means.", "",
-             header, "|" + "---|" * 20]
-    for e in entries.itertuples():
-        interval = ("–" if e.ci95_low is None or pd.isna(e.ci95_low)
-                    else f"[{_md_number(e.ci95_low)}, {_md_number(e.ci95_high)}]")
-        t = _md_cells(e, ("arm", "workload", "metric", "statistic", "phase", "scope",
-                          "numerator", "unit", "population", "prompt_cache", "drain_status",
-                          "token_source", "counter_check", "evidence"))
-        lines.append(
-            f"| {t['arm']} | {t['workload']} | {t['metric']} | {t['statistic']} | {t['phase']} "
-            f"| {t['scope']} | {e.concurrency} | {t['numerator']} | {_md_number(e.value)} "
-            f"{t['unit']} | {interval} | {e.n_requests} | {e.n_restarts} | {t['population']} "
-            f"| {t['prompt_cache']} | {t['drain_status']} | {t['token_source']} "
-            f"| {t['counter_check']} | {_md_number(getattr(e, 'client_lag_p99_ms', None))} "
-            f"| {_md_count(getattr(e, 'n_burst', None))} | {t['evidence']} |")
-    return "\n".join(lines) + "\n"
-
-
-def _md_count(value) -> str:
-    return "–" if value is None or pd.isna(value) else str(int(value))
-
-
-def _text(value) -> str:
-    """A label that may be NULL (older entries): empty then."""
-    return value if isinstance(value, str) else ""
-
-
-def _md_cells(entry, columns: tuple[str, ...]) -> dict[str, str]:
-    """An entry's text labels as Markdown cells: escaped, a NULL one empty."""
-    return {column: md_text(_text(getattr(entry, column, None))) for column in columns}
+    """A Markdown table of the published entries, every label a reader needs (a latency in
+    ms; entries.json and .csv keep seconds); every text cell escaped (the template's `md`
+    filters: a name is shown, never rendered)."""
+    rows: list[dict[str, Any]] = [{column: getattr(e, column, None) for column in MD_COLUMNS}
+                                  for e in entries.itertuples()]
+    return render("entries.md", run_id=run_id, entries=rows)
 
 
 def manifest_text(files: dict[str, bytes]) -> bytes:

@@ -5,12 +5,12 @@ findings are among the report's verdicts (report_cards.py)."""
 
 from __future__ import annotations
 
-import html
-
 import pandas as pd
+from markupsafe import Markup
 
 from benchledger.publishing.report_charts import Chart, error_bars, pyplot, svg_document
-from benchledger.publishing.report_markup import details, figure, table
+from benchledger.publishing.report_markup import figure, table
+from benchledger.publishing.templating import fragment
 
 
 def plot_frontier(points: pd.DataFrame) -> Chart | None:
@@ -69,21 +69,17 @@ def frontier_charts(points: pd.DataFrame) -> list[Chart]:
     return [c for c in (plot_frontier(points), plot_attainment(points)) if c is not None]
 
 
-def frontier_parts(points: pd.DataFrame, charts: list[Chart]) -> list[str]:
+def frontier_parts(points: pd.DataFrame, charts: list[Chart]) -> Markup:
     """The frontier's figures, the loads each arm sustains, and its points (collapsed)."""
     if points.empty:
-        return []
-    sustained = points[points["sustained"].astype(bool)]
-    lines = "".join(
-        f"<li>{html.escape(r.arm)} / {html.escape(r.workload)}: sustains "
-        f"{html.escape(r.load_point)} (attainment {r.attainment:.0%})</li>"
-        for r in sustained.itertuples() if pd.notna(r.attainment))
-    return [
-        *(figure(chart) for chart in charts),
-        f"<ul>{lines}</ul>" if lines else "",
-        details("Frontier points", table(
-            points, ["arm", "workload", "load_point", "per_user_tok_s", "per_user_low",
-                     "per_user_high", "throughput_tok_s", "throughput_low", "throughput_high",
-                     "throughput_per_gpu_tok_s", "attainment", "goodput_tok_s",
-                     "saturated", "saturation_reason", "sustained"])),
-    ]
+        return Markup()
+    sustained = points[points["sustained"].astype(bool) & points["attainment"].notna()]
+    return fragment(
+        "report_frontier.html", figures=[figure(chart) for chart in charts],
+        sustained=[(r.arm, r.workload, r.load_point, r.attainment)
+                   for r in sustained.itertuples()],
+        points=table(points, ["arm", "workload", "load_point", "per_user_tok_s",
+                              "per_user_low", "per_user_high", "throughput_tok_s",
+                              "throughput_low", "throughput_high",
+                              "throughput_per_gpu_tok_s", "attainment", "goodput_tok_s",
+                              "saturated", "saturation_reason", "sustained"]))

@@ -4,12 +4,14 @@ when a line breaks is decided once, in warehouse/history.py; this module only sh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import duckdb
 import pandas as pd
+from markupsafe import Markup
 
-from benchledger.publishing.report import text_interval, text_number
+from benchledger.publishing.formatting import person_frame, text_interval, text_number
 from benchledger.publishing.report_charts import (
     Chart,
     error_bars,
@@ -17,7 +19,8 @@ from benchledger.publishing.report_charts import (
     pyplot,
     svg_document,
 )
-from benchledger.publishing.report_markup import esc
+from benchledger.publishing.report_markup import figure, table
+from benchledger.publishing.templating import fragment
 from benchledger.warehouse.history import (
     CONFIG_CHANGED,
     FLAGGED,
@@ -47,7 +50,7 @@ def history(con: duckdb.DuckDBPyConnection, sweep_name: str,
                             {True: "scheduled", False: "manual"}))
 
 
-def _line_title(row) -> str:
+def _line_title(row: Any) -> str:
     numerator = f" {row.numerator}" if row.numerator else ""
     return (f"{row.arm} / {row.workload}: {row.metric} {row.statistic} {row.scope}"
             f"{numerator} at {row.load_point}")
@@ -96,6 +99,7 @@ def history_chart(frame: pd.DataFrame) -> Chart | None:
     old one), restart-level 95% error bars, flagged changes ringed (red: regression).
     None with fewer than two runs to draw."""
     shown = frame[frame["publishable"].astype(bool) & frame["value"].notna()]
+    shown = person_frame(shown, ["value", "low", "high"])  # a latency's panel in ms
     if shown.empty or shown["run_id"].nunique() < 2:
         return None
     panels = list(shown.groupby(["workload", "metric", "statistic", "scope", "numerator",
@@ -134,34 +138,29 @@ def history_chart(frame: pd.DataFrame) -> Chart | None:
     return Chart("history", HISTORY_TITLE, HISTORY_CAPTION, svg_document(fig))
 
 
-def history_chart_svg(frame: pd.DataFrame) -> str | None:
+def history_chart_svg(frame: pd.DataFrame) -> Markup | None:
     """The history chart as an inline <svg> element (the UI page's), or None."""
     chart = history_chart(frame)
     return None if chart is None else inline_svg(chart.svg)
 
 
-def history_section(con: duckdb.DuckDBPyConnection, run_id: str,
-                    figure: Callable[[Chart | None], str],
-                    table: Callable[[pd.DataFrame, list[str]], str],
-                    ) -> tuple[list[str], Chart | None]:
-    """The report's history section (its HTML parts) and its chart: this run's sweep
-    across its runs up to this one."""
+def history_section(con: duckdb.DuckDBPyConnection, run_id: str
+                    ) -> tuple[Markup, Chart | None]:
+    """The report's history section and its chart: this run's sweep across its runs up
+    to this one; nothing for a run without a sweep's reruns."""
     row = con.execute("SELECT sweep_name, started_at FROM runs WHERE run_id = ?",
                       [run_id]).fetchone()
     if row is None:
-        return [], None
+        return Markup(), None
     try:
         frame = history(con, row[0])
     except UnknownSweep:  # an import (another tool's file, a report's rows): no reruns
-        return [], None
+        return Markup(), None
     if not frame.empty:
         frame = frame[frame["started_at"] <= row[1]]  # what came before this run
     runs = frame["run_id"].nunique()
-    parts = [f"<section id='history'><h2>{HISTORY_TITLE}</h2>"]
     if runs < 2:
-        return [*parts, "<p class='note'>The first run of this sweep: no history yet. Later "
-                        "runs (scheduled or manual) are compared with it here.</p>",
-                "</section>"], None
+        return fragment("report_history.html", title=HISTORY_TITLE, runs=runs), None
     mine = frame[frame["run_id"] == run_id]
     flagged = mine[mine["change"].isin(FLAGGED)]
     summary = (f"{len(flagged)} headline entr{'y' if len(flagged) == 1 else 'ies'} of this "
@@ -170,16 +169,13 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str,
                "This sweep has no A/A control: no change can be flagged "
                "(no control: not decidable).")
     chart = history_chart(frame)
-    return [
-        *parts,
-        f"<p class='note'>{runs} runs of sweep {esc(row[0])}. Each value is a run's "
-        "restart-level mean with its 95% interval; a change is flagged only where the "
-        "run-to-run interval excludes 0 and the difference exceeds what the sweep's A/A "
-        "control shows. A configuration change (effective config, server version) starts "
-        f"a new line. {esc(summary)}</p>",
-        figure(chart),
-        table(mine, ["arm", "workload", "metric", "statistic", "load_point",
-                     "previous_restart_mean", "restart_mean", "difference", "ci95_low",
-                     "ci95_high", "control_difference", "change", "config_change"]),
-        "</section>",
-    ], chart
+    # in the unit a person reads (a latency in ms), named in its own column
+    shown = person_frame(mine, ["previous_restart_mean", "restart_mean", "difference",
+                                "ci95_low", "ci95_high", "control_difference"])
+    return fragment(
+        "report_history.html", title=HISTORY_TITLE, runs=runs, sweep=row[0],
+        summary=summary, chart=None if chart is None else figure(chart),
+        table=table(shown, ["arm", "workload", "metric", "statistic", "load_point", "unit",
+                            "previous_restart_mean", "restart_mean", "difference",
+                            "ci95_low", "ci95_high", "control_difference", "change",
+                            "config_change"])), chart

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+from benchledger.publishing.formatting import (
+    count,
+    missing,
+    percent,
+    significant,
+    text_interval,
+    text_number,
+)
+from benchledger.rules.core import RECONCILED
 
 if TYPE_CHECKING:
     import duckdb
@@ -24,28 +34,13 @@ def load_point(row: object) -> str:
     return f"c={getattr(row, 'concurrency', '')}"
 
 
-def text_number(value) -> str:
-    """A number as the terminal tables print it (also `benchledger history`'s)."""
-    if value is None or pd.isna(value):
-        return "-"
-    return f"{value:.4g}" if abs(value) < 1 else f"{value:.1f}"
-
-
-def text_interval(low, high) -> str:
-    return "[-]" if low is None or pd.isna(low) else f"[{text_number(low)}, {text_number(high)}]"
-
-
-def _get(row, column: str):
+def _get(row: Any, column: str) -> Any:
     """A label of an entry row, None where the frame lacks it (derived before it existed)."""
     return getattr(row, column, None)
 
 
-def _known(value) -> bool:
-    return value is not None and not pd.isna(value)
-
-
-def _count(value) -> str:
-    return "-" if not _known(value) else str(int(value))
+def _known(value: Any) -> bool:
+    return not missing(value)
 
 
 def headline(entries: pd.DataFrame) -> pd.DataFrame:
@@ -74,11 +69,11 @@ def format_entries(entries: pd.DataFrame) -> str:
                                  (f"drain {e.drain_status}", e.drain_status == "incomplete"),
                                  # how far the server's counters confirmed the token counts
                                  (f"counters: {e.counter_check}",
-                                  e.counter_check != "reconciled"),
+                                  e.counter_check != RECONCILED),
                                  # the ruler's own error behind it (T17), where measured
                                  (f"client lag p99 {text_number(_get(e, 'client_lag_p99_ms'))} ms",
                                   _known(_get(e, "client_lag_p99_ms"))),
-                                 (f"{_count(_get(e, 'n_burst'))} in a burst",
+                                 (f"{count(_get(e, 'n_burst'))} in a burst",
                                   _known(_get(e, "n_burst")) and _get(e, "n_burst") > 0),
                                  # where an energy entry's joules came from (T18)
                                  (f"joules: {_get(e, 'energy_source')}",
@@ -146,13 +141,13 @@ def format_rules_behind(rules: pd.DataFrame, width: int = 150) -> str:
     return "\n".join(lines)
 
 
-def _df(c) -> str:
+def _df(c: Any) -> str:
     """The degrees of freedom behind the interval (Welch over restart means)."""
     df = _get(c, "df")
     return f" (df {df:.1f})" if _known(df) and _known(_get(c, "ci95_low")) else ""
 
 
-def _undecided(c) -> str:
+def _undecided(c: Any) -> str:
     """An A/B interval over restart means that spans 0: how many restarts would decide."""
     if not (_known(_get(c, "undecided")) and bool(_get(c, "undecided"))):
         return ""
@@ -182,7 +177,7 @@ def format_comparisons(comparisons: pd.DataFrame) -> str:
             numbers = (f"  difference {text_number(c.difference)} "
                        f"{text_interval(c.ci95_low, c.ci95_high)}{_df(c)}")
             if c.ratio is not None and not pd.isna(c.ratio):
-                numbers += f", ratio {c.ratio:.3g}x"
+                numbers += f", ratio {significant(c.ratio)}x"
             if c.control_difference is not None and not pd.isna(c.control_difference):
                 numbers += f", A/A control difference {text_number(c.control_difference)}"
         lines.append(f"{head}{numbers}\n      ({c.reason}){_undecided(c)}")
@@ -194,14 +189,10 @@ def format_variance(report: pd.DataFrame) -> str:
         return "  (none)"
     rows = [{"arm": r.arm, "workload": r.workload, "metric": r.metric,
              "scope": f"{r.scope} {load_point(r)}", "restarts": r.n_restarts,
-             "CV within restarts": _percent(r.cv_within_restarts),
-             "CV between restarts": _percent(r.cv_between_restarts)}
+             "CV within restarts": percent(r.cv_within_restarts),
+             "CV between restarts": percent(r.cv_between_restarts)}
             for r in report.itertuples()]
     return pd.DataFrame(rows).to_string(index=False)
-
-
-def _percent(value) -> str:
-    return "-" if value is None or pd.isna(value) else f"{100 * value:.1f}%"
 
 
 def format_delivered_vs_server(frame: pd.DataFrame) -> str:
@@ -226,14 +217,6 @@ def format_delivered_vs_server(frame: pd.DataFrame) -> str:
     return pd.DataFrame(rows).to_string(index=False)
 
 
-def _ms(value) -> str:
-    return "-" if not _known(value) else f"{value:.3g}"
-
-
-def _share(value) -> str:
-    return "-" if not _known(value) else f"{100 * value:.0f}%"
-
-
 def format_ruler(windows: pd.DataFrame) -> str:
     """Per window, the ruler's own error (T17): the client's lag and CPU share, events that
     shared a read, requests that arrived in a burst, and whether the lag was within its
@@ -247,10 +230,11 @@ def format_ruler(windows: pd.DataFrame) -> str:
                    else "within bound" if w.lag_within_bound else "BEYOND BOUND")
         rows.append({
             "arm": w.arm, "workload": w.workload, "load": load_point(w),
-            "restart": _count(w.restart_index), "workers": _count(w.client_workers),
-            "lag p50 ms": _ms(w.client_lag_p50_ms), "lag p99 ms": _ms(w.client_lag_p99_ms),
-            "CPU share": _share(w.client_cpu_share),
-            "bunched events": _share(w.bunched_event_fraction),
+            "restart": count(w.restart_index), "workers": count(w.client_workers),
+            "lag p50 ms": significant(w.client_lag_p50_ms),
+            "lag p99 ms": significant(w.client_lag_p99_ms),
+            "CPU share": percent(w.client_cpu_share, 0),
+            "bunched events": percent(w.bunched_event_fraction, 0),
             "bursts": f"{int(w.burst_requests)}/{int(w.completed_measured)}",
             "client lag": verdict,
         })
@@ -271,7 +255,7 @@ def format_frontier(points: pd.DataFrame, findings: pd.DataFrame) -> str:
                                f"{text_interval(p.per_user_low, p.per_user_high)}",
              "aggregate tok/s": f"{text_number(p.throughput_tok_s)} "
                                 f"{text_interval(p.throughput_low, p.throughput_high)}",
-             "attainment": _percent(p.attainment),
+             "attainment": percent(p.attainment),
              "saturated": p.saturation_reason if p.saturated else "-"}
             for p in points.itertuples()]
     text = pd.DataFrame(rows).to_string(index=False)

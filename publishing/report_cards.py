@@ -4,19 +4,28 @@ its headline numbers, each with its restart-level interval and its labels."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 
 import pandas as pd
+from markupsafe import Markup
 
+from benchledger.publishing.formatting import (
+    cell,
+    interval,
+    person_unit,
+    person_value,
+    signed,
+    significant,
+)
 from benchledger.publishing.report import load_point
-from benchledger.publishing.report_markup import cell, esc, interval
+from benchledger.publishing.templating import fragment
 from benchledger.stats import restart_interval_meaning
-from benchledger.warehouse.frontier import NO_CONTROL
+from benchledger.warehouse.compare import IMPROVEMENT, NO_FINDING, NOT_DECIDABLE, REGRESSION
+from benchledger.warehouse.frontier import FINDINGS, NO_CONTROL
 
 VERDICTS_TITLE = "Verdicts"
 CARDS_TITLE = "Headline entries"
-FINDING_VERDICTS = ("improvement", "regression")
+FINDING_VERDICTS = (IMPROVEMENT, REGRESSION)
 
 
 def _excludes_zero(low: float | None, high: float | None) -> bool:
@@ -33,76 +42,74 @@ def verdict_word(row: pd.Series) -> tuple[str, str]:
     verdict = str(row["verdict"])
     if verdict in FINDING_VERDICTS:
         return f"finding: {verdict}", "finding"
-    if verdict == "no finding" and _excludes_zero(row["ci95_low"], row["ci95_high"]):
+    if verdict == NO_FINDING and _excludes_zero(row["ci95_low"], row["ci95_high"]):
         return "refuted by the A/A control", "refuted"
-    return verdict, "nofinding" if verdict == "no finding" else "undecidable"
+    return verdict, "nofinding" if verdict == NO_FINDING else "undecidable"
 
 
-def _signed(value: float | None, unit: object) -> str:
-    if value is None or pd.isna(value):
-        return "not computed"
-    unit_text = f" {unit}" if isinstance(unit, str) and unit else ""
-    return f"{float(value):+.4g}{unit_text}"
+@dataclass(frozen=True)
+class Verdict:
+    """One line of the verdicts (templates/report_verdicts.html): its word and style, what
+    was compared, the numbers (in the units a person reads), and why where it is not a
+    finding (a finding's reason is the rule itself: its tooltip is enough)."""
+
+    css: str
+    word: str
+    reason: str
+    b: str
+    a: str
+    what: str  # after `b vs a`: the workload, metric and load
+    numbers: str
+    show_reason: bool
 
 
-def _comparison_item(row: pd.Series) -> str:
+def _comparison_item(row: pd.Series) -> Verdict:
     word, css = verdict_word(row)
+    unit = row["unit"]
+
+    def shown(value: object) -> object:
+        return person_value(value, unit)
+
     numerator = f" ({row['numerator']})" if isinstance(row["numerator"], str) else ""
-    what = (f"<b>{esc(row['b'])}</b> vs {esc(row['a'])}, {esc(row['workload'])}, "
-            f"{esc(row['metric'])}{esc(numerator)} at {esc(load_point(row))}")
-    df = f", df {float(row['df']):.3g}" if pd.notna(row["df"]) else ""
+    df = f", df {significant(row['df'])}" if pd.notna(row["df"]) else ""
     restarts = (f"{cell(row['b_restarts'])} vs {cell(row['a_restarts'])} restarts"
                 if pd.notna(row["a_restarts"]) else "restarts not counted")
     control = ""
     if isinstance(row["control_a"], str):
-        control = (f"; A/A control ({esc(row['control_b'])} vs {esc(row['control_a'])}): "
-                   f"{esc(_signed(row['control_difference'], row['unit']))}")
-    return (f"<li class='verdict {css}' title='{esc(row['reason'])}'><span class='word'>"
-            f"{html.escape(word)}</span> {what}: difference (b - a) "
-            f"{esc(_signed(row['difference'], row['unit']))}, 95% CI "
-            f"{esc(interval(row['ci95_low'], row['ci95_high']))}{esc(df)} "
-            f"({esc(restarts)}){control}{_reason(row['reason'], css)}</li>")
+        control = (f"; A/A control ({cell(row['control_b'])} vs {cell(row['control_a'])}): "
+                   f"{signed(shown(row['control_difference']), person_unit(unit))}")
+    numbers = (f"difference (b - a) {signed(shown(row['difference']), person_unit(unit))}, "
+               f"95% CI {interval(shown(row['ci95_low']), shown(row['ci95_high']))}{df} "
+               f"({restarts}){control}")
+    return Verdict(css, word, cell(row["reason"]), cell(row["b"]), cell(row["a"]),
+                   f", {cell(row['workload'])}, {cell(row['metric'])}{numerator} at "
+                   f"{load_point(row)}", numbers, css != "finding")
 
 
-def _reason(reason: object, css: str) -> str:
-    """Why, in words: a finding's reason is the rule itself (a tooltip is enough); a
-    verdict that is not a finding says what stopped it."""
-    return "" if css == "finding" else f"<div class='reason'>{esc(reason)}</div>"
-
-
-def _frontier_item(row: pd.Series) -> str:
+def _frontier_item(row: pd.Series) -> Verdict:
     finding = str(row["finding"])
-    css = ("finding" if finding in ("b dominates", "a dominates", "trade-off")
-           else "undecidable" if finding == "not decidable" else "nofinding")
-    role = "" if row["role"] == "ab" else f" ({esc(row['role'])})"
+    css = ("finding" if finding in FINDINGS
+           else "undecidable" if finding == NOT_DECIDABLE else "nofinding")
+    role = "" if row["role"] == "ab" else f" ({cell(row['role'])})"
     # a finding's reason is only its tooltip, but one held to no control says so in view
-    unheld = (f"; {esc(NO_CONTROL)}" if css == "finding" and NO_CONTROL in str(row["reason"])
+    unheld = (f"; {NO_CONTROL}" if css == "finding" and NO_CONTROL in str(row["reason"])
               else "")
-    return (f"<li class='verdict {css}' title='{esc(row['reason'])}'><span class='word'>"
-            f"frontier: {esc(finding)}</span> "
-            f"<b>{esc(row['b'])}</b> vs {esc(row['a'])}{role}, {esc(row['workload'])} at "
-            f"{esc(load_point(row))}: throughput "
-            f"{esc(_signed(row['throughput_difference'], 'tok/s'))} "
-            f"{esc(interval(row['throughput_ci95_low'], row['throughput_ci95_high']))}, per user "
-            f"{esc(_signed(row['per_user_difference'], 'tok/s'))} "
-            f"{esc(interval(row['per_user_ci95_low'], row['per_user_ci95_high']))}{unheld}"
-            f"{_reason(row['reason'], css)}</li>")
+    numbers = (f"throughput {signed(row['throughput_difference'], 'tok/s')} "
+               f"{interval(row['throughput_ci95_low'], row['throughput_ci95_high'])}, per user "
+               f"{signed(row['per_user_difference'], 'tok/s')} "
+               f"{interval(row['per_user_ci95_low'], row['per_user_ci95_high'])}{unheld}")
+    return Verdict(css, f"frontier: {finding}", cell(row["reason"]), cell(row["b"]),
+                   cell(row["a"]), f"{role}, {cell(row['workload'])} at {load_point(row)}",
+                   numbers, css != "finding")
 
 
-def verdicts_section(comparisons: pd.DataFrame, frontier_findings: pd.DataFrame) -> list[str]:
+def verdicts_section(comparisons: pd.DataFrame, frontier_findings: pd.DataFrame) -> Markup:
     """Each A/B comparison (its A/A controls are shown in it, not on their own) and each
     frontier finding; a plain sentence where the run compared nothing."""
     ab = comparisons[comparisons["role"] == "ab"]
     items = [_comparison_item(row) for _, row in ab.iterrows()]
     items += [_frontier_item(row) for _, row in frontier_findings.iterrows()]
-    body = (f"<ul class='verdicts'>{''.join(items)}</ul>" if items else
-            "<p class='none'>No verdict: this run compared no arms (its sweep declares no "
-            "<code>[[comparisons]]</code>), so the numbers below are measurements, not "
-            "findings.</p>")
-    return [f"<section id='verdicts'><h2>{VERDICTS_TITLE}</h2>",
-            "<p class='note'>A finding: the 95% interval of the difference over restart "
-            "means excludes 0, and the difference exceeds the A/A control's (an arm against "
-            "its twin) where the sweep names one.</p>", body, "</section>"]
+    return fragment("report_verdicts.html", title=VERDICTS_TITLE, items=items)
 
 
 @dataclass(frozen=True)
@@ -150,9 +157,25 @@ def _pick(entries: pd.DataFrame, headline: Headline) -> pd.Series | None:
     return None
 
 
-def _number_line(entry: pd.Series, label: str) -> str:
-    """Two lines: what, value and unit, restart-level interval; then restarts and labels."""
-    unit = entry["unit"] if isinstance(entry["unit"], str) else ""
+@dataclass(frozen=True)
+class Number:
+    """One number of a card (templates/report_cards.html): what, the entry's value as
+    published and its unit, its restart-level interval; then restarts and labels."""
+
+    entry_id: str
+    label: str
+    value: object
+    unit: str
+    spread: str
+    labels: str
+
+
+def _number(entry: pd.Series, label: str) -> Number:
+    # In the unit a person reads, like the tables below (TTFT in ms, stored in seconds):
+    # tests/integration/test_publication.py reads each card against published_entries
+    # scaled the same way.
+    stored_unit = entry["unit"] if isinstance(entry["unit"], str) else ""
+    unit = person_unit(stored_unit)
     restarts = int(entry["n_restarts"]) if pd.notna(entry["n_restarts"]) else 0
     _, reaches_zero, needed = restart_interval_meaning(
         [entry["restart_mean"]], [entry["restart_ci95_high"]], [entry["n_restarts"]])
@@ -163,13 +186,10 @@ def _number_line(entry: pd.Series, label: str) -> str:
             else ""))
     labels += [str(v) for v in (entry["population"], entry["numerator"], load_point(entry),
                                 entry["scope"]) if isinstance(v, str) and v]
-    return (f"<div class='number' data-entry='{esc(entry['entry_id'])}'>"
-            f"<span class='what'>{html.escape(label)}</span>"
-            f"<span class='figure'><span class='value'>{esc(entry['value'])}</span> "
-            f"<span class='unit'>{html.escape(unit)}</span></span>"
-            f"<span class='spread' title='restart-level 95% interval'>"
-            f"{html.escape(interval(entry['restart_ci95_low'], entry['restart_ci95_high']))}"
-            f"</span><span class='labels'>{html.escape(' · '.join(labels))}</span></div>")
+    return Number(cell(entry["entry_id"]), label, person_value(entry["value"], stored_unit),
+                  unit, interval(person_value(entry["restart_ci95_low"], stored_unit),
+                                 person_value(entry["restart_ci95_high"], stored_unit)),
+                  " · ".join(labels))
 
 
 def headline_numbers(entries: pd.DataFrame) -> list[tuple[str, str, str, pd.Series]]:
@@ -183,24 +203,11 @@ def headline_numbers(entries: pd.DataFrame) -> list[tuple[str, str, str, pd.Seri
     return found
 
 
-def cards_section(entries: pd.DataFrame) -> list[str]:
+def cards_section(entries: pd.DataFrame) -> Markup:
     """One card per arm of this pipeline's published entries, a block per workload."""
     numbers = headline_numbers(entries)
-    cards = []
-    for arm in dict.fromkeys(arm for arm, *_ in numbers):
-        blocks = []
-        for workload in dict.fromkeys(w for a, w, *_ in numbers if a == arm):
-            lines = "".join(_number_line(entry, label)
-                            for a, w, label, entry in numbers if (a, w) == (arm, workload))
-            blocks.append(f"<h4>{html.escape(workload)}</h4>{lines}")
-        cards.append(f"<div class='card'><h3>{html.escape(arm)}</h3>{''.join(blocks)}</div>")
-    body = (f"<div class='cards'>{''.join(cards)}</div>" if cards else
-            "<p class='none'>No published entry to show: every entry of this run was "
-            "blocked (see the blocked entries below).</p>")
-    return [f"<section id='headline'><h2>{CARDS_TITLE}</h2>",
-            "<p class='note'>Per arm and workload: single-stream decode and TTFT at the "
-            "lowest load; aggregate throughput, goodput (where the sweep has SLOs) and "
-            "energy per token (where measured) at the highest. Each value has its "
-            "restart-level 95% interval [low, high], then its restarts and labels "
-            "(population · numerator · load point · scope).</p>",
-            body, "</section>"]
+    cards = [(arm, [(workload, [_number(entry, label) for a, w, label, entry in numbers
+                                if (a, w) == (arm, workload)])
+                    for workload in dict.fromkeys(w for a, w, *_ in numbers if a == arm)])
+             for arm in dict.fromkeys(arm for arm, *_ in numbers)]
+    return fragment("report_cards.html", title=CARDS_TITLE, cards=cards)

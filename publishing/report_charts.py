@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pandas as pd
+from markupsafe import Markup
 
+from benchledger.publishing.formatting import person_unit, person_value
 from benchledger.publishing.report import load_point
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CHARTS_DIR = "charts"
 COLUMNS = 3  # subplots per row
@@ -41,7 +48,7 @@ def error_bars(value: pd.Series, low: pd.Series, high: pd.Series) -> list[pd.Ser
     return [(value - low).fillna(0).clip(lower=0), (high - value).fillna(0).clip(lower=0)]
 
 
-def pyplot():
+def pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,7 +59,7 @@ def pyplot():
     return plt
 
 
-def svg_document(fig) -> str:
+def svg_document(fig: Figure) -> str:
     """The figure as a standalone SVG file's text, byte-stable (fixed ids, no date)."""
     import matplotlib.pyplot as plt
 
@@ -62,9 +69,11 @@ def svg_document(fig) -> str:
     return buffer.getvalue()
 
 
-def inline_svg(document: str) -> str:
-    """The <svg> element of a document, for inline use in HTML (no XML prolog)."""
-    return document[document.index("<svg"):]
+def inline_svg(document: str) -> Markup:
+    """The <svg> element of a document, for inline use in HTML (no XML prolog). Safe HTML
+    as matplotlib writes it: its XML writer escapes every text it draws (a title, a
+    legend's arm name), in its elements and in the comments beside them."""
+    return Markup(document[document.index("<svg"):])
 
 
 def _decode_cells(entries: pd.DataFrame) -> pd.DataFrame:
@@ -173,10 +182,10 @@ def ttft_vs_input(requests: pd.DataFrame) -> Chart | None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for (arm, cache), part in requests.groupby(["arm", "prompt_cache"]):
-        ax.scatter(part["prompt_tokens"], part["ttft_s"], s=10, alpha=0.6,
-                   label=f"{arm} ({cache})")
+        ax.scatter(part["prompt_tokens"], part["ttft_s"] * person_value(1.0, "s"), s=10,
+                   alpha=0.6, label=f"{arm} ({cache})")
     ax.set_xlabel("prompt tokens (usage)")
-    ax.set_ylabel("TTFT (s)")
+    ax.set_ylabel(f"TTFT ({person_unit('s')})")
     ax.legend(fontsize=7)
     return Chart("ttft-vs-input", "TTFT vs input length",
                  "Time to first token per request against its prompt tokens (at most "

@@ -5,14 +5,15 @@ the warehouse (publishing/read.py) and drawn as one chart."""
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import pandas as pd
+from markupsafe import Markup
 
 from benchledger.prompts import load_prompt_set
 from benchledger.publishing.report_charts import Chart
-from benchledger.publishing.report_markup import esc, figure, table
+from benchledger.publishing.report_markup import figure, table
+from benchledger.publishing.templating import fragment
 from benchledger.raw.layout import run_dir_of_restart_manifest
 from benchledger.raw.records import file_sha256
 from benchledger.workloads.render import render_request
@@ -84,36 +85,21 @@ def _sample_text(row: pd.Series, texts: dict[tuple[str, str], str],
     return text if len(text) <= SAMPLE_CHARS else text[:SAMPLE_CHARS].rstrip() + " …"
 
 
-def _samples(samples: pd.DataFrame, prepared: dict[tuple[str, str], str]) -> str:
+def _samples(samples: pd.DataFrame,
+             prepared: dict[tuple[str, str], str]) -> list[tuple[pd.Series, str]]:
+    """Each sampled request and the text it sent (as _sample_text shows it)."""
     texts = _prompt_texts(samples)
-    items = []
-    for _, row in samples.iterrows():
-        numbers = (f"input requested {esc(row['requested_input_tokens']) or 'not set'}, "
-                   f"prompt tokens {esc(row['prompt_tokens']) or 'not reported'}; max_tokens "
-                   f"{esc(row['max_tokens'])}, output tokens "
-                   f"{esc(row['output_tokens']) or 'not reported'}")
-        text = html.escape(_sample_text(row, texts, prepared))
-        items.append(f"<li><span class='prompt-id'>{esc(row['workload'])} / "
-                     f"{esc(row['prompt_id'])}</span> <span class='note'>({numbers})</span>"
-                     f"<pre class='prompt'>{text}</pre></li>")
-    return f"<ul class='samples'>{''.join(items)}</ul>"
+    return [(row, _sample_text(row, texts, prepared)) for _, row in samples.iterrows()]
 
 
 def workload_section(samples: pd.DataFrame, lengths: pd.DataFrame,
                      chart: Chart | None,
-                     prepared: dict[tuple[str, str], str] | None = None) -> list[str]:
+                     prepared: dict[tuple[str, str], str] | None = None) -> Markup:
     """Prompt samples, then the length chart and its table (p50, p90, max per side)."""
-    if samples.empty and lengths.empty:
-        return [f"<section id='workload'><h2>{WORKLOAD_TITLE}</h2>",
-                "<p class='none'>No measured request rests behind a published entry.</p>",
-                "</section>"]
-    return [f"<section id='workload'><h2>{WORKLOAD_TITLE}</h2>",
-            "<p class='note'>The measured requests behind published entries (warm-up "
-            "excluded). Prompts are shown as the prompt set holds them (the recorded cold "
-            "prefix first, where one was sent), or as a prepared workload's file renders "
-            f"them, cut at {SAMPLE_CHARS} characters.</p>",
-            "<h3>Prompt samples</h3>", _samples(samples, prepared or {}),
-            figure(chart) if chart else "<h3>Requested and delivered lengths</h3>",
-            table(lengths, ["workload", "length", "side", "requests", "missing", "min", "p50",
-                            "p90", "max", "mean"]),
-            "</section>"]
+    return fragment(
+        "report_workload.html", title=WORKLOAD_TITLE,
+        empty=samples.empty and lengths.empty, sample_chars=SAMPLE_CHARS,
+        samples=_samples(samples, prepared or {}),
+        chart=figure(chart) if chart else None,
+        lengths=table(lengths, ["workload", "length", "side", "requests", "missing", "min",
+                                "p50", "p90", "max", "mean"]))

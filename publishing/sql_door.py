@@ -10,18 +10,23 @@ the warehouse (warehouse/writer_waiting.py): a reader never makes a load fail.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from benchledger.settings import (
+    SMALLEST_SQL_MEMORY,
+    SQL_MAX_ROWS_RANGE,
+    SQL_TIMEOUT_RANGE_S,
+    memory_bytes,
+    settings,
+    variable,
+)
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.writer_waiting import writer_is_waiting
 
@@ -76,80 +81,53 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-TIMEOUT_ENV, TIMEOUT_S = "BENCHLEDGER_SQL_TIMEOUT_S", 30.0
-MEMORY_ENV, MEMORY_LIMIT = "BENCHLEDGER_SQL_MEMORY_LIMIT", "1GB"
-MAX_ROWS_ENV, MAX_ROWS = "BENCHLEDGER_SQL_MAX_ROWS", 10_000
-_LONGEST_S = 86_400.0
-_SMALLEST_MEMORY = 16 * 10**6  # below this DuckDB cannot run the door's own queries
+TIMEOUT_ENV = variable("sql_timeout_s")
+MEMORY_ENV = variable("sql_memory_limit")
+MAX_ROWS_ENV = variable("sql_max_rows")
 _BATCH_ROWS = 256  # rows per Arrow batch fetched: the byte bound is checked this often
 _POLL_S = 0.1  # how often the watcher looks at the clock and for a waiting writer
-_Number = TypeVar("_Number", int, float)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 @dataclass(frozen=True)
 class DoorLimits:
-    """What one query may take. The defaults suit a look at the warehouse; each can be
-    raised (a flag of `benchledger sql`, or its environment variable)."""
+    """What one query may take. The defaults (benchledger.settings) suit a look at the
+    warehouse; each can be raised (a flag of `benchledger sql`, or its environment
+    variable)."""
 
-    timeout_s: float = TIMEOUT_S
-    memory_limit: str = MEMORY_LIMIT  # DuckDB's notation: 1GB, 512MB, 2GiB
-    max_rows: int = MAX_ROWS
+    timeout_s: float
+    memory_limit: str  # DuckDB's notation: 1GB, 512MB, 2GiB
+    max_rows: int
 
     @property
     def memory_bytes(self) -> int:
         return memory_bytes(self.memory_limit)
 
 
-def memory_bytes(text: str) -> int:
-    """Bytes of a memory size in DuckDB's notation (KB = 1000 bytes, KiB = 1024)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*", text, re.I)
-    if match is None:
-        raise ValueError(f"{text!r}: expected a size such as 1GB, 512MB or 2GiB")
-    return int(float(match[1]) * _UNITS[match[2].lower()])
-
-
 def door_limits(timeout_s: float | None = None, memory_limit: str | None = None,
                 max_rows: int | None = None) -> DoorLimits:
     """The limits of one call: a flag given, else its environment variable, else the
-    default. ValueError naming the flag or variable for a value out of range."""
-    timeout = _setting(timeout_s, TIMEOUT_ENV, "--timeout-s", float, TIMEOUT_S)
-    if not 0.1 <= timeout <= _LONGEST_S:  # also false for nan
-        raise ValueError(f"{_source(timeout_s, TIMEOUT_ENV)} {timeout!r}: expected seconds "
-                         f"from 0.1 to {_LONGEST_S:g}")
-    memory = memory_limit or os.environ.get(MEMORY_ENV, "").strip() or MEMORY_LIMIT
-    try:
-        size = memory_bytes(memory)
-    except ValueError as exc:
-        raise ValueError(f"{_source(memory_limit, MEMORY_ENV)} {exc}") from None
-    if size < _SMALLEST_MEMORY:
-        raise ValueError(f"{_source(memory_limit, MEMORY_ENV)} {memory!r}: at least 16MB")
-    rows = _setting(max_rows, MAX_ROWS_ENV, "--max-rows", int, MAX_ROWS)
-    if not 1 <= rows <= 10**9:
-        raise ValueError(f"{_source(max_rows, MAX_ROWS_ENV)} {rows!r}: expected 1 to 10^9")
-    return DoorLimits(timeout, memory.strip(), rows)
-
-
-def _setting(given: _Number | None, variable: str, flag: str, kind: type[_Number],
-             default: _Number) -> _Number:
-    if given is not None:
-        return given
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    try:
-        return kind(text)
-    except ValueError:
-        raise ValueError(f"environment variable {variable}={text!r}: expected a "
-                         f"{'number' if kind is float else 'whole number'} (like {flag})"
-                         ) from None
-
-
-def _source(given: object, variable: str) -> str:
-    flag = {TIMEOUT_ENV: "--timeout-s", MEMORY_ENV: "--memory-limit",
-            MAX_ROWS_ENV: "--max-rows"}[variable]
-    return flag if given is not None else f"environment variable {variable}"
+    default. ValueError naming the flag, or the variable (benchledger.settings checks
+    those), for a value out of range."""
+    current = settings()
+    if timeout_s is None:
+        timeout_s = current.sql_timeout_s
+    elif not SQL_TIMEOUT_RANGE_S[0] <= timeout_s <= SQL_TIMEOUT_RANGE_S[1]:  # nan: false
+        raise ValueError(f"--timeout-s {timeout_s!r}: expected seconds from "
+                         f"{SQL_TIMEOUT_RANGE_S[0]:g} to {SQL_TIMEOUT_RANGE_S[1]:g}")
+    if not memory_limit:
+        memory_limit = current.sql_memory_limit
+    else:
+        try:
+            size = memory_bytes(memory_limit)
+        except ValueError as exc:
+            raise ValueError(f"--memory-limit {exc}") from None
+        if size < SMALLEST_SQL_MEMORY:
+            raise ValueError(f"--memory-limit {memory_limit!r}: at least 16MB")
+    if max_rows is None:
+        max_rows = current.sql_max_rows
+    elif not SQL_MAX_ROWS_RANGE[0] <= max_rows <= SQL_MAX_ROWS_RANGE[1]:
+        raise ValueError(f"--max-rows {max_rows!r}: expected 1 to 10^9")
+    return DoorLimits(timeout_s, memory_limit.strip(), max_rows)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ its pager says which rows these are of how many, and links the previous and next
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -14,6 +13,14 @@ from fastapi import HTTPException
 
 # The most rows one table shows on one page.
 PAGE_ROWS = 500
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link of the page: its text and where it goes (templates/ui_macros.html)."""
+
+    text: str
+    href: str
 
 
 def href(page: str, **params: Any) -> str:
@@ -49,23 +56,31 @@ def paged(param: str, number: int, total: int, what: str) -> Paged:
     return asked
 
 
-def pager(table_id: str, noun: str, shown: Paged, page: str, **params: Any) -> str:
-    """`entries 1-500 of 203,000`, with links to the previous and next page of this table
-    (`params`: the page's other parameters, the other tables' pages among them)."""
-    if shown.total == 0:
-        return ""
+@dataclass(frozen=True)
+class Pager:
+    """`entries 1-500 of 203,000`, the previous and next page of its table, and which
+    page of how many (templates/ui_macros.html draws it)."""
 
-    def link(number: int, rel: str, text: str) -> str:
-        target = href(page, **params, **{shown.param: number})
-        return f'<a href="{html.escape(target)}" rel="{rel}">{text}</a>'
+    table_id: str
+    shown: str
+    previous: Link | None
+    next: Link | None
+    page: str | None
+
+
+def pager(table_id: str, noun: str, shown: Paged, page: str, **params: Any) -> Pager | None:
+    """The pager of a table (`params`: the page's other parameters, the other tables'
+    pages among them); None for an empty table."""
+    if shown.total == 0:
+        return None
+
+    def link(number: int, text: str) -> Link:
+        return Link(text, href(page, **params, **{shown.param: number}))
 
     first, last_row = shown.offset + 1, min(shown.offset + PAGE_ROWS, shown.total)
-    parts = [f"{noun} {first:,}-{last_row:,} of {shown.total:,}"]
-    if shown.number > 1:
-        parts.append(link(shown.number - 1, "prev", f"previous {PAGE_ROWS}"))
-    if shown.number < shown.last:
-        parts.append(link(shown.number + 1, "next",
-                          f"next {min(PAGE_ROWS, shown.total - last_row):,}"))
-    if shown.last > 1:
-        parts.append(f"page {shown.number:,} of {shown.last:,}")
-    return f"<p class='pager' id='{table_id}-pager'>{' · '.join(parts)}</p>"
+    return Pager(
+        table_id, f"{noun} {first:,}-{last_row:,} of {shown.total:,}",
+        link(shown.number - 1, f"previous {PAGE_ROWS}") if shown.number > 1 else None,
+        link(shown.number + 1, f"next {min(PAGE_ROWS, shown.total - last_row):,}")
+        if shown.number < shown.last else None,
+        f"page {shown.number:,} of {shown.last:,}" if shown.last > 1 else None)

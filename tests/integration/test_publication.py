@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import textwrap
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -27,30 +26,15 @@ from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
 from tests.browser import opened
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
 
 pytestmark = pytest.mark.integration
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "pub"
-    [defaults]
-    requests = 5
-    restarts = 2
-    [[arms]]
-    name = "good"
-    server = "simulator"
-    model = "sim-model"
-    [[arms]]
-    name = "broken"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    speculative = false
-    num_speculative_tokens = 2
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("pub", [simulator_arm("good"),
+                      simulator_arm("broken", {"speculative": False,
+                                               "num_speculative_tokens": 2})],
+              defaults={"requests": 5, "restarts": 2})
 # The files every publication holds (the manifest lists them, the charts aside).
 EXPORTED_FILES = ("entries.json", "entries.csv", "entries.md", "comparisons.json",
                   "report.html")
@@ -266,7 +250,7 @@ def test_rendered_report_reads_top_down_with_the_published_headline_values(
         # the cards' picks, asked of the warehouse: per-request decode and TTFT p50/p90,
         # window-level output throughput (one load point in this run)
         expected = con.execute(
-            "SELECT entry_id, value, population, numerator, scope FROM published_entries "
+            "SELECT entry_id, value, unit, population, numerator, scope FROM published_entries "
             "WHERE run_id = ? AND ((metric = 'decode_rate' AND statistic = 'mean' "
             "AND scope <> 'aggregate' AND numerator = 'output_tokens') "
             "OR (metric = 'throughput' AND scope = 'aggregate' "
@@ -280,8 +264,9 @@ def test_rendered_report_reads_top_down_with_the_published_headline_values(
     assert len(expected) == 4
     shown = {n["entry"]: n for n in page.numbers}
     assert set(shown) == {entry_id for entry_id, *_ in expected}
-    for entry_id, value, population, numerator, scope in expected:
-        assert shown[entry_id]["value"] == f"{value:.4g}"  # as published
+    for entry_id, value, unit, population, numerator, scope in expected:
+        # as published, latencies (stored in seconds) read in ms like every table
+        assert shown[entry_id]["value"] == f"{value * 1000 if unit == 's' else value:.4g}"
         labels = shown[entry_id]["labels"].split(" · ")
         assert labels[0] == "2 restarts"
         assert {population, scope, "c=1"} <= set(labels)
