@@ -57,11 +57,15 @@ postgres:
 
 # Two workers, each taking whole test files (--dist loadfile): a file's module fixture (one
 # sweep, one cluster) runs once, and the integration files, which mostly wait on servers and
-# Airflow, overlap. About 25-30 minutes on 2 cores: test_cluster.py's real Airflow clusters
-# (about 9 minutes) hold one worker while the other takes most of the rest. The 30 slowest
-# tests and the reason of every skip are printed at the end, for whoever shortens it next.
+# Airflow, overlap. The files go out in the order tests/conftest.py collects them, the
+# slowest first (SLOWEST_FIRST), not xdist's default of the files with most tests first
+# (--no-loadscope-reorder): that default queued long files of few tests (test_history.py's
+# four runs, a cluster file) behind a hundred short ones, so one ran alone at the end. The
+# real Airflow clusters are two files of about 5 minutes each (test_cluster.py,
+# test_cluster_scheduler.py), one per worker. The 30 slowest tests and the reason of every
+# skip are printed at the end: whoever shortens the suite next updates SLOWEST_FIRST from them.
 test: lint browser postgres
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 -rs
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30 -rs
 
 # The optional real-server tier: llama-cpp-python's OpenAI-compatible server (compiled from
 # source: about 9 minutes on 2 cores the first time) and the `gguf` package, in a virtualenv

@@ -1,13 +1,16 @@
-"""What the deployment tests share (test_cluster, test_cluster_postgres, test_multi_host,
-test_cluster_secrets): the small simulator sweep they run, the check that a deployment's
-published entries are what an embedded derivation of the same raw files gives, and what
-another local user can read of a deployment."""
+"""What the deployment tests share (test_cluster, test_cluster_scheduler, test_cluster_postgres,
+test_multi_host, test_cluster_secrets): `benchledger` in a child process, a deployment of
+two nodes brought up for a test module, a run followed until one of its windows starts, the
+check that a deployment's published entries are what an embedded derivation of the same
+raw files gives, and what another local user can read of a deployment. The small simulator
+sweep they run is tests.sweeps.cluster_sweep."""
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
-import textwrap
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,37 +19,43 @@ import pytest
 
 from tests.conftest import requirement_missing
 
+NODES = ["node-a", "node-b"]
 KEY = ["arm", "workload", "metric", "phase", "scope", "concurrency", "numerator", "statistic"]
 
 
-def sweep_text(name: str, arms: list[tuple[str, str]], schedule: str = "none",
-               requests: int = 15, step_ms: float = 2.0, extra: str = "",
-               restarts: int = 2, workloads: tuple[str, ...] = ("code",)) -> str:
-    """A small sweep: one (arm name, node) per arm, simulator servers."""
-    arm_blocks = "".join(textwrap.dedent(f"""
-        [[arms]]
-        name = "{arm}"
-        server = "simulator"
-        model = "sim-model"
-        node = "{node}"
-        [arms.simulator]
-        speculative = true
-        step_ms = {step_ms}
-        """) for arm, node in arms)
-    workload_blocks = "".join(f'[[workloads]]\nname = "{w}"\n' for w in workloads)
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "{name}"
-        schedule = "{schedule}"
-        {extra}
-        [defaults]
-        requests = {requests}
-        warmup = 1
-        restarts = {restarts}
-        max_tokens = 24
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
-        """) + workload_blocks + arm_blocks
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`benchledger ARGS` in a child process, as a user types it; output captured."""
+    return subprocess.run([sys.executable, "-m", "benchledger.cli", *args], text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+def cluster_up(home: Path, *settings: str) -> None:
+    """`benchledger cluster up` of NODES in `home`, each of `settings` a --config."""
+    started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
+                  *(arg for setting in settings for arg in ("--config", setting)),
+                  timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "cluster up: http://127.0.0.1:" in started.stdout
+
+
+def start_run(sweep: Path, warehouse: Path, deployment: Path) -> subprocess.Popen:
+    """`benchledger run SWEEP --cluster DEPLOYMENT` in the background, its output piped."""
+    return subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
+                             "--warehouse", str(warehouse), "--cluster", str(deployment)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def window_started(run: subprocess.Popen, raw_root: Path, pattern: str,
+                   bound_s: float = 180) -> Path | None:
+    """The `.started` mark matching `pattern` under `raw_root` once a window of the run
+    begins; None when the run ended or `bound_s` passed first."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline and run.poll() is None:
+        mark = next(raw_root.glob(pattern), None) if raw_root.exists() else None
+        if mark is not None:
+            return mark
+        time.sleep(0.2)
+    return None
 
 
 def published_and_embedded(warehouse: Path, run_id: str,

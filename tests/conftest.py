@@ -28,6 +28,28 @@ settings.register_profile("benchledger", derandomize=True, deadline=None, max_ex
                           database=None)
 settings.load_profile("benchledger")
 
+# The files that take a minute or more, longest first (seconds on one core, from
+# `--durations`; measured serially, so only their order matters). They are collected before
+# every other file, and `make test` keeps that order (--no-loadscope-reorder: xdist would
+# otherwise queue files by how many tests they hold, and a long file of few tests started
+# last while the other worker had nothing left). Two workers taking whole files in this
+# order finish close together: the long files first, the many short ones filling in. A file
+# not listed keeps its place after them.
+SLOWEST_FIRST = (
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_cluster_scheduler.py",
+    "tests/integration/test_history.py",
+    "tests/integration/test_slo_frontier.py",
+    "tests/integration/test_multi_node.py",
+    "tests/integration/test_demo_regression.py",
+    "tests/integration/test_cluster_postgres.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 
 def requirement_missing(why: str) -> None:
     """A test that needs what this machine lacks (root, a package's program): skipped with
@@ -249,15 +271,17 @@ def simulator_factory():
         stop_process_group(proc)
 
 
-def run_sweep_text(workdir: Path, text: str):
-    """Run a sweep given as TOML text through Airflow into workdir/wh.duckdb; returns
-    (run_id, state, read-only connection). The caller closes the connection."""
+def run_sweep_text(workdir: Path, text: str | dict):
+    """Run a sweep, given as TOML text or as a dict (tests.sweeps), through Airflow into
+    workdir/wh.duckdb; returns (run_id, state, read-only connection). The caller closes
+    the connection."""
     import duckdb
 
     from benchledger.local.run import execute_sweep
+    from tests.sweeps import toml
 
     sweep = workdir / "sweep.toml"
-    sweep.write_text(text)
+    sweep.write_text(text if isinstance(text, str) else toml(text))
     outcome = execute_sweep(sweep, workdir / "wh.duckdb", workdir / "data")
     return (outcome.run_id, outcome.state,
             duckdb.connect(str(workdir / "wh.duckdb"), read_only=True))

@@ -113,12 +113,15 @@ def seal_as_a_step(path: Path) -> None:
                 [(path, seal.sha256_bytes(path.read_bytes()))])
 
 
-def write_synthetic_run(tmp_path, sweep_text: str, windows: dict, *, min_requests=5,
+def write_synthetic_run(tmp_path, sweep_text: str | dict, windows: dict, *, min_requests=5,
                         run_id=RUN_ID, config_sha256: dict | None = None) -> RunLayout:
-    """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}.
-    Each arm reports its own effective config unless config_sha256 maps arms to one."""
+    """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}; the sweep as
+    TOML text or a dict (tests.sweeps). Each arm reports its own effective config unless
+    config_sha256 maps arms to one."""
+    from tests.sweeps import toml
+
     sweep_file = tmp_path / "sweep.toml"
-    sweep_file.write_text(sweep_text)
+    sweep_file.write_text(sweep_text if isinstance(sweep_text, str) else toml(sweep_text))
     layout = RunLayout(tmp_path / "data", run_id)
     write_run_manifest(layout, sweep_file)
     for (arm, k, workload), (rows, kwargs) in windows.items():

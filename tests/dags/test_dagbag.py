@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -12,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from benchledger.sweep.spec import load_sweep
+from tests.sweeps import read_doc, simulator_arm, sweep, variant, write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 WAREHOUSE_TASKS = {"load", "validate", "derive"}
+DEMO = read_doc(DAGS / "sweeps" / "demo.toml")  # variants of it are written by tomli_w
 
 
 def sweep_files() -> list[Path]:
@@ -105,8 +106,7 @@ def test_an_external_deployment_across_nodes_gets_no_tasks_on_its_other_nodes(tm
     from benchledger.operators.dag_factory import build_sweep_dag
     from tests.unit.test_deployment_steps import EXTERNAL
 
-    sweep_file = tmp_path / "ext.toml"
-    sweep_file.write_text(EXTERNAL)
+    sweep_file = write_sweep(tmp_path / "ext.toml", EXTERNAL)
     tasks = {t.task_id for t in build_sweep_dag(sweep_file).tasks}
     assert {"big__r0.launch_server", "big__r0.wait_ready", "big__r0.stop_server"} <= tasks
     assert not [t for t in tasks if "node_" in t or "settle" in t]
@@ -145,10 +145,7 @@ def test_bad_sweep_file_is_an_import_error_naming_file_and_key(tmp_path):
     folder = tmp_path / "dags"
     shutil.copytree(DAGS, folder)
     bad = folder / "sweeps" / "broken.toml"
-    text, typos = re.subn(r"(?m)^(restarts = .*)$", r"\1\nrestrats = 3",
-                          (DAGS / "sweeps" / "demo.toml").read_text(), count=1)
-    assert typos == 1  # the demo's [defaults] declares restarts
-    bad.write_text(text)
+    write_sweep(bad, variant(DEMO, {"defaults": {"restrats": 3}}))
     bag = DagBag(dag_folder=str(folder))
     message = "\n".join(bag.import_errors.values())
     assert str(bad) in message and "defaults.restrats: unknown key" in message
@@ -158,8 +155,7 @@ def test_an_arms_node_is_the_queue_of_its_restart_tasks(tmp_path):
     from benchledger.operators.dag_factory import build_sweep_dag
 
     sweep = tmp_path / "noded.toml"
-    sweep.write_text((DAGS / "sweeps" / "demo.toml").read_text()
-                     .replace('name = "spec-on"', 'name = "spec-on"\nnode = "gpu-node-1"'))
+    write_sweep(sweep, variant(DEMO, {"arms": {"spec-on": {"node": "gpu-node-1"}}}))
     dag = build_sweep_dag(sweep)
     queues = {t.task_id.split(".")[0]: t.queue for t in dag.tasks if "__r" in t.task_id}
     assert queues["spec-on__r0"] == queues["spec-on__r1"] == "gpu-node-1"
@@ -177,8 +173,7 @@ def test_errors_are_retried_per_the_sweep_and_results_never(tmp_path):
     from benchledger.operators.dag_factory import build_publish_dag, build_sweep_dag
 
     sweep_file = tmp_path / "retried.toml"
-    sweep_file.write_text((DAGS / "sweeps" / "demo.toml").read_text().replace(
-        'schedule = "none"', 'schedule = "none"\nretries = 3\nretry_delay_s = 42.5'))
+    write_sweep(sweep_file, variant(DEMO, {"sweep": {"retries": 3, "retry_delay_s": 42.5}}))
     sweep = load_sweep(sweep_file)
     dag = build_sweep_dag(sweep_file)
     retried = [f"{arm.name}__r{k}.{name}" for arm in sweep.arms
@@ -202,38 +197,11 @@ def test_the_default_is_one_retry_after_ten_seconds(dagbag):
     assert dag.get_task("validate").retries == 0
 
 
-PARALLEL_NODES = """
-[sweep]
-name = "par"
-{extra}
-[defaults]
-restarts = 2
-clock_source = "dcgm"
-[[workloads]]
-name = "code"
-[[arms]]
-name = "a1"
-server = "simulator"
-model = "m"
-node = "node-a"
-[[arms]]
-name = "b1"
-server = "simulator"
-model = "m"
-node = "node-b"
-[[arms]]
-name = "a2"
-server = "simulator"
-model = "m"
-node = "node-a"
-[[arms]]
-name = "ab"
-server = "simulator"
-model = "m"
-node = "node-a"
-[[arms.processes]]
-node = "node-b"
-"""
+PARALLEL_NODES = sweep(
+    "par", [*(simulator_arm(name, model="m", node=node)
+              for name, node in (("a1", "node-a"), ("b1", "node-b"), ("a2", "node-a"))),
+            simulator_arm("ab", model="m", node="node-a", processes=[{"node": "node-b"}])],
+    defaults={"restarts": 2, "clock_source": "dcgm"})
 
 
 def _after(dag, group: str) -> set[str]:
@@ -243,13 +211,12 @@ def _after(dag, group: str) -> set[str]:
 
 
 @pytest.mark.parametrize("extra, one_host, serial", [
-    ("", False, False), ("nodes_in_parallel = false", False, True), ("", True, True)])
+    ({}, False, False), ({"nodes_in_parallel": False}, False, True), ({}, True, True)])
 def test_restarts_on_other_nodes_run_at_once_and_on_one_node_in_turn(tmp_path, extra,
                                                                     one_host, serial):
     from benchledger.operators.dag_factory import build_sweep_dag
 
-    sweep_file = tmp_path / "par.toml"
-    sweep_file.write_text(PARALLEL_NODES.format(extra=extra))
+    sweep_file = write_sweep(tmp_path / "par.toml", variant(PARALLEL_NODES, {"sweep": extra}))
     dag = build_sweep_dag(sweep_file, one_host=one_host)
     if serial:  # every restart after the one before, in the file's order
         order = [f"{arm}__r{k}" for arm in ("a1", "b1", "a2", "ab") for k in (0, 1)]
@@ -269,8 +236,7 @@ def test_restarts_on_other_nodes_run_at_once_and_on_one_node_in_turn(tmp_path, e
 def test_pinned_restarts_put_every_task_after_the_launch_on_the_restarts_own_queue(tmp_path):
     from benchledger.operators.dag_factory import build_sweep_dag
 
-    sweep_file = tmp_path / "par.toml"
-    sweep_file.write_text(PARALLEL_NODES.format(extra=""))
+    sweep_file = write_sweep(tmp_path / "par.toml", PARALLEL_NODES)
     plain = build_sweep_dag(sweep_file)
     assert {t.queue for t in plain.tasks if t.task_id.startswith("a1__r0.")} == {"node-a"}
     dag = build_sweep_dag(sweep_file, pin_restarts=True)
@@ -312,12 +278,11 @@ def test_the_regression_gate_runs_after_derive_beside_finalize_in_the_warehouse_
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ('["tpot"]', "regression_gate"), ("[]", "regression_gate"), ('"maybe"', "regression_gate")])
+    (["tpot"], "regression_gate"), ([], "regression_gate"), ("maybe", "regression_gate")])
 def test_a_regression_gate_naming_no_headline_metric_is_refused(tmp_path, value, message):
     from benchledger.sweep.spec import SweepError
 
     sweep = tmp_path / "gated.toml"
-    sweep.write_text((DAGS / "sweeps" / "demo.toml").read_text().replace(
-        'schedule = "none"', f'schedule = "none"\nregression_gate = {value}'))
+    write_sweep(sweep, variant(DEMO, {"sweep": {"regression_gate": value}}))
     with pytest.raises(SweepError, match=message):
         load_sweep(sweep)

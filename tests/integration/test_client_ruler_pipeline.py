@@ -26,12 +26,12 @@ import contextlib
 import io
 import shlex
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import HTTP_CLOCK, NO_CLOCK, command_arm, defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -47,53 +47,25 @@ TRUE_DECODE_TOK_S = 200.0
 AT_MOST_DECODE_TOK_S = 1.1 * TRUE_DECODE_TOK_S
 
 
-def fault_arm(name: str, *selection: str) -> str:
+def fault_arm(name: str, *selection: str) -> dict:
     # a 20 ms first event (a prefill): the smallest quantity measured, whose tenth bounds
     # the client's lag; the stream after it is what the bursts are about
     argv = [sys.executable, str(FAULT_SERVER), "--port", "{port}", "--mode", "stall-burst",
             "--first-event-ms", "20", *selection]
     command = " ".join(part if part == "{port}" else shlex.quote(part) for part in argv)
-    return textwrap.dedent(f"""
-        [[arms]]
-        name = "{name}"
-        server = "command"
-        model = "fault-model"
-        command = {command!r}
-        clock_source = "none"
-        require_clock_check = false
-    """).replace("'", '"')
+    return command_arm(name, command, model="fault-model", **NO_CLOCK)
 
 
-SIM = textwrap.dedent("""
-    server = "simulator"
-    model = "sim-model"
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-    [arms.simulator]
-    step_ms = 3.0
-    speed_spread = 0.0
-""")
+def sim_arm(name: str) -> dict:
+    return simulator_arm(name, {"step_ms": 3.0, "speed_spread": 0.0}, **HTTP_CLOCK)
 
-SWEEP = textwrap.dedent(f"""
-    [sweep]
-    name = "it-ruler"
-    retries = 0
-    [defaults]
-    requests = {REQUESTS}
-    warmup = 1
-    restarts = 1
-    max_tokens = 64
-    concurrency = [1]
-    client_workers = 1
 
-    [[arms]]
-    name = "calm"
-    {SIM}
-    [[arms]]
-    name = "starved"
-    {SIM}
-""") + fault_arm("fewbursts", "--nth", "5") + fault_arm("manybursts", "--every", "3") + \
-    '\n[[workloads]]\nname = "code"\n'
+SWEEP = sweep("it-ruler", [sim_arm("calm"), sim_arm("starved"),
+                           fault_arm("fewbursts", "--nth", "5"),
+                           fault_arm("manybursts", "--every", "3")],
+              sweep={"retries": 0},
+              defaults=defaults(requests=REQUESTS, restarts=1, max_tokens=64, clock=None,
+                                concurrency=[1], client_workers=1))
 
 
 @pytest.fixture(scope="module")

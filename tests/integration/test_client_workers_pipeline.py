@@ -13,65 +13,29 @@ from __future__ import annotations
 
 import contextlib
 import io
-import textwrap
 
 import pytest
 
 from benchledger.warehouse.metrics import REQUEST_METRICS
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
-SIM = textwrap.dedent("""
-    [arms.simulator]
-    speculative = true
-    step_ms = 3.0
-    speed_spread = 0.0
-""")
+SIM = {"speculative": True, "step_ms": 3.0, "speed_spread": 0.0}
 
 
-def sweep(workers: int) -> str:
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "it-workers-{workers}"
-        retries = 0
-        [defaults]
-        requests = 16
-        warmup = 4
-        restarts = 1
-        max_tokens = 64
-        concurrency = [4]
-        client_workers = {workers}
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
-        clock_interval_s = 0.1  # the measured part lasts about a second
-
-        [[arms]]
-        name = "use"
-        server = "simulator"
-        model = "sim-model"
-        {SIM}
-        [[arms]]
-        name = "lp"
-        server = "simulator"
-        model = "sim-model"
-        token_count = "logprobs"
-        {SIM}
-        usage = false
-
-        [[arms]]
-        name = "tok"
-        server = "simulator"
-        model = "sim-model"
-        token_count = "server_tokenizer"
-        tokenize_path = "/extras/tokenize"
-        calibration_requests = 2
-        {SIM}
-        stream_usage = false
-
-        [[workloads]]
-        name = "code"
-    """)
+def workers_sweep(workers: int) -> dict:
+    return sweep(
+        f"it-workers-{workers}",
+        [simulator_arm("use", SIM),
+         simulator_arm("lp", {**SIM, "usage": False}, token_count="logprobs"),
+         simulator_arm("tok", {**SIM, "stream_usage": False}, token_count="server_tokenizer",
+                       tokenize_path="/extras/tokenize", calibration_requests=2)],
+        sweep={"retries": 0},
+        defaults=defaults(requests=16, warmup=4, restarts=1, max_tokens=64, concurrency=[4],
+                          client_workers=workers,
+                          clock_interval_s=0.1))  # the measured part lasts about a second
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +44,7 @@ def runs(tmp_path_factory):
     for workers in (1, 2):
         workdir = tmp_path_factory.mktemp(f"workers{workers}")
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            run_id, state, con = run_sweep_text(workdir, sweep(workers))
+            run_id, state, con = run_sweep_text(workdir, workers_sweep(workers))
         out[workers] = (run_id, state, con)
     yield out
     for _, _, con in out.values():

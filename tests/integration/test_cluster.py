@@ -1,21 +1,20 @@
 """A real Airflow deployment on loopback: API server, scheduler, DAG processor, triggerer
 and two Edge workers under supervisord (`benchledger cluster up`), sweeps run through
-`benchledger run --cluster`, a worker killed and an API server stalled for a minute
-survived, and `cluster down` leaving nothing behind. Takes about 12 minutes (docs/cluster.md)."""
+`benchledger run --cluster` (the benchledger page in the Airflow UI, OpenLineage events), an
+API server stalled for a minute survived, a two-node arm whose node dies mid-window, and
+`cluster down` leaving nothing behind. What the scheduler does (a killed worker's task
+retried, a scheduled sweep, two sweeps' writers on the one-slot pool) is
+test_cluster_scheduler.py's, on a deployment of its own: the two files, about 5 minutes
+each on a quiet machine, run side by side under `make test` (docs/cluster.md)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -26,32 +25,33 @@ from benchledger.cluster import commands as local_cluster
 from benchledger.cluster import supervisor
 from benchledger.cluster.airflow_api import ApiClient
 from benchledger.cluster.config import api_credentials
+from tests import sweeps
 from tests.browser import chromium_binary
-from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
+from tests.cluster_helpers import (
+    NODES,
+    assert_same_entries,
+    cli,
+    cluster_up,
+    published_and_embedded,
+    start_run,
+    window_started,
+)
 from tests.conftest import pids_tagged
+from tests.sweeps import cluster_sweep, variant, write_sweep
 
 pytestmark = pytest.mark.integration
-
-NODES = ["node-a", "node-b"]
-def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchledger.cli", *args], text=True,
-                          capture_output=True, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster")
     lineage = home / "openlineage.json"
-    started = cli("cluster", "up", "--home", str(home), "--nodes", ",".join(NODES),
-                  # a vanished worker's task is failed, then retried, after 90 s: longer
-                  # than the API stall a run must survive (60 s), shorter than the
-                  # default (180 s) to keep the killed-worker test short
-                  "--config", "scheduler.task_instance_heartbeat_timeout=90",
-                  "--config", "openlineage.transport=" + json.dumps(
-                      {"type": "file", "log_file_path": str(lineage), "append": True}),
-                  timeout=300)
-    assert started.returncode == 0, started.stdout + started.stderr
-    assert "cluster up: http://127.0.0.1:" in started.stdout
+    cluster_up(home,
+               # a vanished worker's task is failed, then retried, after 90 s: longer than
+               # the API stall a run must survive (60 s), shorter than the default (180 s)
+               "scheduler.task_instance_heartbeat_timeout=90",
+               "openlineage.transport=" + json.dumps(
+                   {"type": "file", "log_file_path": str(lineage), "append": True}))
     yield home
     local_cluster.down(home)  # idempotent; test_down_leaves_no_process checks it
 
@@ -67,11 +67,11 @@ def two_arm_run(deployment, tmp_path_factory):
     work = tmp_path_factory.mktemp("two-arm")
     sweep = work / "two.toml"
     # One comparison, so the benchledger page in the Airflow UI has a verdict to show; on-b
-    # (the last arm) steps a little slower, so the two arms differ (rule ab_arms_differ).
-    head, tail = sweep_text("cl-two", [("on-a", "node-a"), ("on-b", "node-b")]).rsplit(
-        "step_ms = 2.0", 1)
-    sweep.write_text(f'{head}step_ms = 3.0{tail}[[comparisons]]\na = "on-a"\nb = "on-b"\n'
-                     'metric = "decode_rate"\n')
+    # steps a little slower, so the two arms differ (rule ab_arms_differ).
+    write_sweep(sweep, variant(
+        cluster_sweep("cl-two", [("on-a", "node-a"), ("on-b", "node-b")]),
+        {"arms": {"on-b": {"simulator": {"step_ms": 3.0}}},
+         "comparisons": [{"a": "on-a", "b": "on-b", "metric": "decode_rate"}]}))
     warehouse = work / "wh.duckdb"
     done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster", str(deployment))
     return done, warehouse
@@ -146,19 +146,6 @@ def test_published_entries_match_an_embedded_derivation_of_the_same_raw_files(tw
     on_cluster, again = published_and_embedded(warehouse, _run_id(warehouse))
     assert len(on_cluster) > 20
     assert_same_entries(on_cluster, again)
-
-
-def _runs_of(warehouse: Path, sweep_name: str) -> list[tuple[str, bool]]:
-    """(run_id, ended) of the sweep's runs in the warehouse; [] when it cannot be read yet."""
-    if not warehouse.exists():
-        return []
-    try:
-        with duckdb.connect(str(warehouse), read_only=True) as con:
-            return con.execute("SELECT run_id, ended_at IS NOT NULL FROM runs "
-                               "WHERE sweep_name = ? ORDER BY started_at",
-                               [sweep_name]).fetchall()
-    except duckdb.Error:  # being written: ask again
-        return []
 
 
 def test_openlineage_events_name_raw_files_tables_and_export(deployment, two_arm_run):
@@ -253,69 +240,6 @@ def test_the_airflow_ui_shows_the_run_on_the_benchledger_page(deployment, two_ar
     assert errors == []
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a process and everything under it, as a host losing power would."""
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-
-
-def test_a_worker_killed_mid_window_is_retried_without_a_duplicate(deployment, api, tmp_path):
-    """node-a's worker is killed (with its task process) while the second window of a
-    restart is being measured. supervisord starts the worker again (no `cluster up`);
-    the scheduler fails the task when its heartbeat stops and retries it on the worker
-    brought back: the first window is kept, the second is measured again, once, and the
-    lost attempt is on record."""
-    sweep = tmp_path / "kill.toml"
-    sweep.write_text(sweep_text("cl-kill", [("on-a", "node-a")], requests=40, step_ms=15.0,
-                                extra="retries = 1\nretry_delay_s = 1")
-                     .replace("restarts = 2", "restarts = 1")
-                     .replace("[[workloads]]", "concurrency = [1, 2]\n[[workloads]]"))
-    warehouse = tmp_path / "wh.duckdb"
-    run = subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
-                            "--warehouse", str(warehouse), "--cluster", str(deployment)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    mark = None
-    deadline = time.monotonic() + 180
-    while mark is None and time.monotonic() < deadline and run.poll() is None:
-        mark = next((tmp_path / "wh-data" / "raw").glob("*/on-a/r0/code-c2.started"), None) \
-            if (tmp_path / "wh-data" / "raw").exists() else None
-        time.sleep(0.2)
-    assert mark is not None, "the second window never started"
-    time.sleep(1.0)  # well inside the window (40 requests at c=2 take several seconds)
-    state = local_cluster.Cluster.load(deployment)
-    killed = state.pid_of("edge-worker-node-a")
-    assert killed is not None
-    _kill_tree(killed)
-    output = run.communicate(timeout=600)[0]
-    assert run.returncode == 0, output[-4000:]
-    assert "on-a__r0.measure_code: running on node-a (try 2)" in output
-    # supervisord brought the worker back and logged it
-    assert state.pid_of("edge-worker-node-a") not in (None, killed)
-    supervisord_log = (deployment / "logs" / "supervisord.log").read_text()
-    assert "exited: edge-worker-node-a (terminated by SIGKILL; not expected)" in \
-        supervisord_log
-    with duckdb.connect(str(warehouse), read_only=True) as con:
-        windows = con.execute(
-            "SELECT concurrency, attempt, worker_hostname, submitted, completed, failed, "
-            "unresolved FROM windows ORDER BY concurrency").fetchall()
-        duplicates = con.execute("SELECT count(*) - count(DISTINCT request_id) "
-                                 "FROM requests").fetchone()[0]
-        per_window = con.execute("SELECT w.concurrency, count(*), any_value(w.submitted) "
-                                 "FROM requests q JOIN windows w USING (window_id) "
-                                 "WHERE NOT q.is_warmup GROUP BY 1 ORDER BY 1").fetchall()
-        interrupted = json.loads(con.execute(
-            "SELECT interrupted_windows FROM restarts").fetchone()[0])
-    assert [(c, a, h) for c, a, h, *_ in windows] == [(1, 1, "node-a"), (2, 2, "node-a")]
-    for _, _, _, submitted, completed, failed, unresolved in windows:
-        assert submitted == completed + failed + unresolved == 40
-    assert duplicates == 0
-    assert per_window == [(1, 40, 40), (2, 40, 40)]
-    assert [(w["window_id"].rsplit("/", 1)[1], w["attempt"]) for w in interrupted] == [
-        ("code-c2", 1)]
-
-
 def test_an_api_server_stalled_for_a_minute_leaves_every_worker_alive(deployment, tmp_path):
     """The API server stopped (SIGSTOP, every process of it) for 60 s while both nodes
     measure, then continued: no worker exits (the tokens they signed before the stall
@@ -333,18 +257,11 @@ def test_an_api_server_stalled_for_a_minute_leaves_every_worker_alive(deployment
     assert None not in workers.values(), workers
     starts = supervisor.history(deployment)
     sweep = tmp_path / "stall.toml"
-    sweep.write_text(sweep_text("cl-stall", [("on-a", "node-a"), ("on-b", "node-b")],
-                                requests=40, step_ms=15.0, extra="retries = 0"))
+    write_sweep(sweep, cluster_sweep("cl-stall", [("on-a", "node-a"), ("on-b", "node-b")],
+                                     requests=40, step_ms=15.0, sweep_keys={"retries": 0}))
     warehouse = tmp_path / "wh.duckdb"
-    run = subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
-                            "--warehouse", str(warehouse), "--cluster", str(deployment)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    raw_root, mark = tmp_path / "wh-data" / "raw", None
-    deadline = time.monotonic() + 180
-    while mark is None and time.monotonic() < deadline and run.poll() is None:
-        mark = next(raw_root.glob("*/*/r0/code-c1.started"), None) \
-            if raw_root.exists() else None
-        time.sleep(0.2)
+    run = start_run(sweep, warehouse, deployment)
+    mark = window_started(run, tmp_path / "wh-data" / "raw", "*/*/r0/code-c1.started")
     assert mark is not None, "no window started"
     api_server = psutil.Process(state.pid_of("api-server"))
     stalled = [api_server, *api_server.children(recursive=True)]
@@ -374,43 +291,18 @@ def test_a_two_node_arm_runs_on_both_workers_and_a_dead_node_crashes_its_restart
     naming node-b; after the teardown no process of the deployment is left on either."""
     model = f"sim-two-node-{uuid.uuid4().hex[:8]}"
     sweep = tmp_path / "two-node.toml"
-    sweep.write_text(textwrap.dedent(f"""
-        [sweep]
-        name = "cl-two-node"
-        retries = 0
-        [defaults]
-        requests = 40
-        warmup = 1
-        restarts = 1
-        max_tokens = 24
-        clock_source = "dcgm"
-        clock_url = "{{base_url}}/dcgm"
-        [[workloads]]
-        name = "code"
-        [[arms]]
-        name = "tp"
-        server = "simulator"
-        model = "{model}"
-        node = "node-a"
-        address = "127.0.25.1"
-        [arms.simulator]
-        step_ms = 15.0
-        num_gpus = 2
-        [[arms.processes]]
-        node = "node-b"
-        address = "127.0.25.2"
-        """))
+    write_sweep(sweep, sweeps.sweep(
+        "cl-two-node",
+        [sweeps.simulator_arm("tp", {"step_ms": 15.0, "num_gpus": 2}, model=model,
+                              node="node-a", address="127.0.25.1",
+                              processes=[{"node": "node-b", "address": "127.0.25.2"}])],
+        defaults=sweeps.defaults(requests=40, restarts=1, clock={
+            "clock_source": "dcgm", "clock_url": "{base_url}/dcgm"}),
+        sweep={"retries": 0}))
     warehouse = tmp_path / "wh.duckdb"
-    run = subprocess.Popen([sys.executable, "-m", "benchledger.cli", "run", str(sweep),
-                            "--warehouse", str(warehouse), "--cluster", str(deployment)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    raw_root = tmp_path / "wh-data" / "raw"
-    mark = None
-    deadline = time.monotonic() + 240
-    while mark is None and time.monotonic() < deadline and run.poll() is None:
-        mark = next(raw_root.glob("*/tp/r0/code-c1.started"), None) \
-            if raw_root.exists() else None
-        time.sleep(0.2)
+    run = start_run(sweep, warehouse, deployment)
+    mark = window_started(run, tmp_path / "wh-data" / "raw", "*/tp/r0/code-c1.started",
+                          bound_s=240)
     assert mark is not None, "the window never started"
     node_b = json.loads((mark.parent / "nodes" / "node-b.json").read_text())
     assert node_b["status"] == "launched" and psutil.pid_exists(node_b["pid"])
@@ -441,93 +333,6 @@ def test_a_two_node_arm_runs_on_both_workers_and_a_dead_node_crashes_its_restart
         assert where[f"tp__r0.{task}"][2] == "success", task
     assert where["tp__r0.measure_code"][2] == "failed"
     assert pids_tagged(model) == []  # nothing of the deployment left on either node
-
-
-def test_a_scheduled_sweep_gets_its_own_runs(deployment, api, tmp_path):
-    """Every minute, by the scheduler alone: after the triggered run, a scheduled one,
-    each a `runs` row of its own."""
-    sweep = tmp_path / "cron.toml"
-    sweep.write_text(sweep_text("cl-cron", [("on-b", "node-b")], schedule="* * * * *"))
-    warehouse = tmp_path / "wh.duckdb"
-    done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster", str(deployment))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    deadline = time.monotonic() + 240
-    runs = _runs_of(warehouse, "cl-cron")
-    while time.monotonic() < deadline and not any(
-            run_id.startswith("scheduled__") and ended for run_id, ended in runs):
-        time.sleep(2)
-        runs = _runs_of(warehouse, "cl-cron")
-    api.request("PATCH", "/api/v2/dags/benchledger_cl-cron", json={"is_paused": True})
-    ids = [run_id for run_id, _ in runs]
-    assert len(ids) == len(set(ids)) >= 2, runs
-    # the triggered run and the scheduler's own (which may come first: unpausing the DAG
-    # schedules the latest tick at once, and max_active_runs = 1 queues the other)
-    assert {run_id.split("__")[0] for run_id in ids} == {"manual", "scheduled"}
-    dag = api.request("GET", "/api/v2/dags/benchledger_cl-cron/details")
-    assert (dag["max_active_runs"], dag["catchup"]) == (1, False)
-    # installed, it said what a run outlasting the interval does (issue #25)
-    assert "note: sweep 'cl-cron' is scheduled every 60 s" in done.stdout, done.stdout
-    with duckdb.connect(str(warehouse), read_only=True) as con:
-        rows = con.execute("SELECT run_id, scheduled_for, skipped_slots, skipped_slot_count "
-                           "FROM runs WHERE sweep_name = 'cl-cron'").fetchall()
-    for run_id, slot, skipped, count in rows:
-        if not run_id.startswith("scheduled__"):
-            assert (slot, skipped, count) == (None, None, None), run_id
-            continue
-        assert slot == datetime.fromisoformat(run_id.removeprefix("scheduled__")), run_id
-        if count is not None:  # counted from the previous successful run, if any
-            listed = [datetime.fromisoformat(t) for t in json.loads(skipped)]
-            assert len(listed) == count
-            assert all(t < slot and t.second == 0 for t in listed), listed
-
-
-def test_two_sweeps_at_once_share_the_warehouse_and_sql_keeps_answering(deployment, api,
-                                                                       tmp_path):
-    """Two sweeps on two nodes finishing together: their load/validate/derive queue on
-    the one-slot pool instead of failing on DuckDB's file lock, and an auditor's
-    read-only `benchledger sql` answers all along (waiting, bounded, while a task writes)."""
-    warehouse = tmp_path / "shared.duckdb"
-    runs = {}
-    for name, node in (("cl-x", "node-a"), ("cl-y", "node-b")):
-        sweep = tmp_path / f"{name}.toml"
-        sweep.write_text(sweep_text(name, [(f"arm-{node}", node)]))
-        runs[name] = subprocess.Popen(
-            [sys.executable, "-m", "benchledger.cli", "run", str(sweep), "--warehouse",
-             str(warehouse), "--cluster", str(deployment)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    queries = []
-    while any(proc.poll() is None for proc in runs.values()):
-        if warehouse.exists():
-            t0 = time.time()
-            done = cli("sql", "--warehouse", str(warehouse), "SELECT count(*) FROM requests",
-                       timeout=120)
-            queries.append((t0, time.time(), done.returncode, done.stderr))
-        time.sleep(0.5)
-    outputs = {name: proc.communicate()[0] for name, proc in runs.items()}
-    for name, proc in runs.items():
-        assert proc.returncode == 0, outputs[name][-3000:]
-        assert "database is locked" not in outputs[name].lower()
-        assert "could not set lock" not in outputs[name].lower()
-    # Every query answered, or (one that was running when a writer came to wait) gave way
-    # to it in one line; never a lock error. A query arriving while a writer waits lets it
-    # in and then answers, so most answer.
-    gave_way = "a writer (a run's load) is waiting for the warehouse"
-    assert queries and all(rc == 0 or (rc == 2 and gave_way in err.strip().splitlines()[-1])
-                           for _, _, rc, err in queries), queries
-    assert sum(rc == 0 for _, _, rc, _ in queries) > len(queries) / 2, queries
-    # some query overlapped a writer task of one of the runs (else this proved nothing)
-    writes = []
-    for name in runs:
-        for run in api.request("GET", f"/api/v2/dags/benchledger_{name}/dagRuns")["dag_runs"]:
-            tis = api.request("GET", f"/api/v2/dags/benchledger_{name}/dagRuns/"
-                                     f"{run['dag_run_id']}/taskInstances")["task_instances"]
-            writes += [(datetime.fromisoformat(ti["start_date"]).timestamp(),
-                        datetime.fromisoformat(ti["end_date"]).timestamp())
-                       for ti in tis if ti["task_id"] in ("load", "validate", "derive")]
-    assert any(q0 < w1 and w0 < q1 for q0, q1, _, _ in queries for w0, w1 in writes)
-    # the pool serialised the writers: no two writer tasks overlapped
-    writes.sort()
-    assert all(a[1] <= b[0] for a, b in zip(writes, writes[1:], strict=False)), writes
 
 
 def test_down_leaves_no_process(deployment, two_arm_run):

@@ -31,9 +31,9 @@ from tests.cluster_helpers import (
     open_folder,
     readable_by_another_user,
     require_another_user,
-    sweep_text,
 )
 from tests.postgres import postgres_server
+from tests.sweeps import cluster_sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -85,9 +85,9 @@ def test_the_database_password_is_in_no_file_another_user_can_read(deployment):
 def run(deployment, tmp_path_factory):
     work = tmp_path_factory.mktemp("pg-run")
     sweep = work / "pinned.toml"
-    sweep.write_text(sweep_text("cl-pinned", [(f"on-{node}", node) for node in NODES],
-                                extra="retries = 0", restarts=3,
-                                workloads=("code", "prose")))
+    write_sweep(sweep, cluster_sweep("cl-pinned", [(f"on-{node}", node) for node in NODES],
+                                     sweep_keys={"retries": 0}, restarts=3,
+                                     workload_names=("code", "prose")))
     warehouse = work / "wh.duckdb"
     done = cli("run", str(sweep), "--warehouse", str(warehouse), "--cluster",
                str(deployment))

@@ -37,8 +37,8 @@ from tests.cluster_helpers import (
     read_as_another_user,
     readable_by_another_user,
     require_another_user,
-    sweep_text,
 )
+from tests.sweeps import cluster_sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +198,7 @@ def test_what_a_run_leaves_in_the_folders_is_private_too(site, tmp_path):
     processes' umask; Airflow chmods a task log to 0o664 unless told otherwise), and the
     run succeeds with it."""
     sweep = tmp_path / "s.toml"
-    sweep.write_text(sweep_text("cl-secrets", [("on-b", "node-b")]))
+    write_sweep(sweep, cluster_sweep("cl-secrets", [("on-b", "node-b")]))
     done = cli("run", str(sweep), "--warehouse", str(tmp_path / "wh.duckdb"), "--cluster",
                str(site["head"]), timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -44,6 +44,7 @@ from benchledger.raw.layout import RunLayout, read_json
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
 from tests.conftest import pids_tagged
+from tests.sweeps import NO_CLOCK, command_arm, defaults, sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +62,6 @@ READY_TIMEOUT_S = 10.0
 # arm that polls them for the whole bound is told apart from one that gives up at once.
 REFUSAL_READY_TIMEOUT_S = 20.0
 REFUSED_READY_TIMEOUT_S = 3.0  # connection refused: not definite, polled for the bound
-# How much later than the drain deadline a hung warm-up may end (task and HTTP overhead).
-DRAIN_MARGIN_S = 1.5
 # Rates no server here can reach: 8 tokens per request, streamed in ~40 ms.
 IMPOSSIBLE_RATE_TOK_S = 1e6
 STATUSES = {"completed", "failed", "unresolved"}
@@ -153,10 +152,6 @@ USAGE_VALUES = {"negusage": -CLEAN_OUTPUT_TOKENS, "hugeusage": 10**9,
 # --- running sweeps the way a user does --------------------------------------------------
 
 
-def toml_value(value) -> str:
-    return json.dumps(value)  # JSON strings and numbers are valid TOML basic values
-
-
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as sock:
@@ -164,30 +159,16 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def sweep_text(name: str, faults, tag: str, external: dict[str, dict] | None = None) -> str:
+def fault_sweep(name: str, faults, tag: str, external: dict[str, dict] | None = None) -> dict:
     """The sweep: one command arm per fault, plus external arms (name -> their keys)."""
-    lines = [f"[sweep]\nname = {toml_value(name)}",
-             textwrap.dedent(f"""
-                [defaults]
-                requests = 5
-                warmup = {WARMUP}
-                restarts = 1
-                max_tokens = {MAX_TOKENS}
-                concurrency = [1]
-                drain_timeout_s = {DRAIN_TIMEOUT_S}
-                request_timeout_s = {REQUEST_TIMEOUT_S}
-                ready_timeout_s = {READY_TIMEOUT_S}
-                clock_source = "none"
-                require_clock_check = false""")]
-    for fault in faults:
-        keys = {"name": fault.arm, "server": "command", "model": "fault-model",
-                "command": fault.command(tag), "requests": fault.requests, **fault.extra_keys}
-        lines.append("[[arms]]\n" + "\n".join(f"{k} = {toml_value(v)}" for k, v in keys.items()))
-    for arm, arm_keys in (external or {}).items():
-        keys = {"name": arm, "server": "external", "model": "fault-model", **arm_keys}
-        lines.append("[[arms]]\n" + "\n".join(f"{k} = {toml_value(v)}" for k, v in keys.items()))
-    lines.append('[[workloads]]\nname = "code"')
-    return "\n\n".join(lines) + "\n"
+    arms = [command_arm(fault.arm, fault.command(tag), model="fault-model",
+                        requests=fault.requests, **fault.extra_keys) for fault in faults]
+    arms += [{"name": arm, "server": "external", "model": "fault-model", **arm_keys}
+             for arm, arm_keys in (external or {}).items()]
+    return sweep(name, arms, defaults=defaults(
+        requests=5, warmup=WARMUP, restarts=1, max_tokens=MAX_TOKENS, clock=NO_CLOCK,
+        concurrency=[1], drain_timeout_s=DRAIN_TIMEOUT_S, request_timeout_s=REQUEST_TIMEOUT_S,
+        ready_timeout_s=READY_TIMEOUT_S))
 
 
 @dataclass
@@ -210,7 +191,7 @@ def run_cli(workdir: Path, name: str, faults, tag: str,
     """`benchledger run SWEEP --warehouse W` in a child process, as a user types it.
     Output goes to files, not pipes: servers spawned by tasks could inherit a pipe."""
     sweep, warehouse, data = workdir / f"{name}.toml", workdir / "wh.duckdb", workdir / "data"
-    sweep.write_text(sweep_text(name, faults, tag, external))
+    write_sweep(sweep, fault_sweep(name, faults, tag, external))
     out, err = workdir / "cli.out", workdir / "cli.err"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
         status = subprocess.run(
@@ -401,8 +382,11 @@ def test_a_hung_warmup_is_cancelled_at_the_drain_deadline(fault_run):
     window, rows = window_and_requests(fault_run, "hang")
     warmup, first_measured, hung = rows["w0000"], rows["m0000"], rows[request_suffix(6)]
     assert warmup["status"] == "unresolved" and warmup["error"], warmup
+    assert "drain deadline" in warmup["error"], warmup  # cancelled by the drain's bound
+    # ... and so before its own request_timeout_s could end it: the first measured request
+    # went out after the drain deadline and before the hung request's deadline
     waited_s = (first_measured["t_submit_ns"] - warmup["t_submit_ns"]) / 1e9
-    assert waited_s <= DRAIN_TIMEOUT_S + DRAIN_MARGIN_S, (
+    assert DRAIN_TIMEOUT_S <= waited_s < REQUEST_TIMEOUT_S, (
         f"the hung warm-up held the window {waited_s:.1f} s (drain_timeout_s = "
         f"{DRAIN_TIMEOUT_S:g}, request_timeout_s = {REQUEST_TIMEOUT_S:g})")
     assert hung["status"] == "unresolved" and hung["error"]
@@ -415,7 +399,8 @@ def test_a_definite_refusal_fails_the_restart_at_once(fault_run, arm):
     cause = CLI_CAUSES[arm][0]
     assert row["status"] == "failed" and cause in row["error"], row
     took_s = (row["stopped_at"] - row["started_at"]).total_seconds()
-    assert took_s < REFUSAL_READY_TIMEOUT_S / 2, (
+    # over before its ready_timeout_s: polled to the deadline, it would last at least that
+    assert took_s < REFUSAL_READY_TIMEOUT_S, (
         f"{arm}: a definite HTTP {cause} was polled for {took_s:.1f} s "
         f"(ready_timeout_s = {REFUSAL_READY_TIMEOUT_S:g})")
 

@@ -21,7 +21,6 @@ import contextlib
 import io
 import shlex
 import sys
-import textwrap
 
 import pytest
 
@@ -34,6 +33,7 @@ from benchledger.warehouse.history import (
     sweep_history,
 )
 from tests.conftest import run_sweep_text
+from tests.sweeps import NO_CLOCK, command_arm, defaults, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -51,43 +51,20 @@ def _command(step: str, *extra: str) -> str:
     return shlex.join(["sh", "-c", "exec " + inner])
 
 
-def _arm(name: str, command: str) -> str:
-    # a TOML literal string: the shell command holds both kinds of quotes
-    return textwrap.dedent(f"""
-        [[arms]]
-        name = "{name}"
-        server = "command"
-        model = "sim-model"
-        command = '''{command}'''
-        clock_source = "none"
-        require_clock_check = false
-    """)
+def _arm(name: str, command: str) -> dict:
+    return command_arm(name, command, model="sim-model", **NO_CLOCK)
 
 
-def sweep_text(*extra: str) -> str:
+def history_sweep(*extra: str) -> dict:
     """The sweep; `extra` flags go to base and base-twin (a changed server setting)."""
     measured = _command(f'"${STEP_ENV}"', *extra)
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "{SWEEP_NAME}"
-        retries = 0
-        regression_gate = ["decode_rate", "throughput"]
-        [defaults]
-        requests = 8
-        warmup = 1
-        restarts = 2
-        max_tokens = 48
-        concurrency = [1]
-
-        [[comparisons]]
-        a = "base"
-        b = "other"
-        metric = "decode_rate"
-        control = ["base", "base-twin"]
-        [[workloads]]
-        name = "code"
-    """) + _arm("base", measured) + _arm("base-twin", measured) + _arm(
-        "other", _command("8"))
+    return sweep(SWEEP_NAME,
+                 [_arm("base", measured), _arm("base-twin", measured),
+                  _arm("other", _command("8"))],
+                 sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"]},
+                 defaults=defaults(requests=8, max_tokens=48, clock=None, concurrency=[1]),
+                 comparisons=[{"a": "base", "b": "other", "metric": "decode_rate",
+                               "control": ["base", "base-twin"]}])
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +75,8 @@ def runs(tmp_path_factory):
     # by about the same few ms, which at 3 ms made two identical runs differ beyond their
     # A/A control (a false "regression" of run 2 in CI); at 10 ms that delay is small
     # beside the step, and run 3's 30 ms stays a clear regression.
-    plan = [("10", sweep_text()), ("10", sweep_text()), ("30", sweep_text()),
-            ("10", sweep_text("--max-num-seqs", "32"))]
+    plan = [("10", history_sweep()), ("10", history_sweep()), ("30", history_sweep()),
+            ("10", history_sweep("--max-num-seqs", "32"))]
     done = []
     with pytest.MonkeyPatch.context() as patch:
         for step, text in plan:

@@ -56,9 +56,9 @@ class ShellArm(Fault):
     after: str = ""  # arguments after the script (the shell's $0, $1, ...)
 
     def command(self, tag: str) -> str:
-        server = " ".join(shlex.quote(part) for part in (
-            sys.executable, str(FAULT_SERVER), "--port", "PORT", "--mode", "clean",
-            "--tag", tag)).replace("PORT", "{port}")
+        # {port} unquoted: the harness fills it in (shlex.quote would quote the braces)
+        server = " ".join([shlex.join([sys.executable, str(FAULT_SERVER), "--port"]), "{port}",
+                           shlex.join(["--mode", "clean", "--tag", tag])])
         return f"{self.prefix}sh -c {shlex.quote(self.before + 'exec ' + server)} {self.after}"
 
 

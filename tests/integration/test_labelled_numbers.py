@@ -3,50 +3,24 @@ tail kept as rows, and cold vs warm prompts against the simulator's prefix cache
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "it-labels"
-    [defaults]
-    requests = 16
-    warmup = 1
-    restarts = 2
-    max_tokens = 32
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-
-    [[arms]]                 # single stream, then 8 closed-loop streams
-    name = "ladder"
-    server = "simulator"
-    model = "sim-model"
-    concurrency = [1, 8]
-
-    [[arms]]                 # every 6th request hangs: an unfinished tail at the deadline
-    name = "stall"
-    server = "simulator"
-    model = "sim-model"
-    restarts = 1
-    warmup = 0
-    concurrency = [4]
-    drain_timeout_s = 1.0
-    [arms.simulator]
-    stall_every = 6
-    stall_s = 30
-
-    [[workloads]]
-    name = "code"            # warm: the same prompts again and again
-    [[workloads]]
-    name = "code-cold"       # the same prompts behind a unique prefix each
-    prompt_set = "code"
-    prompt_cache = "cold"
-""")
+SWEEP = sweep(
+    "it-labels",
+    # single stream, then 8 closed-loop streams
+    [simulator_arm("ladder", concurrency=[1, 8]),
+     # every 6th request hangs: an unfinished tail at the deadline
+     simulator_arm("stall", {"stall_every": 6, "stall_s": 30}, restarts=1, warmup=0,
+                   concurrency=[4], drain_timeout_s=1.0)],
+    defaults=defaults(requests=16, max_tokens=32),
+    # warm: the same prompts again and again; cold: the same prompts behind a unique
+    # prefix each
+    workloads=["code", {"name": "code-cold", "prompt_set": "code", "prompt_cache": "cold"}])
 
 
 @pytest.fixture(scope="module")

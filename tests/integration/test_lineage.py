@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import duckdb
@@ -18,26 +17,11 @@ from benchledger.operators import lineage
 from benchledger.publishing.export import DATA_DOCS, MARKER
 from benchledger.publishing.report_charts import CHARTS_DIR
 from benchledger.raw.layout import RunLayout
+from tests.sweeps import defaults, simulator_arm, sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "lineage"
-    [defaults]
-    requests = 5
-    warmup = 1
-    restarts = 2
-    max_tokens = 16
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-    [[arms]]
-    name = "plain"
-    server = "simulator"
-    model = "sim-model"
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("lineage", [simulator_arm("plain")], defaults=defaults(requests=5, max_tokens=16))
 NAMESPACE = "benchledger-lineage-test"
 
 
@@ -53,7 +37,7 @@ def lineage_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lineage")
     events = tmp / "openlineage.jsonl"
     sweep = tmp / "lineage.toml"
-    sweep.write_text(SWEEP)
+    write_sweep(sweep, SWEEP)
     with pytest.MonkeyPatch.context() as mp:
         _without_openlineage(mp)
         # What a deployment sets in airflow.cfg as [openlineage] transport / namespace.

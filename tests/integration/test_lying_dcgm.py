@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import textwrap
 import uuid
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from benchledger import rules as R
 from tests.conftest import pids_tagged, run_sweep_text
 from tests.faults.lying_dcgm import serve_in_thread
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -35,34 +35,15 @@ LIES = {  # arm -> what energy_gaps and the rule's found say of its GPU 0
 }
 
 
-def sweep(base_url: str) -> str:
-    text = textwrap.dedent("""
-        [sweep]
-        name = "it-lying-dcgm"
-        retries = 0
-        [defaults]
-        requests = 6
-        warmup = 1
-        restarts = 1
-        max_tokens = 16
-        clock_source = "dcgm"
-        clock_interval_s = 0.1
-        [[workloads]]
-        name = "code"
-        """)
+def lying_sweep(base_url: str) -> dict:
     pages = {"honest": "{base_url}/dcgm", **{arm: f"{base_url}/{arm}/metrics"
                                              for arm in (*LIES, "vanish")}}
-    for arm, url in pages.items():
-        text += textwrap.dedent(f"""
-            [[arms]]
-            name = "{arm}"
-            server = "simulator"
-            model = "{MODEL}"
-            clock_url = "{url}"
-            [arms.simulator]
-            step_ms = 4.0
-            """)
-    return text
+    return sweep("it-lying-dcgm",
+                 [simulator_arm(arm, {"step_ms": 4.0}, model=MODEL, clock_url=url)
+                  for arm, url in pages.items()],
+                 sweep={"retries": 0},
+                 defaults=defaults(requests=6, restarts=1, max_tokens=16,
+                                   clock={"clock_source": "dcgm"}, clock_interval_s=0.1))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +53,7 @@ def run(tmp_path_factory):
     terminal = io.StringIO()
     try:
         with contextlib.redirect_stdout(terminal), contextlib.redirect_stderr(terminal):
-            run_id, state, con = run_sweep_text(workdir, sweep(base_url))
+            run_id, state, con = run_sweep_text(workdir, lying_sweep(base_url))
     finally:
         server.shutdown()
         server.server_close()

@@ -32,10 +32,11 @@ import duckdb
 import pytest
 
 from benchledger.cluster import commands as local_cluster
-from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
+from tests.cluster_helpers import assert_same_entries, published_and_embedded
 from tests.netns import hosts, namespaces
 from tests.postgres import postgres_server
 from tests.s3_server import CREDENTIALS, s3_server
+from tests.sweeps import cluster_sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -87,8 +88,8 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(site):
     sweep = site["work"] / "hosts.toml"
-    sweep.write_text(sweep_text("mh-two", [(f"on-{node}", node) for node in NODES],
-                                requests=40, step_ms=10.0, extra="retries = 0"))
+    write_sweep(sweep, cluster_sweep("mh-two", [(f"on-{node}", node) for node in NODES],
+                                     requests=40, step_ms=10.0, sweep_keys={"retries": 0}))
     warehouse = site["work"] / "wh.duckdb"
     done = bl(site["net"]["head"], "run", str(sweep), "--warehouse", str(warehouse),
               "--cluster", str(site["home"]), "--data-dir", STORE_URL)

@@ -20,7 +20,6 @@ import contextlib
 import io
 import json
 import re
-import textwrap
 import uuid
 from collections import defaultdict
 
@@ -29,6 +28,7 @@ import pytest
 
 from benchledger.raw.layout import RunLayout
 from tests.conftest import pids_tagged, run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -37,66 +37,37 @@ MODEL = f"sim-mn-{uuid.uuid4().hex[:8]}"  # in every process's argv: finds lefto
 
 
 def arm(name: str, head: str, stuck_node: str | None = None, speculative: bool = False,
-        subnet: int = 1) -> str:
+        subnet: int = 1) -> dict:
     """A four-node simulator arm; `stuck_node`'s GPU 1 stays at 494 MHz under load."""
-    others = [n for n in NODES if n != head]
-    head_stuck = stuck_node == head
-    text = textwrap.dedent(f"""
-        [[arms]]
-        name = "{name}"
-        server = "simulator"
-        model = "{MODEL}"
-        node = "{head}"
-        address = "127.0.24.{subnet * 10 + NODES.index(head)}"
-        requests = {30 if speculative else 16}
-        [arms.simulator]
-        step_ms = 4.0
-        num_gpus = 2
-        low_clock_gpu = 1
-        speculative = {str(speculative).lower()}
-        low_clock_restarts = {[0, 1] if head_stuck else []}
-        """)
-    for node in others:
-        text += textwrap.dedent(f"""
-            [[arms.processes]]
-            node = "{node}"
-            address = "127.0.24.{subnet * 10 + NODES.index(node)}"
-            low_clock = {str(node == stuck_node).lower()}
-            """)
-    return text
+
+    def address(node: str) -> str:
+        return f"127.0.24.{subnet * 10 + NODES.index(node)}"
+
+    return simulator_arm(
+        name, {"step_ms": 4.0, "num_gpus": 2, "low_clock_gpu": 1, "speculative": speculative,
+               "low_clock_restarts": [0, 1] if stuck_node == head else []},
+        model=MODEL, node=head, address=address(head), requests=30 if speculative else 16,
+        processes=[{"node": node, "address": address(node), "low_clock": node == stuck_node}
+                   for node in NODES if node != head])
 
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "it-four-nodes"
-    retries = 0
-    [defaults]
-    requests = 8
-    warmup = 1
-    restarts = 2
-    max_tokens = 32
-    clock_source = "dcgm"
-    clock_url = "{base_url}/dcgm"
+SWEEP = sweep(
+    "it-four-nodes",
+    [arm("healthy", "gpu-node-1", subnet=1),
+     arm("healthy-again", "gpu-node-1", subnet=2),
+     arm("spec", "gpu-node-1", speculative=True, subnet=3),
+     # the blind spot: the stuck GPU is on a node that does not measure
+     arm("stuck-elsewhere", "gpu-node-1", stuck_node="gpu-node-3", subnet=4),
+     # and on the head, the node that measures
+     arm("stuck-at-head", "gpu-node-3", stuck_node="gpu-node-3", subnet=5)],
+    sweep={"retries": 0},
     # windows of about 2 s (10 with the stuck GPU): every node is read under load several
     # times in each, even on a busy machine (a 1 s window once got one reading under load
     # on the head and none on one node: unchecked, its restart left out)
-    clock_interval_s = 0.1
-    [[workloads]]
-    name = "code"
-    [[comparisons]]
-    a = "healthy"
-    b = "spec"
-    metric = "energy_per_token"
-    control = ["healthy", "healthy-again"]
-    """) + "".join([
-        arm("healthy", "gpu-node-1", subnet=1),
-        arm("healthy-again", "gpu-node-1", subnet=2),
-        arm("spec", "gpu-node-1", speculative=True, subnet=3),
-        # the blind spot: the stuck GPU is on a node that does not measure
-        arm("stuck-elsewhere", "gpu-node-1", stuck_node="gpu-node-3", subnet=4),
-        # and on the head, the node that measures
-        arm("stuck-at-head", "gpu-node-3", stuck_node="gpu-node-3", subnet=5),
-    ])
+    defaults=defaults(requests=8, max_tokens=32, clock_interval_s=0.1, clock={
+        "clock_source": "dcgm", "clock_url": "{base_url}/dcgm"}),
+    comparisons=[{"a": "healthy", "b": "spec", "metric": "energy_per_token",
+                  "control": ["healthy", "healthy-again"]}])
 
 
 @pytest.fixture(scope="module")

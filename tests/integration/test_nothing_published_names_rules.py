@@ -6,44 +6,25 @@ restarts out, with its counts and what it expected and found."""
 from __future__ import annotations
 
 import html
-import textwrap
 
 import pytest
 
 from benchledger.local.run import execute_sweep, finish_run
+from tests.sweeps import defaults, simulator_arm, sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
 # Both restarts of the simulator are a node stuck at a low clock (GPU 0 at 494 of 2520 MHz
 # under load, 0.2 of max), below the default min_clock_ratio 0.9: every restart fails
 # clock_under_load and is left out.
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "it-slow-clocks"
-    [defaults]
-    requests = 5
-    warmup = 0
-    restarts = 2
-    max_tokens = 8
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-
-    [[arms]]
-    name = "slow"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    low_clock_restarts = [0, 1]
-
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("it-slow-clocks", [simulator_arm("slow", {"low_clock_restarts": [0, 1]})],
+              defaults=defaults(requests=5, warmup=0, max_tokens=8))
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     home = tmp_path_factory.mktemp("slow-clocks")
-    (home / "sweep.toml").write_text(SWEEP)
+    write_sweep(home / "sweep.toml", SWEEP)
     outcome = execute_sweep(home / "sweep.toml", home / "wh.duckdb", home / "data",
                             publish=True)
     return outcome, home / "wh.duckdb"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 
 import duckdb
 import httpx
@@ -19,6 +18,8 @@ import pytest
 
 from benchledger.cli import main as cli_main
 from benchledger.local.run import execute_sweep
+from tests import sweeps
+from tests.sweeps import write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -45,34 +46,10 @@ def external_server():
 
 @pytest.fixture(scope="module")
 def passing_run(workdir, external_server):
-    sweep = workdir / "good.toml"
-    sweep.write_text(textwrap.dedent(f"""
-        [sweep]
-        name = "it-good"
-        [defaults]
-        requests = 15
-        warmup = 1
-        restarts = 2
-        max_tokens = 24
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
-        [[arms]]
-        name = "spec"
-        server = "simulator"
-        model = "sim-model"
-        [arms.simulator]
-        speculative = true
-        [[arms]]
-        name = "ext"
-        server = "external"
-        base_url = "{external_server}"
-        model = "sim-model"
-        speculative = true
-        [[workloads]]
-        name = "code"
-        [[workloads]]
-        name = "prose"
-    """))
+    sweep = write_sweep(workdir / "good.toml", sweeps.sweep(
+        "it-good", [sweeps.simulator_arm("spec", {"speculative": True}),
+                    sweeps.external_arm("ext", external_server, speculative=True)],
+        defaults=sweeps.defaults(), workloads=["code", "prose"]))
     before = generation_tokens(external_server)
     warehouse = workdir / "wh.duckdb"
     outcome = execute_sweep(sweep, warehouse, workdir / "data", publish=True)
@@ -85,32 +62,11 @@ def passing_run(workdir, external_server):
 
 @pytest.fixture(scope="module")
 def failing_run(workdir, passing_run):
-    sweep = workdir / "bad.toml"
-    sweep.write_text(textwrap.dedent("""
-        [sweep]
-        name = "it-bad"
-        [defaults]
-        requests = 5
-        warmup = 0
-        restarts = 1
-        max_tokens = 8
-        clock_source = "http"
-        clock_url = "{base_url}/clocks"
-        [[arms]]
-        name = "nousage"
-        server = "simulator"
-        model = "sim-model"
-        [arms.simulator]
-        usage = false
-        [[arms]]
-        name = "dead"
-        server = "command"
-        command = "python3 -c 'import time; time.sleep(120)'"
-        model = "m"
-        ready_timeout_s = 3
-        [[workloads]]
-        name = "code"
-    """))
+    sweep = write_sweep(workdir / "bad.toml", sweeps.sweep(
+        "it-bad", [sweeps.simulator_arm("nousage", {"usage": False}),
+                   sweeps.command_arm("dead", "python3 -c 'import time; time.sleep(120)'",
+                                      ready_timeout_s=3)],
+        defaults=sweeps.defaults(requests=5, warmup=0, restarts=1, max_tokens=8)))
     outcome = execute_sweep(sweep, passing_run["warehouse"], workdir / "data")
     run_id, state = outcome.run_id, outcome.state
     return {"run_id": run_id, "state": state, "warehouse": passing_run["warehouse"]}

@@ -172,11 +172,11 @@ def test_an_embedded_run_keeps_its_raw_files_in_the_store(tmp_path, server):
 
     import duckdb
 
-    from tests.cluster_helpers import assert_same_entries, published_and_embedded, sweep_text
+    from tests.cluster_helpers import assert_same_entries, published_and_embedded
+    from tests.sweeps import cluster_sweep, write_sweep
 
-    sweep = tmp_path / "s3.toml"
-    sweep.write_text(sweep_text("s3-embedded", [("a", "local"), ("b", "local")],
-                                requests=15, step_ms=5.0))
+    sweep = write_sweep(tmp_path / "s3.toml", cluster_sweep(
+        "s3-embedded", [("a", "local"), ("b", "local")], requests=15, step_ms=5.0))
     warehouse = tmp_path / "wh.duckdb"
     env = {**os.environ, **server.env, "BENCHLEDGER_LOCAL_RAW_DIR": str(tmp_path / "copy")}
     done = subprocess.run([sys.executable, "-m", "benchledger.cli", "run", str(sweep),

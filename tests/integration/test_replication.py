@@ -6,80 +6,30 @@ again under another name), an arm whose instances differ a lot in speed, and two
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from tests.conftest import run_sweep_text, start_simulator, stop_process_group
+from tests.sweeps import defaults, external_arm, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
 
-def sweep_text(external: str) -> str:
-    spec = "[arms.simulator]\nspeculative = true\n"
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "it-replication"
-        [defaults]
-        requests = 15
-        warmup = 1
-        restarts = 2
-        max_tokens = 16
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
+def replication_sweep(external: str) -> dict:
+    spec = {"speculative": True}
+    return sweep(
+        "it-replication",
+        [simulator_arm("spec-on", spec), simulator_arm("spec-on-again", spec),
+         simulator_arm("spec-off"),
+         # instances of one config that differ a lot in speed
+         simulator_arm("spread", {"speed_spread": 0.3}, restarts=3, requests=8),
+         # one server under two spellings of its URL
+         external_arm("ext-a", external), external_arm("ext-b", f"{external}/")],
         # Windows here last well under a second: sample often enough that each one has a
         # clock reading under load on a busy machine (else its restart is excluded, unchecked)
-        clock_interval_s = 0.1
-
-        [[arms]]
-        name = "spec-on"
-        server = "simulator"
-        model = "sim-model"
-        {spec}
-        [[arms]]
-        name = "spec-on-again"
-        server = "simulator"
-        model = "sim-model"
-        {spec}
-        [[arms]]
-        name = "spec-off"
-        server = "simulator"
-        model = "sim-model"
-
-        [[arms]]                 # instances of one config that differ a lot in speed
-        name = "spread"
-        server = "simulator"
-        model = "sim-model"
-        restarts = 3
-        requests = 8
-        [arms.simulator]
-        speed_spread = 0.3
-
-        [[arms]]                 # one server under two spellings of its URL
-        name = "ext-a"
-        server = "external"
-        base_url = "{external}"
-        model = "sim-model"
-        [[arms]]
-        name = "ext-b"
-        server = "external"
-        base_url = "{external}/"
-        model = "sim-model"
-
-        [[workloads]]
-        name = "code"
-
-        [[comparisons]]
-        a = "spec-off"
-        b = "spec-on"
-        metric = "decode_rate"
-        control = ["spec-on", "spec-on-again"]
-
-        [[comparisons]]
-        a = "ext-a"
-        b = "ext-b"
-        metric = "decode_rate"
-    """)
+        defaults=defaults(max_tokens=16, clock_interval_s=0.1),
+        comparisons=[{"a": "spec-off", "b": "spec-on", "metric": "decode_rate",
+                      "control": ["spec-on", "spec-on-again"]},
+                     {"a": "ext-a", "b": "ext-b", "metric": "decode_rate"}])
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +37,7 @@ def run(tmp_path_factory):
     proc, base = start_simulator("--seed", "11")
     try:
         run_id, state, con = run_sweep_text(tmp_path_factory.mktemp("replication"),
-                                            sweep_text(base))
+                                            replication_sweep(base))
     finally:
         stop_process_group(proc)
     yield run_id, state, con

@@ -12,61 +12,22 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "it-families"
-    [defaults]
-    requests = 6
-    warmup = 1
-    restarts = 1
-    max_tokens = 32
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-    clock_interval_s = 0.2
-
-    [[arms]]
-    name = "sglang"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    metrics_family = "sglang"
-
-    [[arms]]
-    name = "llamacpp"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    metrics_family = "llamacpp"
-    health = false
-
-    [[arms]]
-    name = "tgi"
-    server = "simulator"
-    model = "sim-model"
-    server_family = "tgi"
-    [arms.simulator]
-    metrics_family = "tgi"
-
-    [[arms]]
-    name = "liar"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    metrics_family = "llamacpp"
-    metrics_generation_scale = 1.1
-
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep(
+    "it-families",
+    [simulator_arm("sglang", {"metrics_family": "sglang"}),
+     simulator_arm("llamacpp", {"metrics_family": "llamacpp", "health": False}),
+     simulator_arm("tgi", {"metrics_family": "tgi"}, server_family="tgi"),
+     simulator_arm("liar", {"metrics_family": "llamacpp", "metrics_generation_scale": 1.1})],
+    defaults=defaults(requests=6, restarts=1, max_tokens=32, clock_interval_s=0.2))
 FAMILIES = {"sglang": "sglang", "llamacpp": "llamacpp", "tgi": "tgi", "liar": "llamacpp"}
 
 

@@ -15,10 +15,8 @@ server (tests/faults/fault_server.py), then loads, validates and derives the run
 from __future__ import annotations
 
 import errno
-import json
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from benchledger.restart import steps as restart
 from benchledger.server import lifecycle
 from benchledger.sweep.spec import load_sweep
 from benchledger.warehouse.load import load_run_dir
+from tests import sweeps
 from tests.faults.fault_server import serve_in_thread
 from tests.synthetic import derived_warehouse
 
@@ -45,29 +44,22 @@ DEAD_HANDLE = {"base_url": "http://127.0.0.1:9", "pid": None, "port": None, "com
                "command_template": None, "log_path": None}
 
 
-def write_sweep(tmp_path: Path, arm: str, **defaults) -> Path:
+def write_sweep(tmp_path: Path, arm: dict, **defaults) -> Path:
     """A one-arm, one-workload sweep: 2 warm-ups, then 15 measured requests, one at a time
     (the issue's case: the ninth stream is the seventh measured request)."""
-    settings = {"requests": 15, "warmup": 2, "max_tokens": 8, "clock_source": "none",
-                "require_clock_check": False, "drain_timeout_s": 3, **defaults}
-    lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
-    path = tmp_path / "sweep.toml"
-    path.write_text(f'[sweep]\nname = "faults"\n[defaults]\n{lines}\n{textwrap.dedent(arm)}\n'
-                    '[[workloads]]\nname = "code"\n')
-    return path
+    return sweeps.write_sweep(tmp_path / "sweep.toml", sweeps.sweep("faults", [arm], defaults={
+        "requests": 15, "warmup": 2, "max_tokens": 8, **sweeps.NO_CLOCK, "drain_timeout_s": 3,
+        **defaults}))
 
 
-def command_arm(mode: str, *flags: str, name: str = "srv", extra: str = "") -> str:
-    flag_text = " ".join(flags)
-    return (f'[[arms]]\nname = "{name}"\nserver = "command"\nmodel = "fault-model"\n'
-            f'command = "{sys.executable} {FAULT_SERVER} --port {{port}} --mode {mode} '
-            f'{SERVES_METRICS} {flag_text}"\n'
-            f"{extra}\n")
+def command_arm(mode: str, *flags: str, name: str = "srv", **keys) -> dict:
+    command = (f"{sys.executable} {FAULT_SERVER} --port {{port}} --mode {mode} "
+               f"{SERVES_METRICS} {' '.join(flags)}")
+    return sweeps.command_arm(name, command, model="fault-model", **keys)
 
 
-def external_arm(base_url: str, name: str = "ext") -> str:
-    return (f'[[arms]]\nname = "{name}"\nserver = "external"\nmodel = "fault-model"\n'
-            f'base_url = "{base_url}"\n')
+def external_arm(base_url: str, name: str = "ext") -> dict:
+    return sweeps.external_arm(name, base_url, model="fault-model")
 
 
 def run_slot(tmp_path: Path, sweep_path: Path, arm: str) -> tuple[RunLayout, Exception | None]:
@@ -218,7 +210,7 @@ def test_the_api_key_reaches_the_server_and_no_raw_file_or_row(tmp_path, monkeyp
     monkeypatch.setenv("VLLM_API_KEY", SECRET)  # recorded by prefix: must be redacted
     monkeypatch.setenv("HF_TOKEN", HF_SECRET)  # a secret by its name
     arm = command_arm("clean", "--require-key-env", "BENCH_FAULT_KEY",
-                      extra='api_key_env = "BENCH_FAULT_KEY"')
+                      api_key_env="BENCH_FAULT_KEY")
     layout, error = run_slot(tmp_path, write_sweep(tmp_path, arm), "srv")
     assert error is None
     window = window_manifest(layout, "srv")
@@ -262,8 +254,7 @@ def test_the_api_key_reaches_the_server_and_no_raw_file_or_row(tmp_path, monkeyp
 
 def test_a_missing_api_key_fails_the_restart_before_a_server_starts(tmp_path, monkeypatch):
     monkeypatch.delenv("BENCH_FAULT_KEY", raising=False)
-    sweep_path = write_sweep(tmp_path, command_arm("clean",
-                                                   extra='api_key_env = "BENCH_FAULT_KEY"'))
+    sweep_path = write_sweep(tmp_path, command_arm("clean", api_key_env="BENCH_FAULT_KEY"))
     layout = RunLayout(tmp_path / "data", RUN_ID)
     restart.write_run_manifest(layout, sweep_path)
     with pytest.raises(lifecycle.ApiKeyMissing, match="BENCH_FAULT_KEY, which is not set"):

@@ -200,7 +200,9 @@ def test_one_stuck_gpu_slows_the_whole_deployment(healthy: Deployment,
     slow_busy, slow_wall = decode(stuck.head)
     assert fast_busy == pytest.approx(150 * 0.002, rel=0.05)
     assert slow_busy == pytest.approx(fast_busy * RATIO, rel=0.02)  # the modelled pace
-    assert 0.5 * RATIO < slow_wall / fast_wall < 2 * RATIO  # and the wall clock's
+    # and in real time: the stuck deployment answers later, and no sooner than half its
+    # modelled pace (lower bounds only: a loaded machine adds to a wall, never takes away)
+    assert slow_wall > fast_wall and slow_wall >= 0.5 * RATIO * fast_busy
 
 
 def test_the_stuck_nodes_gpus_follow_the_heads_load(stuck: Deployment) -> None:

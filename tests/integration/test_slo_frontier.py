@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import textwrap
 
 import pandas as pd
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -24,83 +24,41 @@ POINTS = 6  # at most this many rates per searching arm
 LADDER = ("fast", "fast-twin", "slow", "stalling")
 
 
-def sweep_text() -> str:
-    def arm(name: str, step_ms: float, extra: str = "") -> str:
-        return textwrap.dedent(f"""
-            [[arms]]
-            name = "{name}"
-            server = "simulator"
-            model = "sim-model"
-            {extra}
-            [arms.simulator]
-            step_ms = {step_ms}
-            batch_penalty = 0.15
-            """)
+def slo_sweep() -> dict:
+    def arm(name: str, step_ms: float, **keys) -> dict:
+        return simulator_arm(name, {"step_ms": step_ms, "batch_penalty": 0.15}, **keys)
 
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "it-slo-frontier"
-        retries = 0
-        [defaults]
-        requests = 24
-        warmup = 2
-        restarts = 2
-        max_tokens = 24
-        concurrency = [64]
-        arrival = "constant"
-        rate_rps = {RATES}
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
-        clock_interval_s = 0.1
-        max_arrival_lag_ms = 1000
-        [[slos]]
-        name = "ttft"
-        metric = "ttft"
-        max_ms = {TTFT_S * 1000}
-        percentile = 90
-        [[slos]]
-        name = "tpot"
-        metric = "tpot"
-        max_ms = {TPOT_S * 1000}
-        [[slos]]
-        name = "itl"
-        metric = "itl"
-        max_ms = {ITL_S * 1000}
-        [[comparisons]]
-        a = "slow"
-        b = "fast"
-        metric = "frontier"
-        control = ["fast", "fast-twin"]
-        [[comparisons]]
-        a = "slow"
-        b = "fast"
-        metric = "slo_attainment"
-        rate_rps = 128
-        control = ["fast", "fast-twin"]
-        [[comparisons]]
-        a = "slow"
-        b = "fast"
-        metric = "goodput"
-        rate_rps = 128
-        control = ["fast", "fast-twin"]
-        [[workloads]]
-        name = "prose"
-        """) + "".join(
+    def compared(metric: str, **keys) -> dict:
+        return {"a": "slow", "b": "fast", "metric": metric, **keys,
+                "control": ["fast", "fast-twin"]}
+
+    stalling = arm("stalling", FAST_MS, rate_rps=[8], drain_timeout_s=2.0)
+    stalling["simulator"].update(stall_every=6, stall_s=60)
+    return sweep(
+        "it-slo-frontier",
         # three restarts behind the frontier comparison: Welch's interval over two restart
         # means has one degree of freedom (t = 12.7), too wide to find anything under load
-        arm(name, step, "restarts = 3")
-        for name, step in (("fast", FAST_MS), ("fast-twin", FAST_MS), ("slow", SLOW_MS))
-    ) + arm("stalling", FAST_MS, 'rate_rps = [8]\ndrain_timeout_s = 2.0').replace(
-        "batch_penalty = 0.15", "batch_penalty = 0.15\nstall_every = 6\nstall_s = 60") + "".join(
-        arm(f"{name}-search", step, f"rate_search = {{ min = 4, max = 512, points = {POINTS} }}")
-        for name, step in (("fast", FAST_MS), ("slow", SLOW_MS)))
+        [*(arm(name, step, restarts=3)
+           for name, step in (("fast", FAST_MS), ("fast-twin", FAST_MS), ("slow", SLOW_MS))),
+         stalling,
+         *(arm(f"{name}-search", step, rate_search={"min": 4, "max": 512, "points": POINTS})
+           for name, step in (("fast", FAST_MS), ("slow", SLOW_MS)))],
+        sweep={"retries": 0},
+        defaults=defaults(requests=24, warmup=2, concurrency=[64], arrival="constant",
+                          rate_rps=RATES, clock_interval_s=0.1, max_arrival_lag_ms=1000),
+        workloads=["prose"],
+        slos=[{"name": "ttft", "metric": "ttft", "max_ms": TTFT_S * 1000, "percentile": 90},
+              {"name": "tpot", "metric": "tpot", "max_ms": TPOT_S * 1000},
+              {"name": "itl", "metric": "itl", "max_ms": ITL_S * 1000}],
+        comparisons=[compared("frontier"), compared("slo_attainment", rate_rps=128),
+                     compared("goodput", rate_rps=128)])
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("slo")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        run_id, state, con = run_sweep_text(workdir, sweep_text())
+        run_id, state, con = run_sweep_text(workdir, slo_sweep())
     yield run_id, state, con
     con.close()
 

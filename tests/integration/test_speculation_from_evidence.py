@@ -10,40 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import io
-import textwrap
 
 import pytest
 
 from benchledger.publishing.report import run_tables
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "it-spec-evidence"
-    retries = 0
-    [defaults]
-    requests = 8
-    warmup = 1
-    restarts = 1
-    max_tokens = 32
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-
-    [[arms]]
-    name = "quiet"
-    server = "simulator"
-    model = "sim-model"
-    speculative = false
-    [arms.simulator]
-    speculative = true
-    step_ms = 2.0
-    speed_spread = 0.0
-
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("it-spec-evidence",
+              [simulator_arm("quiet", {"speculative": True, "step_ms": 2.0, "speed_spread": 0.0},
+                             speculative=False)],
+              sweep={"retries": 0}, defaults=defaults(requests=8, restarts=1, max_tokens=32))
 
 
 @pytest.fixture(scope="module")

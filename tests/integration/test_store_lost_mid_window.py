@@ -24,8 +24,8 @@ import time
 import psutil
 import pytest
 
-from tests.cluster_helpers import sweep_text
 from tests.s3_server import s3_server
+from tests.sweeps import cluster_sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -55,8 +55,8 @@ def _wait_for(what, timeout_s: float, run: subprocess.Popen):
 def test_the_server_is_stopped_when_the_store_is_lost_mid_window(tmp_path):
     copy = tmp_path / "copy"  # this node's local copy of the store's folder
     sweep = tmp_path / "lost.toml"
-    sweep.write_text(sweep_text("store-lost", [("a", "local")], requests=REQUESTS,
-                                step_ms=STEP_MS, restarts=1, extra="retries = 0"))
+    write_sweep(sweep, cluster_sweep("store-lost", [("a", "local")], requests=REQUESTS,
+                                     step_ms=STEP_MS, restarts=1, sweep_keys={"retries": 0}))
     out, err = tmp_path / "cli.out", tmp_path / "cli.err"
     pid = None
     with s3_server() as server:

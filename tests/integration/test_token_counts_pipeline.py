@@ -19,74 +19,26 @@ from __future__ import annotations
 
 import contextlib
 import io
-import textwrap
 
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 48
-SIM = textwrap.dedent("""
-    [arms.simulator]
-    speculative = true
-    step_ms = 3.0
-    speed_spread = 0.0
-""")
-SWEEP = textwrap.dedent(f"""
-    [sweep]
-    name = "it-tokens"
-    retries = 0
-    [defaults]
-    requests = 15
-    warmup = 1
-    restarts = 1
-    max_tokens = {MAX_TOKENS}
-    clock_source = "http"
-    clock_url = "{{base_url}}/clocks"
-
-    [[arms]]
-    name = "lp"
-    server = "simulator"
-    model = "sim-model"
-    token_count = "logprobs"
-    {SIM}
-    usage = false
-
-    [[arms]]
-    name = "tok"
-    server = "simulator"
-    model = "sim-model"
-    token_count = "server_tokenizer"
-    tokenize_path = "/extras/tokenize"
-    calibration_requests = 4
-    {SIM}
-    stream_usage = false
-
-    [[arms]]
-    name = "both"
-    server = "simulator"
-    model = "sim-model"
-    token_count = "logprobs"
-    {SIM}
-
-    [[arms]]
-    name = "use"
-    server = "simulator"
-    model = "sim-model"
-    {SIM}
-
-    [[arms]]
-    name = "nouse"
-    server = "simulator"
-    model = "sim-model"
-    {SIM}
-    usage = false
-
-    [[workloads]]
-    name = "code"
-""")
+SIM = {"speculative": True, "step_ms": 3.0, "speed_spread": 0.0}
+SWEEP = sweep(
+    "it-tokens",
+    [simulator_arm("lp", {**SIM, "usage": False}, token_count="logprobs"),
+     simulator_arm("tok", {**SIM, "stream_usage": False}, token_count="server_tokenizer",
+                   tokenize_path="/extras/tokenize", calibration_requests=4),
+     simulator_arm("both", SIM, token_count="logprobs"),
+     simulator_arm("use", SIM),
+     simulator_arm("nouse", {**SIM, "usage": False})],
+    sweep={"retries": 0},
+    defaults=defaults(restarts=1, max_tokens=MAX_TOKENS))
 
 
 @pytest.fixture(scope="module")

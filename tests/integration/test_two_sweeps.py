@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -24,29 +23,17 @@ import pytest
 from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.db import connect
 from tests.conftest import REPO
+from tests.sweeps import NO_CLOCK, defaults, simulator_arm, sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
-# A small sweep: one restart of the simulator, five requests of a few tokens.
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "{name}"
-    [defaults]
-    requests = 5
-    warmup = 0
-    restarts = 1
-    max_tokens = 12
-    clock_source = "none"
-    require_clock_check = false
-    [[arms]]
-    name = "sim"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    step_ms = {step_ms}
-    [[workloads]]
-    name = "code"
-""")
+def small_sweep(name: str, step_ms: float) -> dict:
+    """A small sweep: one restart of the simulator, five requests of a few tokens."""
+    return sweep(name, [simulator_arm("sim", {"step_ms": step_ms})],
+                 defaults=defaults(requests=5, warmup=0, restarts=1, max_tokens=12,
+                                   clock=NO_CLOCK))
+
+
 NAMES = ("two-a", "two-b")
 RUN_BOUND_S = 240  # one small run on a busy 2-core machine, Airflow's start included
 
@@ -104,8 +91,8 @@ def outcome(workdir: Path, data: Path, warehouse: Path, status: dict[str, int]) 
 def workdir(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("two_sweeps")
     # the first is the slower one, so the second is well under way before it ends
-    for name, step_ms in zip(NAMES, ("40.0", "2.0"), strict=True):
-        (workdir / f"{name}.toml").write_text(SWEEP.format(name=name, step_ms=step_ms))
+    for name, step_ms in zip(NAMES, (40.0, 2.0), strict=True):
+        write_sweep(workdir / f"{name}.toml", small_sweep(name, step_ms))
     return workdir
 
 

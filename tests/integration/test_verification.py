@@ -7,54 +7,21 @@ checked against what the client received.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "it-verify"
-    [defaults]
-    requests = 15
-    warmup = 1
-    restarts = 2
-    max_tokens = 48
-    clock_source = "http"
-    clock_url = "{base_url}/clocks"
-    clock_interval_s = 0.2
-
-    [[arms]]
-    name = "spec"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    speculative = true
-    log_interval_s = 0.25
-    low_clock_restarts = [1]
-
-    [[arms]]
-    name = "miscount"
-    server = "simulator"
-    model = "sim-model"
-    restarts = 1
-    [arms.simulator]
-    metrics_generation_scale = 1.1
-
-    [[arms]]
-    name = "noclock"
-    server = "simulator"
-    model = "sim-model"
-    restarts = 1
-    clock_url = "{base_url}/no-such-endpoint"
-    require_clock_check = false
-
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep(
+    "it-verify",
+    [simulator_arm("spec", {"speculative": True, "log_interval_s": 0.25,
+                            "low_clock_restarts": [1]}),
+     simulator_arm("miscount", {"metrics_generation_scale": 1.1}, restarts=1),
+     simulator_arm("noclock", restarts=1, clock_url="{base_url}/no-such-endpoint",
+                   require_clock_check=False)],
+    defaults=defaults(max_tokens=48, clock_interval_s=0.2))
 
 
 @pytest.fixture(scope="module")

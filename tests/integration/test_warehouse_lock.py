@@ -52,7 +52,9 @@ def test_a_writer_waits_for_a_reader_then_writes(warehouse, caplog):
     finally:
         con.close()
         holder.wait(timeout=30)
-    assert 1.0 < waited < 30
+    # it found the file locked and waited (the message below), then wrote once the reader
+    # let go after its 2 s: long before its own 60 s bound
+    assert waited < 60 / 2
     (message,) = [r.getMessage() for r in caplog.records]
     assert f"is locked by PID {holder.pid} (" in message and "waiting up to" in message
 
@@ -67,7 +69,8 @@ def test_a_writer_gives_up_after_its_bound_naming_the_holder(warehouse):
     finally:
         holder.kill()
         holder.wait()
-    assert 1.5 <= waited < 10
+    # at its bound (never before it), not when the reader let go 30 s later
+    assert 1.5 <= waited < 30 / 2
     message = str(busy.value)
     assert f"the warehouse {warehouse} is locked by PID {holder.pid} (" in message
     assert "gave up after waiting 1.5 s (set BENCHLEDGER_LOCK_TIMEOUT_S to wait longer)" in (
@@ -83,10 +86,10 @@ def test_a_reader_waits_for_a_writer_and_readers_share(warehouse):
         writer.wait(timeout=30)
     reader = hold(warehouse, "read", 30.0)
     try:
-        started = time.monotonic()
-        with connect(warehouse, read_only=True, wait_s=0) as con:  # no wait needed
+        # wait_s=0: one try, WarehouseBusy if the reader held it exclusively; that it
+        # opens at all is the proof that readers share (no stopwatch needed)
+        with connect(warehouse, read_only=True, wait_s=0) as con:
             assert con.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
-        assert time.monotonic() - started < 5
     finally:
         reader.kill()
         reader.wait()

@@ -10,36 +10,19 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import duckdb
 import pytest
 
 from tests.conftest import REPO
+from tests.sweeps import NO_CLOCK, defaults, simulator_arm, sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
 # 8 requests, 2 at a time, each 40 tokens at 50 ms a step: about 8 s of measured window.
-SLOW_WINDOW = textwrap.dedent("""
-    [sweep]
-    name = "progress"
-    [defaults]
-    requests = 8
-    warmup = 1
-    restarts = 1
-    max_tokens = 40
-    concurrency = [2]
-    clock_source = "none"
-    require_clock_check = false
-    [[arms]]
-    name = "sim"
-    server = "simulator"
-    model = "sim-model"
-    [arms.simulator]
-    step_ms = 50.0
-    [[workloads]]
-    name = "code"
-""")
+SLOW_WINDOW = sweep("progress", [simulator_arm("sim", {"step_ms": 50.0})],
+                    defaults=defaults(requests=8, restarts=1, max_tokens=40, clock=NO_CLOCK,
+                                      concurrency=[2]))
 LINE = re.compile(r"^progress: (?P<window>\S+) (?P<phase>warm-up|measuring|done): "
                   r"(?P<finished>\d+)/(?P<submitted>\d+) finished \(of (?P<of>\d+)\), "
                   r"(?P<failed>\d+) failed, (?P<in_flight>\d+) in flight, "
@@ -52,7 +35,7 @@ READINESS = re.compile(r"^progress: \S+/r\d+ (starting|ready|not ready): ")
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("progress")
-    (workdir / "slow.toml").write_text(SLOW_WINDOW)
+    write_sweep(workdir / "slow.toml", SLOW_WINDOW)
     env = {**os.environ, "BENCHLEDGER_PROGRESS_S": "0.5"}
     done = subprocess.run(
         [sys.executable, "-m", "benchledger.cli", "run", str(workdir / "slow.toml"),

@@ -11,21 +11,18 @@ import hashlib
 import io
 import json
 import random
-import textwrap
 
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
 REQUESTS = 15
 TURNS = 3
 REASONING_TOKENS = 12
-SIM = """
-    [arms.simulator]
-    step_ms = 1.0
-    """
+SIM = {"step_ms": 1.0}
 WORDS = ("the", "model", "serves", "tokens", "to", "users", "who", "ask", "about", "rivers",
          "mountains", "code", "tests", "caches", "prefixes", "sessions", "traces", "and",
          "speed", "of", "decoding", "under", "load")
@@ -70,59 +67,25 @@ def write_inputs(folder):
                                 "hash_ids": ids}) + "\n")
 
 
-def sweep_text() -> str:
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "it-workloads"
-        retries = 0
-        [defaults]
-        requests = {REQUESTS}
-        warmup = {TURNS}
-        restarts = 2
-        max_tokens = 32
-        concurrency = [4]
-        clock_source = "http"
-        clock_url = "{{base_url}}/clocks"
-        clock_interval_s = 0.1
-        seed = 7
-
-        [[arms]]
-        name = "plain"
-        server = "simulator"
-        model = "sim-model"
-        {SIM}
-        [[arms]]
-        name = "reasoner"
-        server = "simulator"
-        model = "sim-model"
-        {SIM}
-        reasoning_tokens = {REASONING_TOKENS}
-
-        [[workloads]]
-        name = "prose"
-
-        [[workloads]]
-        name = "own-prompts"
-        dataset = "prompts.jsonl"
-        sampling = "seeded"
-
-        [[workloads]]
-        name = "sessions"
-        dataset = "sharegpt.json"
-        turns = {TURNS}
-        think_time_s = 0.01
-
-        [[workloads]]
-        name = "synthetic"
-        input_length = {{ distribution = "lognormal", median = 96, sigma = 0.5, max = 512 }}
-        output_length = {{ distribution = "uniform", min = 8, max = 32 }}
-        shared_prefix = {{ groups = 3, tokens = 256 }}
-
-        [[workloads]]
-        name = "trace"
-        trace = "mooncake.jsonl"
-        time_scale = 2.0
-    """)
+def workloads_sweep() -> dict:
+    return sweep(
+        "it-workloads",
+        [simulator_arm("plain", SIM),
+         simulator_arm("reasoner", {**SIM, "reasoning_tokens": REASONING_TOKENS})],
+        sweep={"retries": 0},
+        defaults=defaults(requests=REQUESTS, warmup=TURNS, max_tokens=32, concurrency=[4],
+                          clock_interval_s=0.1, seed=7),
+        workloads=[
+            "prose",
+            {"name": "own-prompts", "dataset": "prompts.jsonl", "sampling": "seeded"},
+            {"name": "sessions", "dataset": "sharegpt.json", "turns": TURNS,
+             "think_time_s": 0.01},
+            {"name": "synthetic",
+             "input_length": {"distribution": "lognormal", "median": 96, "sigma": 0.5,
+                              "max": 512},
+             "output_length": {"distribution": "uniform", "min": 8, "max": 32},
+             "shared_prefix": {"groups": 3, "tokens": 256}},
+            {"name": "trace", "trace": "mooncake.jsonl", "time_scale": 2.0}])
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +93,7 @@ def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workloads")
     write_inputs(workdir)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        run_id, state, con = run_sweep_text(workdir, sweep_text())
+        run_id, state, con = run_sweep_text(workdir, workloads_sweep())
     yield workdir, run_id, state, con
     con.close()
 

@@ -26,12 +26,12 @@ import contextlib
 import io
 import os
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import NO_CLOCK, command_arm, defaults, sweep
 
 LLAMA_PYTHON = os.environ.get("BENCHLEDGER_LLAMA_PYTHON")
 pytestmark = [
@@ -46,37 +46,24 @@ REQUESTS = 15
 CUT_CONCURRENCY = 4
 
 
-def sweep_text(python: str, model: Path) -> str:
+def llama_sweep(python: str, model: Path) -> dict:
     server = (f"{python} -m llama_cpp.server --model {model} --model_alias tiny "
               "--host 127.0.0.1 --port {port} --n_ctx 1024 --verbose false")
-    arm = textwrap.dedent("""
-        [[arms]]
-        name = "{name}"
-        server = "command"
-        command = "{server}"
-        model = "tiny"
-        ready_timeout_s = 60
-    """)
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "real-llama-cpp-python"
-        retries = 0
-        [defaults]
-        requests = {REQUESTS}
-        warmup = 1
-        restarts = 2
-        max_tokens = {MAX_TOKENS}
-        temperature = 0.0
-        clock_source = "none"
-        require_clock_check = false
-    """) + arm.format(name="lp", server=server) + 'token_count = "logprobs"\n' \
-        + arm.format(name="tok", server=server) \
-        + 'token_count = "server_tokenizer"\ntokenize_path = "/extras/tokenize"\n' \
-        + "calibration_requests = 4\n" \
-        + arm.format(name="use", server=server) \
-        + arm.format(name="cut", server=server) \
-        + f'token_count = "logprobs"\nconcurrency = [{CUT_CONCURRENCY}]\nrestarts = 1\n' \
-        + '\n[[workloads]]\nname = "prose"\n'
+
+    def arm(name: str, **keys) -> dict:
+        return command_arm(name, server, model="tiny", ready_timeout_s=60, **keys)
+
+    return sweep(
+        "real-llama-cpp-python",
+        [arm("lp", token_count="logprobs"),
+         arm("tok", token_count="server_tokenizer", tokenize_path="/extras/tokenize",
+             calibration_requests=4),
+         arm("use"),
+         arm("cut", token_count="logprobs", concurrency=[CUT_CONCURRENCY], restarts=1)],
+        sweep={"retries": 0},
+        defaults=defaults(requests=REQUESTS, max_tokens=MAX_TOKENS, clock=NO_CLOCK,
+                          temperature=0.0),
+        workloads=["prose"])
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +74,7 @@ def run(tmp_path_factory):
                    timeout=120)
     terminal = io.StringIO()  # what `benchledger run` prints (failures go to stderr)
     with contextlib.redirect_stdout(terminal), contextlib.redirect_stderr(terminal):
-        run_id, state, con = run_sweep_text(workdir, sweep_text(LLAMA_PYTHON, model))
+        run_id, state, con = run_sweep_text(workdir, llama_sweep(LLAMA_PYTHON, model))
     yield {"run_id": run_id, "state": state, "con": con, "terminal": terminal.getvalue(),
            "data": workdir / "data"}
     con.close()

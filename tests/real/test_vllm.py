@@ -28,12 +28,12 @@ import io
 import json
 import os
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_sweep_text
+from tests.sweeps import NO_CLOCK, command_arm, defaults, sweep
 
 VLLM_PYTHON = os.environ.get("BENCHLEDGER_VLLM_PYTHON")
 pytestmark = [
@@ -53,48 +53,23 @@ NGRAM = ('{"method": "ngram", "num_speculative_tokens": 3, '
          '"prompt_lookup_max": 4, "prompt_lookup_min": 1}')
 
 
-def sweep_text(python: str, model: Path) -> str:
+def vllm_sweep(python: str, model: Path) -> dict:
     # --enforce-eager: no torch.compile warm-up (about 25 s a start on 2 cores)
     server = (f"{python} -m vllm.entrypoints.openai.api_server --model {model} "
               "--served-model-name tiny --host 127.0.0.1 --port {port} "
               "--max-model-len 2048 --enforce-eager")
     spec = f" --speculative-config '{NGRAM}'"
-    arm = textwrap.dedent("""
-        [[arms]]
-        name = "{name}"
-        server = "command"
-        command = \"\"\"{server}\"\"\"
-        model = "tiny"
-        speculative = {speculative}
-    """)
-    arms = (arm.format(name="off", server=server, speculative="false")
-            + arm.format(name="on", server=server + spec, speculative="true")
-            + arm.format(name="on_twin", server=server + spec, speculative="true"))
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "real-vllm"
-        retries = 0
-        [defaults]
-        requests = {REQUESTS}
-        warmup = 2
-        restarts = {RESTARTS}
-        concurrency = {list(CONCURRENCY)}
-        max_tokens = {MAX_TOKENS}
-        temperature = 0.0
-        ready_timeout_s = 300
-        clock_source = "none"
-        require_clock_check = false
-    """) + arms + textwrap.dedent("""
-        [[workloads]]
-        name = "code"
-    """) + "".join(textwrap.dedent(f"""
-        [[comparisons]]
-        a = "off"
-        b = "on"
-        metric = "decode_rate"
-        concurrency = {c}
-        control = ["on", "on_twin"]
-    """) for c in CONCURRENCY)
+    return sweep(
+        "real-vllm",
+        [command_arm("off", server, model="tiny", speculative=False),
+         command_arm("on", server + spec, model="tiny", speculative=True),
+         command_arm("on_twin", server + spec, model="tiny", speculative=True)],
+        sweep={"retries": 0},
+        defaults=defaults(requests=REQUESTS, warmup=2, restarts=RESTARTS,
+                          concurrency=list(CONCURRENCY), max_tokens=MAX_TOKENS, clock=NO_CLOCK,
+                          temperature=0.0, ready_timeout_s=300),
+        comparisons=[{"a": "off", "b": "on", "metric": "decode_rate", "concurrency": c,
+                      "control": ["on", "on_twin"]} for c in CONCURRENCY])
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +83,7 @@ def run(tmp_path_factory):
         for name, value in SERVER_ENV.items():  # the servers inherit the run's environment
             patch.setenv(name, value)
         with contextlib.redirect_stdout(terminal), contextlib.redirect_stderr(terminal):
-            run_id, state, con = run_sweep_text(workdir, sweep_text(VLLM_PYTHON, model))
+            run_id, state, con = run_sweep_text(workdir, vllm_sweep(VLLM_PYTHON, model))
     yield {"run_id": run_id, "state": state, "con": con, "terminal": terminal.getvalue()}
     con.close()
 

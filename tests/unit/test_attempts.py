@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from benchledger.restart import steps as restart
 from benchledger.sweep.spec import load_sweep
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
+from tests import sweeps
 from tests.conftest import REPO
 from tests.faults.fault_server import serve_in_thread
 
@@ -40,29 +40,11 @@ KILL_BOUND_S = 60  # the child's imports and first window on a busy machine
 
 
 def write_sweep(tmp_path: Path, base_url: str) -> Path:
-    path = tmp_path / "sweep.toml"
-    path.write_text(textwrap.dedent(f"""
-        [sweep]
-        name = "attempts"
-        [defaults]
-        requests = 5
-        warmup = 1
-        concurrency = [1, 2]
-        max_tokens = 8
-        clock_source = "none"
-        require_clock_check = false
-        drain_timeout_s = 120
-        request_timeout_s = 120
-        [[arms]]
-        name = "ext"
-        server = "external"
-        model = "fault-model"
-        base_url = "{base_url}"
-        node = "gpu-a"
-        [[workloads]]
-        name = "code"
-    """))
-    return path
+    return sweeps.write_sweep(tmp_path / "sweep.toml", sweeps.sweep(
+        "attempts", [sweeps.external_arm("ext", base_url, model="fault-model", node="gpu-a")],
+        defaults=sweeps.defaults(requests=5, max_tokens=8, restarts=None, clock=sweeps.NO_CLOCK,
+                                 concurrency=[1, 2], drain_timeout_s=120,
+                                 request_timeout_s=120)))
 
 
 def started_slot(tmp_path: Path, base_url: str):

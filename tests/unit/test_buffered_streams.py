@@ -13,13 +13,12 @@ token's stamp to the last's), naming it; its throughput, counts and fractions pu
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from benchledger.raw.layout import RunLayout
 from benchledger.rules import STREAMS_NOT_BUFFERED
 from benchledger.warehouse.metrics import REQUEST_METRICS
+from tests.sweeps import NO_CLOCK, simulator_arm, sweep
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 N = 10
@@ -28,18 +27,10 @@ ONE_READ = [0.0] * 19  # 19 events after the first, all in the first one's read
 SPREAD = [0.05 * (j + 1) for j in range(19)]  # one every 50 ms
 
 
-def sweep_text() -> str:
-    arms = "".join(f'[[arms]]\nname = "{arm}"\nserver = "simulator"\nmodel = "m"\n'
-                   for arm in ("streamed", "buffered", "few"))
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "buffered"
-        [defaults]
-        requests = {N}
-        restarts = 1
-        clock_source = "none"
-        require_clock_check = false
-        """) + arms + '[[workloads]]\nname = "code"\n'
+def buffered_sweep() -> dict:
+    return sweep("buffered", [simulator_arm(arm, model="m")
+                              for arm in ("streamed", "buffered", "few")],
+                 defaults={"requests": N, "restarts": 1, **NO_CLOCK})
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +45,7 @@ def warehouse(tmp_path_factory):
                             reads=ONE_READ if i in one_read else SPREAD) for i in range(N)]
         # cold prompts: the prefill rate publishes unless a rule blocks it
         windows[(arm, 0, "code")] = (rows, {"prompt_cache": "cold"})
-    write_synthetic_run(tmp_path, sweep_text(), windows)
+    write_synthetic_run(tmp_path, buffered_sweep(), windows)
     con = derived_warehouse(layout.run_dir)
     yield con, layout
     con.close()

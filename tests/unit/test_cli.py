@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchledger.cli import main
+from tests.sweeps import simulator_arm, sweep, write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,18 +57,7 @@ def test_simulator_takes_its_own_flags(capsys):
     assert out.startswith("usage: benchledger simulator") and "--step-ms" in out
 
 
-SWEEP = """
-[sweep]
-name = "cli"
-[defaults]
-requests = 5
-[[arms]]
-name = "a"
-server = "simulator"
-model = "sim-model"
-[[workloads]]
-name = "code"
-"""
+SWEEP = sweep("cli", [simulator_arm("a")], defaults={"requests": 5})
 
 
 @pytest.fixture
@@ -137,7 +127,7 @@ def test_a_second_run_of_a_sweep_is_refused_at_once_naming_the_holder(tmp_path):
     """The sweep lock, held by another process, refuses `benchledger run` before Airflow
     starts (the end-to-end case with two real runs is in tests/integration)."""
     sweep = tmp_path / "s.toml"
-    sweep.write_text(SWEEP)
+    write_sweep(sweep, SWEEP)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
          "from benchledger.local.run import sweep_lock\n"

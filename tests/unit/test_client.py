@@ -22,6 +22,7 @@ from benchledger.prompts import load_prompt_set
 from benchledger.raw.records import requests_table
 from benchledger.sweep import spec as sweep
 from benchledger.sweep.spec import parse_sweep
+from tests import sweeps
 
 
 def spec(**overrides) -> WindowSpec:
@@ -221,9 +222,10 @@ def test_every_endpoint_and_token_count_of_the_sweep_has_its_strategy():
 
 
 def test_a_target_is_made_from_the_arm_plan_with_the_strategies_it_names():
-    text = ('[sweep]\nname = "t"\n[defaults]\nendpoint = "completions"\n[[arms]]\nname = "a"\n'
-            'server = "simulator"\nmodel = "m"\ntoken_count = "logprobs"\n'
-            'tokenize_path = "/extras/tokenize"\n[[workloads]]\nname = "code"\n')
+    text = sweeps.toml(sweeps.sweep(
+        "t", [sweeps.simulator_arm("a", model="m", token_count="logprobs",
+                                   tokenize_path="/extras/tokenize")],
+        defaults={"endpoint": "completions"}))
     plan = parse_sweep(text).arm("a")
     target = Target(base_url="http://x", model=plan.arm.model, endpoint=plan.endpoint,
                     api_key=None, token_count=plan.arm.token_count,

@@ -374,8 +374,9 @@ def test_hung_warmup_is_drained_like_a_measured_request(server):
     result = measure_window(target, spec(requests=6, warmup=6, drain_timeout_s=3.0,
                                          request_timeout_s=60.0))
     took = time.monotonic() - started
-    # two drain deadlines (warm-up's and the window's) plus a small margin
-    assert took < 2 * 3.0 + 2.0, took
+    # cut at the drain deadline (the rows below say so), not after the hung request's 60 s
+    # (request_timeout_s): half of them is a margin no loaded machine eats
+    assert took < 60.0 / 2, took
     rows = check_window(result, 6)
     warm = [r for r in result.rows if r["is_warmup"]]
     assert [r["status"] for r in warm] == ["completed"] * 5 + ["unresolved"]
@@ -391,7 +392,7 @@ def test_a_stream_with_no_bytes_hits_the_request_deadline(server):
     target = script(server, "silent", every_other_bad(Script([30.0])))
     started = time.monotonic()
     rows = check_window(measure_window(target, spec(requests=2, request_timeout_s=1.0)), 2)
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 30.0 / 2  # the deadline, not the 30 s of silence
     assert_good_rows_intact(rows)
     assert rows[1]["status"] == "failed" and rows[1]["chunks"] == 0
     assert rows[1]["error"] == "no complete answer within request_timeout_s (1 s)"
@@ -412,7 +413,7 @@ def test_request_timeout_is_a_total_deadline_not_a_per_read_one(server):
     started = time.monotonic()
     result = measure_window(target, spec(requests=1, request_timeout_s=1.5,
                                          drain_timeout_s=30.0))
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 20.0 / 2  # the deadline, not the 20 s trickle
     row = check_window(result, 1)[0]
     assert row["status"] == "failed" and row["chunks"] == 1
     assert row["error"] == "no complete answer within request_timeout_s (1.5 s)"

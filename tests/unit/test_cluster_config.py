@@ -17,6 +17,7 @@ from benchledger.cluster import config as cluster_config
 from benchledger.cluster import run as cluster_run
 from benchledger.raw.records import storage_path
 from benchledger.sweep.spec import load_sweep
+from tests.sweeps import simulator_arm, sweep, toml, variant, write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,17 +113,8 @@ def test_status_of_a_folder_that_is_no_cluster(tmp_path, capsys):
     assert "not a benchledger cluster folder" in capsys.readouterr().err
 
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "bundle-me"
-    [[arms]]
-    name = "a"
-    server = "simulator"
-    model = "sim-model"
-    node = "gpu-1"
-    [[workloads]]
-    name = "code"
-    """)
+SWEEP_DOC = sweep("bundle-me", [simulator_arm("a", node="gpu-1")])
+SWEEP = toml(SWEEP_DOC)
 
 
 def test_install_writes_a_dag_file_airflow_discovers_with_its_sweep(tmp_path):
@@ -338,17 +330,11 @@ def test_install_copies_the_workloads_inputs_beside_the_sweep(tmp_path):
     (tmp_path / "trace.jsonl").write_text(
         '{"timestamp": 0, "input_length": 9, "output_length": 3}\n' * 20)
     sweep_path = tmp_path / "s.toml"
-    sweep_path.write_text(SWEEP.replace('[[workloads]]\nname = "code"\n', textwrap.dedent("""
-        [[workloads]]
-        name = "mine"
-        dataset = "data/prompts.jsonl"
-        [[workloads]]
-        name = "folder"
-        dataset = "data/chats"
-        [[workloads]]
-        name = "replay"
-        trace = "trace.jsonl"
-        """)))
+    inputs = variant(SWEEP_DOC, {"workloads": [
+        {"name": "mine", "dataset": "data/prompts.jsonl"},
+        {"name": "folder", "dataset": "data/chats"},
+        {"name": "replay", "trace": "trace.jsonl"}]})
+    write_sweep(sweep_path, inputs)
     sweep = load_sweep(sweep_path)
     dags = tmp_path / "dags"
     _, changed = cluster_run.install_sweep(dags, sweep_path, sweep, Path("/w/wh.duckdb"),
@@ -361,8 +347,8 @@ def test_install_copies_the_workloads_inputs_beside_the_sweep(tmp_path):
     _, changed = cluster_run.install_sweep(dags, sweep_path, sweep, Path("/w/wh.duckdb"),
                                            Path("/w/data"))
     assert not changed
-    outside = sweep_path.read_text().replace('"trace.jsonl"', '"../trace.jsonl"')
-    sweep_path.write_text(outside)
+    write_sweep(sweep_path, variant(inputs, {"workloads": {"replay": {
+        "trace": "../trace.jsonl"}}}))
     with pytest.raises(cluster_run.ClusterError, match="outside the sweep file's folder"):
         cluster_run.install_sweep(dags, sweep_path, load_sweep(sweep_path),
                                   Path("/w/wh.duckdb"), Path("/w/data"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from benchledger.raw.layout import RunLayout
@@ -13,32 +11,17 @@ from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
+from tests.sweeps import command_arm, sweep
 from tests.synthetic import RUN_ID, request_row, write_synthetic_run
 
 
-def sweep(restarts: int, control: bool) -> str:
-    arms = "".join(textwrap.dedent(f"""
-        [[arms]]
-        name = "{name}"
-        server = "command"
-        command = "serve --flavour {flavour} --port {{port}}"
-        model = "m"
-    """) for name, flavour in (("base", "a"), ("fast", "b"), ("fast-again", "b2")))
-    comparison = textwrap.dedent("""
-        [[comparisons]]
-        a = "base"
-        b = "fast"
-        metric = "decode_rate"
-    """) + ('control = ["fast", "fast-again"]\n' if control else "")
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "cmp"
-        [defaults]
-        requests = 5
-        restarts = {restarts}
-        [[workloads]]
-        name = "code"
-    """) + arms + comparison
+def compare_sweep(restarts: int, control: bool) -> dict:
+    comparison = {"a": "base", "b": "fast", "metric": "decode_rate"}
+    if control:
+        comparison["control"] = ["fast", "fast-again"]
+    return sweep("cmp", [command_arm(name, f"serve --flavour {flavour} --port {{port}}")
+                         for name, flavour in (("base", "a"), ("fast", "b"), ("fast-again", "b2"))],
+                 defaults={"requests": 5, "restarts": restarts}, comparisons=[comparison])
 
 
 def run_with(tmp_path, decode_s: dict, *, restarts=2, control=True, config_sha256=None):
@@ -50,7 +33,7 @@ def run_with(tmp_path, decode_s: dict, *, restarts=2, control=True, config_sha25
             wid = layout.window_id(arm, k, "code", 1)
             rows = [request_row(wid, i, decode_s=seconds * (1 + 0.01 * i)) for i in range(5)]
             windows[(arm, k, "code")] = (rows, {})
-    write_synthetic_run(tmp_path, sweep(restarts, control), windows,
+    write_synthetic_run(tmp_path, compare_sweep(restarts, control), windows,
                         config_sha256=config_sha256)
     con = connect(":memory:")
     load_run_dir(con, layout.run_dir)

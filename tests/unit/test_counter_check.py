@@ -10,7 +10,6 @@ have shown before and after each window.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pandas as pd
 import pytest
@@ -20,6 +19,7 @@ from benchledger.publishing.export import export_run
 from benchledger.raw.layout import RunLayout
 from benchledger.restart.window_write import write_window
 from benchledger.warehouse.derive import counter_check
+from tests import sweeps
 from tests.synthetic import RUN_ID, accounting, derived_warehouse, request_row, write_synthetic_run
 
 N = 6
@@ -44,15 +44,8 @@ def metrics_text(counters, values: dict[str, float]) -> str:
 def warehouse(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("counters")
     layout = RunLayout(tmp_path / "data", RUN_ID)
-    arms = "".join(f'[[arms]]\nname = "{arm}"\nserver = "simulator"\nmodel = "m"\n'
-                   for arm in ARMS)
-    sweep = textwrap.dedent(f"""
-        [sweep]
-        name = "counters"
-        [defaults]
-        requests = {N}
-        restarts = 1
-        """) + arms + '[[workloads]]\nname = "code"\n'
+    sweep = sweeps.sweep("counters", [sweeps.simulator_arm(arm, model="m") for arm in ARMS],
+                         defaults={"requests": N, "restarts": 1})
     windows = {}
     for arm, (_, lossy) in ARMS.items():
         wid = layout.window_id(arm, 0, "code", 1)

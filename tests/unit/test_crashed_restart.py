@@ -11,13 +11,12 @@ no variance report and no comparison, while the raw rows stay, marked.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from benchledger import rules as R
 from benchledger.raw.layout import RunLayout, read_json
 from benchledger.warehouse.compare import derive_comparisons
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import (
     RUN_ID,
     derived_warehouse,
@@ -27,31 +26,10 @@ from tests.synthetic import (
 )
 
 N = 6
-SWEEP = textwrap.dedent(f"""
-    [sweep]
-    name = "crash"
-    [defaults]
-    requests = {N}
-    restarts = 2
-    [[arms]]
-    name = "steady"
-    server = "simulator"
-    model = "m"
-    [[arms]]
-    name = "crashy"
-    server = "simulator"
-    model = "m"
-    [arms.simulator]
-    step_ms = 5.0
-    [[workloads]]
-    name = "code"
-    [[workloads]]
-    name = "prose"
-    [[comparisons]]
-    a = "steady"
-    b = "crashy"
-    metric = "decode_rate"
-""")
+SWEEP = sweep("crash", [simulator_arm("steady", model="m"),
+                        simulator_arm("crashy", {"step_ms": 5.0}, model="m")],
+              defaults={"requests": N, "restarts": 2}, workloads=["code", "prose"],
+              comparisons=[{"a": "steady", "b": "crashy", "metric": "decode_rate"}])
 # Decode seconds per request: restart 1 of crashy is 10x faster than anything else, so a
 # number it fed would stand out.
 DECODE_S = {("steady", 0): 1.0, ("steady", 1): 1.1, ("crashy", 0): 0.9, ("crashy", 1): 0.09}

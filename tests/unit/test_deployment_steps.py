@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import textwrap
 import time
 
 import psutil
@@ -16,31 +15,15 @@ from benchledger.raw.layout import RunLayout, read_json, write_json
 from benchledger.restart import deployment
 from benchledger.restart.steps import stop_leftover_servers
 from benchledger.sweep.spec import parse_sweep
+from tests.sweeps import NO_CLOCK, command_arm, external_arm, sweep, toml
 
-SWEEP = parse_sweep(textwrap.dedent("""
-    [sweep]
-    name = "steps"
-    [defaults]
-    clock_source = "none"
-    require_clock_check = false
-    [[workloads]]
-    name = "code"
-    [[arms]]
-    name = "tp"
-    server = "command"
-    model = "m"
-    node = "n1"
-    address = "127.0.0.1"
-    command = "sleep 60"
-    [[arms.processes]]
-    node = "n2"
-    address = "127.0.0.1"
-    command = "sh -c 'exec sleep 61' {rank}-{nnodes}-{head_address}:{head_port}"
-    [[arms.processes]]
-    node = "n3"
-    address = "127.0.0.1"
-    command = "/nonexistent/engine --rank {rank}"
-    """))
+SWEEP = parse_sweep(toml(sweep(
+    "steps",
+    [command_arm("tp", "sleep 60", node="n1", address="127.0.0.1", processes=[
+        {"node": "n2", "address": "127.0.0.1",
+         "command": "sh -c 'exec sleep 61' {rank}-{nnodes}-{head_address}:{head_port}"},
+        {"node": "n3", "address": "127.0.0.1", "command": "/nonexistent/engine --rank {rank}"}])],
+    defaults=NO_CLOCK)))
 HEAD = {"base_url": "http://127.0.0.1:9", "pid": None, "port": 9, "command": None,
         "command_template": None, "log_path": None, "mark": None}
 
@@ -117,28 +100,15 @@ def test_a_node_process_left_by_an_interrupted_run_is_stopped_on_its_host_only(t
     assert "stopped_at" not in read_json(elsewhere)  # a pid on another host means nothing here
 
 
-EXTERNAL = textwrap.dedent("""
-    [sweep]
-    name = "ext"
-    [defaults]
-    clock_source = "dcgm"
-    [[workloads]]
-    name = "code"
-    [[arms]]
-    name = "big"
-    server = "external"
-    model = "m"
-    base_url = "http://10.0.0.1:8000"
-    node = "n1"
-    [[arms.processes]]
-    node = "n2"
-    """)
+EXTERNAL = sweep("ext", [external_arm("big", "http://10.0.0.1:8000", model="m", node="n1",
+                                     processes=[{"node": "n2"}])],
+                 defaults={"clock_source": "dcgm"})
 
 
 def test_an_external_deployment_starts_nothing_on_its_nodes(tmp_path):
     """Its nodes are named so that their GPUs are read; nothing of theirs is started,
     watched or waited for (tests/dags/test_dagbag.py: nor are there tasks for them)."""
-    external = parse_sweep(EXTERNAL)
+    external = parse_sweep(toml(EXTERNAL))
     layout = RunLayout(tmp_path, "run-ext")
     assert deployment.launch_problems(layout, external, "big", 0) == []
     assert deployment.node_gone(layout, external, "big", 0) is None

@@ -5,7 +5,6 @@ finding names the A/A control only where the sweep has one (issue #39, item 5)."
 from __future__ import annotations
 
 import re
-import textwrap
 from datetime import UTC, datetime
 
 import duckdb
@@ -16,35 +15,20 @@ from benchledger.publishing.report_cards import verdicts_section
 from benchledger.sweep.spec import parse_sweep
 from benchledger.warehouse.db import insert_frame, migrate
 from benchledger.warehouse.frontier import derive_frontier
+from tests.sweeps import simulator_arm, sweep, toml
 
 RUN = "run1"
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 ARMS = ("slow", "fast", "fast-twin")
 
 
-def sweep(control: bool):
-    return parse_sweep(textwrap.dedent(f"""
-        [sweep]
-        name = "frontier"
-        [defaults]
-        concurrency = [4]
-        restarts = 2
-        [[workloads]]
-        name = "code"
-        {''.join(f'''
-        [[arms]]
-        name = "{arm}"
-        server = "simulator"
-        model = "sim-model"
-        [arms.simulator]
-        step_ms = {8 if arm == "slow" else 2}
-        ''' for arm in ARMS)}
-        [[comparisons]]
-        a = "slow"
-        b = "fast"
-        metric = "frontier"
-        {'control = ["fast", "fast-twin"]' if control else ''}
-        """))
+def frontier_sweep(control: bool):
+    comparison = {"a": "slow", "b": "fast", "metric": "frontier"}
+    if control:
+        comparison["control"] = ["fast", "fast-twin"]
+    return parse_sweep(toml(sweep(
+        "frontier", [simulator_arm(arm, {"step_ms": 8 if arm == "slow" else 2}) for arm in ARMS],
+        defaults={"concurrency": [4], "restarts": 2}, comparisons=[comparison])))
 
 
 def _entry(arm: str, metric: str, value: float) -> dict:
@@ -89,7 +73,7 @@ def findings(control: bool, throughput: str, per_user: str,
         rows += [_comparison("control", "fast", "fast-twin", metric, "no finding", False)
                  for metric in ("throughput", "decode_rate")]
     insert_frame(con, "comparisons", pd.DataFrame(rows))
-    derive_frontier(con, RUN, sweep(control))
+    derive_frontier(con, RUN, frontier_sweep(control))
     return con.execute(f"SELECT {columns} FROM frontier_findings ORDER BY role").df()
 
 

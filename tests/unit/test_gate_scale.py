@@ -37,6 +37,7 @@ from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.reconcile import reconcile_run
 from benchledger.warehouse.validate import gate_requests
 from tests.reference import reconcile_requests
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import request_row, write_synthetic_run
 
 # --- the reference: every rule of run_gate, row by row ------------------------------------
@@ -672,22 +673,12 @@ def test_show_is_the_reference_show():
 # --- what validate_run reads from the warehouse ------------------------------------------
 
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"
-SWEEP = """
-[sweep]
-name = "scale"
-[defaults]
-requests = 6
-warmup = 1
-restarts = 2
-[[arms]]
-name = "a"
-server = "simulator"
-model = "sim-model"
-[[workloads]]
-name = "code"
-[[workloads]]
-name = "prose"
-"""
+SWEEP = sweep(
+    "scale",
+    [simulator_arm("a")],
+    defaults={"requests": 6, "warmup": 1, "restarts": 2},
+    workloads=["code", "prose"],
+)
 
 
 @pytest.fixture

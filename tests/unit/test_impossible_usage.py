@@ -12,7 +12,6 @@ missing count into 0.
 from __future__ import annotations
 
 import math
-import textwrap
 
 import pytest
 
@@ -22,6 +21,7 @@ from benchledger.warehouse.db import connect, query_frame
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 N = 5  # measured requests per window: the protocol's floor for a plain arm
@@ -49,16 +49,9 @@ FOUND = {
 }
 
 
-def sweep(arms) -> str:
-    blocks = "".join(f'[[arms]]\nname = "{arm}"\nserver = "simulator"\nmodel = "m"\n'
-                     for arm in arms)
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "usage"
-        [defaults]
-        requests = {N}
-        restarts = 1
-        """) + blocks + '[[workloads]]\nname = "code"\n'
+def usage_sweep(arms, restarts: int = 1) -> dict:
+    return sweep("usage", [simulator_arm(arm, model="m") for arm in arms],
+                 defaults={"requests": N, "restarts": restarts})
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +66,7 @@ def warehouse(tmp_path_factory):
             index, usage = FAULTS[arm]
             rows[index].update(usage)
         windows[(arm, 0, "code")] = (rows, {})
-    run = write_synthetic_run(tmp_path, sweep(["control", *FAULTS]), windows)
+    run = write_synthetic_run(tmp_path, usage_sweep(["control", *FAULTS]), windows)
     con = derived_warehouse(run.run_dir)
     yield con, layout
     con.close()
@@ -150,7 +143,7 @@ def test_a_restart_with_impossible_usage_feeds_no_number(tmp_path):
         rows = [request_row(wid, i, tokens=21 + k) for i in range(N)]
         windows[("a", k, "code")] = (rows, {})
     windows[("a", 1, "code")][0][0].update(output_tokens=10**9, max_tokens=8)
-    text = sweep(["a"]).replace("restarts = 1", "restarts = 2")
+    text = usage_sweep(["a"], restarts=2)
     con = connect(":memory:")
     load_run_dir(con, write_synthetic_run(tmp_path, text, windows).run_dir)
     validate_run(con, RUN_ID)
@@ -176,7 +169,7 @@ def window_sums(tmp_path, rows):
     rows = [dict(row, window_id=wid, request_id=f"{wid}/m{i:04d}")
             for i, row in enumerate(rows)]
     con = connect(":memory:")
-    load_run_dir(con, write_synthetic_run(tmp_path, sweep(["a"]),
+    load_run_dir(con, write_synthetic_run(tmp_path, usage_sweep(["a"]),
                                           {("a", 0, "code"): (rows, {})}).run_dir)
     import pandas as pd
 

@@ -15,12 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from benchledger.server import lifecycle
-from benchledger.sweep.spec import Arm
+from benchledger.server import launchers, lifecycle
+from benchledger.sweep.spec import ARM_KINDS, CommandArm, ExternalArm, SimulatorArm
 
 
-def command_arm(command: str) -> Arm:
-    return Arm(name="x", server="command", command=command, model="m")
+def command_arm(command: str) -> CommandArm:
+    return CommandArm(name="x", server="command", command=command, model="m")
 
 
 def alive(pid: int) -> bool:
@@ -65,7 +65,7 @@ def test_wait_ready_times_out_with_the_url(tmp_path):
 
 
 def test_effective_config_hash_ignores_per_instance_values():
-    arm = Arm(name="a", server="simulator", model="sim-model")
+    arm = SimulatorArm(name="a", server="simulator", model="sim-model")
     template = lifecycle.command_template(arm)
     assert "{port}" in template and "{seed}" in template
     one = {"command": template, "models": lifecycle._strip_volatile(
@@ -176,17 +176,19 @@ def test_not_yet_answers_are_waited_on_until_healthy(readiness_server):
 
 def test_a_server_without_health_is_ready_by_its_model_list(readiness_server):
     server, handle = readiness_server({"/health": [404], "/v1/models": [200]})
-    ready, elapsed = timed_wait(handle, 30)
-    assert isinstance(ready, lifecycle.Readiness) and elapsed < 5
+    ready, _ = timed_wait(handle, 30)
+    assert isinstance(ready, lifecycle.Readiness)  # at once: one probe of each (below)
     assert ready.probe == "/v1/models"  # restart.json's ready_probe: which path said so
     assert [path for path, _ in server.seen] == ["/health", "/v1/models"]
 
 
 def test_404_on_every_readiness_path_fails_at_once(readiness_server):
-    _, handle = readiness_server({"/health": [404], "/v1/models": [404]})
+    server, handle = readiness_server({"/health": [404], "/v1/models": [404]})
     error, elapsed = timed_wait(handle, 60)
     assert isinstance(error, lifecycle.ServerNotReady)
-    assert elapsed < 5  # not the 60 s of ready_timeout_s
+    # at once: one probe of each path, never asked again (not the 60 s of ready_timeout_s)
+    assert [path for path, _ in server.seen] == ["/health", "/v1/models"]
+    assert elapsed < 60 / 2
     text = str(error)
     assert f"{handle.base_url}/health: HTTP 404" in text
     assert f"{handle.base_url}/v1/models: HTTP 404" in text
@@ -198,7 +200,10 @@ def test_404_on_every_readiness_path_fails_at_once(readiness_server):
 def test_404_then_a_model_list_that_is_not_ready_keeps_waiting(readiness_server):
     _, handle = readiness_server({"/health": [404], "/v1/models": [503]})
     error, elapsed = timed_wait(handle, 1.0)
-    assert isinstance(error, lifecycle.ServerNotReady) and 1.0 <= elapsed < 4
+    # the wait ran to its deadline and stopped there: a probe is cut at the deadline, so
+    # never a probe's own bound (PROBE_TIMEOUT_S) later
+    assert isinstance(error, lifecycle.ServerNotReady)
+    assert 1.0 <= elapsed < 1.0 + lifecycle.PROBE_TIMEOUT_S
     assert "/health not healthy after 1 s" in str(error)
     assert "/v1/models: HTTP 503" in str(error)  # the last cause, shown
 
@@ -206,9 +211,10 @@ def test_404_then_a_model_list_that_is_not_ready_keeps_waiting(readiness_server)
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_refused_authentication_fails_at_once_and_names_the_sweep_key(readiness_server,
                                                                         status):
-    _, handle = readiness_server({"/health": [status]})
+    server, handle = readiness_server({"/health": [status]})
     error, elapsed = timed_wait(handle, 60)
-    assert isinstance(error, lifecycle.ServerNotReady) and elapsed < 5
+    assert isinstance(error, lifecycle.ServerNotReady)
+    assert [path for path, _ in server.seen] == ["/health"] and elapsed < 60 / 2  # at once
     assert f"/health: HTTP {status}" in str(error)
     assert "refused authentication and no API key was sent" in str(error)
     assert "arms.api_key_env" in str(error)
@@ -231,7 +237,8 @@ def test_connection_refused_is_waited_on_and_named():
                                     pid=None, port=None, command=None,
                                     command_template=None, log_path=None)
     error, elapsed = timed_wait(handle, 0.6)
-    assert isinstance(error, lifecycle.ServerNotReady) and 0.6 <= elapsed < 3
+    assert isinstance(error, lifecycle.ServerNotReady)
+    assert 0.6 <= elapsed < 0.6 + lifecycle.PROBE_TIMEOUT_S  # to its deadline, no further
     assert "not healthy after 0.6 s (last: " in str(error) and "ConnectError" in str(error)
 
 
@@ -241,7 +248,9 @@ def test_a_server_that_never_finishes_answering_cannot_stretch_the_wait(readines
     _, handle = readiness_server({"/health": script})
     error, elapsed = timed_wait(handle, 1.0)
     assert isinstance(error, lifecycle.ServerNotReady)
-    assert elapsed < 2.5  # one probe is cut at the deadline, not after 5 s or 20 s
+    # the probe was cut at the wait's deadline (1 s), before its own bound ran out (5 s,
+    # the hang's 30 s and the trickle's 20 s are longer still)
+    assert elapsed < lifecycle.PROBE_TIMEOUT_S
     assert "AnswerTooSlow" in str(error) or "Timeout" in str(error)
 
 
@@ -251,7 +260,7 @@ def test_server_gone_is_one_bounded_probe(readiness_server):
     server.routes["/health"] = "hang"
     started = time.monotonic()
     evidence = lifecycle.server_gone(handle, "/health", timeout_s=0.5)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30 / 2  # its 0.5 s bound, not the 30 s hang
     assert evidence.startswith("the server no longer answers its readiness path")
     assert f"{handle.base_url}/health" in evidence
 
@@ -259,7 +268,7 @@ def test_server_gone_is_one_bounded_probe(readiness_server):
 # --- API keys and what is recorded ------------------------------------------------------
 
 def test_a_missing_or_empty_api_key_variable_fails_naming_the_variable(monkeypatch):
-    arm = Arm(name="k", server="external", base_url="http://x", model="m",
+    arm = ExternalArm(name="k", server="external", base_url="http://x", model="m",
               api_key_env="BENCH_TEST_KEY")
     monkeypatch.delenv("BENCH_TEST_KEY", raising=False)
     with pytest.raises(lifecycle.ApiKeyMissing, match="BENCH_TEST_KEY, which is not set"):
@@ -282,7 +291,7 @@ def test_describe_sends_the_key_and_records_no_secret(readiness_server, monkeypa
     monkeypatch.setenv("HF_TOKEN", token)  # a secret by its name
     monkeypatch.setenv("SGLANG_AUTH_HEADER", "x-auth-value")
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # not a secret: kept
-    arm = Arm(name="k", server="external", base_url=handle.base_url, model="m",
+    arm = ExternalArm(name="k", server="external", base_url=handle.base_url, model="m",
               api_key_env="VLLM_SERVING_PASS")
     config = lifecycle.describe(handle, arm, api_key=secret)
     assert config["environment"]["VLLM_SERVING_PASS"] == "<redacted>"
@@ -343,7 +352,7 @@ def test_a_command_reaches_the_process_exactly_as_split(tmp_path, monkeypatch, t
 
 
 def test_base_url_gets_the_port_and_nothing_else(tmp_path):
-    arm = Arm(name="x", server="command", command="sleep 30", model="m",
+    arm = CommandArm(name="x", server="command", command="sleep 30", model="m",
               base_url="http://127.0.0.1:{port}/{prefix}/{port.real}")
     handle = lifecycle.launch(arm, tmp_path / "server.log", seed=1)
     try:
@@ -363,8 +372,21 @@ def test_a_command_that_cannot_start_says_why(tmp_path):
                          tmp_path / "s.log", seed=1)
 
 
+def test_each_kind_of_arm_is_started_by_its_own_launcher(tmp_path):
+    assert sorted(launchers.LAUNCHERS.names()) == sorted(ARM_KINDS)
+    for arm in (command_arm("sleep 1"), SimulatorArm(name="s", model="m"),
+                ExternalArm(name="e", model="m", base_url="http://127.0.0.1:9")):
+        assert launchers.launcher_for(arm).name == arm.server
+    external = ExternalArm(name="e", model="m", base_url="http://127.0.0.1:9")
+    handle = lifecycle.launch(external, tmp_path / "never.log", seed=1)
+    assert (handle.base_url, handle.pid, handle.mark) == ("http://127.0.0.1:9", None, None)
+    assert not (tmp_path / "never.log").exists()  # nothing was started
+    with pytest.raises(ValueError, match="server = 'external' is not started by benchledger"):
+        lifecycle.command_template(external)
+
+
 def test_the_simulator_gets_port_and_seed_by_position(tmp_path):
-    arm = Arm(name="s", server="simulator", model="{port}-{seed}")
+    arm = SimulatorArm(name="s", server="simulator", model="{port}-{seed}")
     argv = lifecycle.instance_argv(arm, 0, port=8123, seed=7)
     assert argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--seed") + 1] == "7"

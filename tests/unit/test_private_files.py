@@ -13,7 +13,6 @@ import json
 import os
 import stat
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from benchledger.raw.records import storage_path
 from benchledger.raw.store import parse_store
 from benchledger.restart.workload_files import prepare_run_workloads
 from benchledger.sweep.spec import load_sweep
+from tests.sweeps import simulator_arm, sweep, write_sweep
 
 
 def mode(path: Path) -> int:
@@ -163,27 +163,16 @@ def test_the_deployments_processes_create_private_files(tmp_path, umask_022):
         cluster.down(tmp_path, grace_s=5)
 
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "private-data"
-    [defaults]
-    requests = 5
-    warmup = 1
-    [[arms]]
-    name = "a"
-    server = "simulator"
-    model = "sim-model"
-    node = "gpu-1"
-    [[workloads]]
-    name = "mine"
-    dataset = "data/prompts.jsonl"
-    [[workloads]]
-    name = "folder"
-    dataset = "chats"
-    [[workloads]]
-    name = "made-up"
-    input_length = {distribution = "fixed", value = 8}
-    """)
+SWEEP = sweep(
+    "private-data",
+    [simulator_arm("a", node="gpu-1")],
+    defaults={"requests": 5, "warmup": 1},
+    workloads=[
+        {"name": "mine", "dataset": "data/prompts.jsonl"},
+        {"name": "folder", "dataset": "chats"},
+        {"name": "made-up", "input_length": {"distribution": "fixed", "value": 8}},
+    ],
+)
 
 
 def _sweep_with_inputs(tmp_path: Path) -> Path:
@@ -198,7 +187,7 @@ def _sweep_with_inputs(tmp_path: Path) -> Path:
     (tmp_path / "chats" / "kept.jsonl").chmod(0o600)
     (tmp_path / "chats").chmod(0o700)
     sweep = tmp_path / "s.toml"
-    sweep.write_text(SWEEP)
+    write_sweep(sweep, SWEEP)
     sweep.chmod(0o640)
     return sweep
 
@@ -280,7 +269,7 @@ def test_a_data_dir_with_a_credential_is_refused_without_echoing_it(tmp_path, ca
     _no_credential(str(refused.value))
     # as the command line says it
     sweep = tmp_path / "s.toml"
-    sweep.write_text(SWEEP)
+    write_sweep(sweep, SWEEP)
     for flag, location in (("--data-dir", PRESIGNED), ("--warehouse", PRESIGNED)):
         args = ["run", str(sweep), "--warehouse", str(tmp_path / "w.duckdb"), flag, location]
         assert main(args) == 2

@@ -5,7 +5,6 @@ measure_restart_workload against a loopback server in this process."""
 from __future__ import annotations
 
 import logging
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from benchledger.restart import steps as restart
 from benchledger.sweep.spec import load_sweep
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.load import load_run_dir
+from tests import sweeps
 from tests.faults.fault_server import serve_in_thread
 
 RUN_ID = "manual__progress"
@@ -24,24 +24,10 @@ RUN_ID = "manual__progress"
 @pytest.fixture
 def slot(tmp_path):
     server, base = serve_in_thread("--metrics")
-    sweep_path = tmp_path / "sweep.toml"
-    sweep_path.write_text(textwrap.dedent(f"""
-        [sweep]
-        name = "progress"
-        [defaults]
-        requests = 5
-        warmup = 1
-        max_tokens = 8
-        clock_source = "none"
-        require_clock_check = false
-        [[arms]]
-        name = "ext"
-        server = "external"
-        model = "fault-model"
-        base_url = "{base}"
-        [[workloads]]
-        name = "code"
-    """))
+    sweep_path = sweeps.write_sweep(tmp_path / "sweep.toml", sweeps.sweep(
+        "progress", [sweeps.external_arm("ext", base, model="fault-model")],
+        defaults=sweeps.defaults(requests=5, restarts=None, max_tokens=8,
+                                 clock=sweeps.NO_CLOCK)))
     sweep = load_sweep(sweep_path)
     layout = RunLayout(tmp_path / "data", RUN_ID)
     restart.write_run_manifest(layout, sweep_path)

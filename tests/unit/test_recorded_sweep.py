@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import textwrap
 
 import pytest
 
@@ -16,21 +15,12 @@ from benchledger.raw.layout import RunLayout
 from benchledger.restart import steps as restart
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
+from tests.sweeps import simulator_arm, sweep, toml, variant
 from tests.synthetic import RUN_ID, request_row, write_as_a_step, write_synthetic_run
 
-SWEEP = textwrap.dedent("""\
-    [sweep]
-    name = "recorded"
-    [defaults]
-    requests = 5
-    restarts = 1
-    [[arms]]
-    name = "sim"
-    server = "simulator"
-    model = "m"
-    [[workloads]]
-    name = "code"
-""")
+SWEEP_DOC = sweep("recorded", [simulator_arm("sim", model="m")],
+                  defaults={"requests": 5, "restarts": 1})
+SWEEP = toml(SWEEP_DOC)  # the text is what a run records; the tests below are about it
 
 
 def planned(tmp_path, text: str = SWEEP) -> tuple[RunLayout, object]:
@@ -53,7 +43,7 @@ def test_the_run_manifest_keeps_the_files_text_and_its_sha256(tmp_path):
 
 def test_a_step_measures_the_recorded_sweep_even_when_the_file_changed(tmp_path, caplog):
     layout, path = planned(tmp_path)
-    path.write_text(SWEEP.replace("requests = 5", "requests = 50"))
+    path.write_text(toml(variant(SWEEP_DOC, {"defaults": {"requests": 50}})))
     with caplog.at_level(logging.WARNING, logger="benchledger.restart.steps"):
         sweep, _ = restart.recorded_sweep(layout, path)
     assert sweep.arm("sim").requests == 5
@@ -106,8 +96,8 @@ def test_validation_and_derivation_refuse_a_run_whose_recorded_text_was_altered(
     with connect(tmp_path / "wh.duckdb") as con:
         load_run_dir(con, layout.run_dir)
         assert recorded_sweep(con, RUN_ID).sweep.name == "recorded"
-        con.execute("UPDATE runs SET sweep_toml = replace(sweep_toml, 'requests = 5', "
-                    "'requests = 50') WHERE run_id = ?", [RUN_ID])
+        altered = toml(variant(SWEEP_DOC, {"defaults": {"requests": 50}}))
+        con.execute("UPDATE runs SET sweep_toml = ? WHERE run_id = ?", [altered, RUN_ID])
         with pytest.raises(WarehouseError, match="does not have the sha256 recorded with it"):
             validate_run(con, RUN_ID)
         # a run recorded before the text was read as bytes (universal newlines) still reads

@@ -12,14 +12,13 @@ per-request entries.
 
 from __future__ import annotations
 
-import textwrap
-
 import pandas as pd
 import pytest
 
 from benchledger.raw.layout import RunLayout
 from benchledger.rules import BURST_SHARE_BOUNDED, CLIENT_LAG_WITHIN_BOUND
 from benchledger.warehouse.metrics import REQUEST_METRICS, TIMING_COLUMNS
+from tests.sweeps import NO_CLOCK, simulator_arm, sweep, toml
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, ruler, write_synthetic_run
 
 N = 5
@@ -27,23 +26,9 @@ TIMING_METRICS = {spec.metric for spec in REQUEST_METRICS if spec.timing}
 
 
 def sweep_text(**defaults) -> str:
-    extra = "".join(f"{key} = {value}\n" for key, value in defaults.items())
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "ruler"
-        [defaults]
-        requests = {N}
-        restarts = 2
-        clock_source = "none"
-        require_clock_check = false
-        """) + extra + textwrap.dedent("""
-        [[arms]]
-        name = "a"
-        server = "simulator"
-        model = "m"
-        [[workloads]]
-        name = "code"
-        """)
+    """One simulator arm, N requests, two restarts, no clock; `defaults` added."""
+    return toml(sweep("ruler", [simulator_arm("a", model="m")],
+                      defaults={"requests": N, "restarts": 2, **NO_CLOCK, **defaults}))
 
 
 def warehouse(tmp_path, clients, rows_of=None, **defaults):
@@ -270,15 +255,15 @@ def test_the_sweep_keys_and_their_defaults():
     assert (plan.client_workers, plan.max_client_lag_ms, plan.max_burst_fraction) == (
         8, 0.25, 0.5)
     assert sweep.defaults.client_workers == 8
-    assert parse_sweep(sweep_text(client_workers='"auto"')).arm("a").client_workers == "auto"
+    assert parse_sweep(sweep_text(client_workers="auto")).arm("a").client_workers == "auto"
 
 
 @pytest.mark.parametrize(("key", "bad"), [
-    ("client_workers", "0"), ("client_workers", "65"), ("client_workers", '"many"'),
-    ("client_workers", "true"), ("client_workers", "2.5"),
-    ("max_client_lag_ms", "0"), ("max_client_lag_ms", "-1.0"), ("max_client_lag_ms", "nan"),
-    ("max_client_lag_ms", '"fast"'), ("max_burst_fraction", "1.5"),
-    ("max_burst_fraction", "-0.1"),
+    ("client_workers", 0), ("client_workers", 65), ("client_workers", "many"),
+    ("client_workers", True), ("client_workers", 2.5),
+    ("max_client_lag_ms", 0), ("max_client_lag_ms", -1.0), ("max_client_lag_ms", float("nan")),
+    ("max_client_lag_ms", "fast"), ("max_burst_fraction", 1.5),
+    ("max_burst_fraction", -0.1),
 ])
 def test_bad_values_name_the_key(key, bad):
     from benchledger.sweep.spec import SweepError, parse_sweep

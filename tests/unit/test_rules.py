@@ -14,6 +14,7 @@ from benchledger import rules as R
 from benchledger.expectations import gate
 from benchledger.rules import core
 from tests.conftest import REPO
+from tests.sweeps import simulator_arm, sweep, toml
 
 SOURCE_SUFFIXES = (".py", ".sql")
 
@@ -152,17 +153,6 @@ def test_the_sweep_refuses_by_rule_name():
     from benchledger.sweep.spec import MIN_REQUESTS_SPECULATIVE, SweepError, parse_sweep
 
     assert MIN_REQUESTS_SPECULATIVE == R.MIN_REQUESTS_SPECULATIVE
-    text = """
-[sweep]
-name = "s"
-[defaults]
-requests = 3
-[[arms]]
-name = "a"
-server = "simulator"
-model = "m"
-[[workloads]]
-name = "code"
-"""
+    text = toml(sweep("s", [simulator_arm("a", model="m")], defaults={"requests": 3}))
     with pytest.raises(SweepError, match=R.N_AT_LEAST_MIN.name):
         parse_sweep(text)

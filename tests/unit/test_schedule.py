@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from benchledger.sweep import schedule
+from tests.sweeps import simulator_arm, sweep, write_sweep
 
 
 def at(hour: int, minute: int) -> datetime:
@@ -51,17 +52,7 @@ def test_install_says_when_runs_outlast_the_interval():
     assert schedule.overrun_note("manual", None, [500.0]) is None
 
 
-CRON_SWEEP = """
-[sweep]
-name = "every-minute"
-schedule = "* * * * *"
-[[arms]]
-name = "a"
-server = "simulator"
-model = "m"
-[[workloads]]
-name = "code"
-"""
+CRON_SWEEP = sweep("every-minute", [simulator_arm("a", model="m")], sweep={"schedule": "* * * * *"})
 
 
 def test_a_scheduled_run_records_its_slot_and_the_skipped_ones_in_runs(tmp_path):
@@ -73,7 +64,7 @@ def test_a_scheduled_run_records_its_slot_and_the_skipped_ones_in_runs(tmp_path)
     from benchledger.warehouse.load import load_run_dir
 
     sweep = tmp_path / "cron.toml"
-    sweep.write_text(CRON_SWEEP)
+    write_sweep(sweep, CRON_SWEEP)
     runs = {"scheduled__2026-12-03T10:04:00+00:00": (at(10, 4), at(10, 0)),
             "scheduled__2026-12-03T10:05:00+00:00": (at(10, 5), None),  # first: no count
             "manual__2026-12-03T10:06:30+00:00": (None, None)}

@@ -28,7 +28,8 @@ from benchledger.restart.steps import (
     write_run_manifest,
 )
 from benchledger.server import lifecycle
-from benchledger.sweep.spec import Arm, SweepError, load_sweep, parse_recorded
+from benchledger.sweep.spec import CommandArm, SweepError, load_sweep, parse_recorded
+from tests.sweeps import command_arm, sweep, write_sweep
 
 HF = "hf_plantedXYZabcdefghij0123456789"
 OPENAI = "sk-plantedABCdefghij0123456789"
@@ -81,12 +82,12 @@ def test_names_that_count_tokens_are_no_secret_names():
     assert not is_secret_name("MAX_TOKENS") and not is_secret_name("TOKENIZERS_PARALLELISM")
 
 
+def command_sweep(command: str, name: str = "secrets") -> dict:
+    return sweep(name, [command_arm("a", command, model="x")])
+
+
 def sweep_file(tmp_path: Path, command: str, name: str = "secrets") -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f'[sweep]\nname = "{name}"\n\n[[arms]]\nname = "a"\nserver = "command"\n'
-                    f'model = "x"\ncommand = {json.dumps(command)}\n\n'
-                    '[[workloads]]\nname = "code"\n')
-    return path
+    return write_sweep(tmp_path / f"{name}.toml", command_sweep(command, name))
 
 
 def test_the_recorded_sweep_text_has_no_secret_and_keeps_everything_else(tmp_path):
@@ -98,10 +99,12 @@ def test_the_recorded_sweep_text_has_no_secret_and_keeps_everything_else(tmp_pat
 
 
 def test_a_secret_written_with_a_toml_escape_is_refused(tmp_path):
+    # TOML text on purpose: the escape is how the secret is written (tomli_w writes none)
     path = tmp_path / "escaped.toml"
     escaped = OPENAI.replace("p", "\\u0070", 1)
-    path.write_text(sweep_file(tmp_path, "x").read_text().replace(
-        'command = "x"', f'command = "server --flag {escaped}"'))
+    path.write_text('[sweep]\nname = "secrets"\n\n[[arms]]\nname = "a"\nserver = "command"\n'
+                    f'model = "x"\ncommand = "server --flag {escaped}"\n\n'
+                    '[[workloads]]\nname = "code"\n')
     with pytest.raises(SweepError, match="TOML escape"):
         load_sweep(path)
 
@@ -133,7 +136,7 @@ def contains_planted(value) -> list[str]:
 
 def test_launch_records_the_command_redacted_and_runs_it_as_written(tmp_path):
     out = tmp_path / "received.json"
-    handle = lifecycle.launch(Arm(name="a", server="command", model="x",
+    handle = lifecycle.launch(CommandArm(name="a", server="command", model="x",
                                   command=dumping_command(out)), tmp_path / "server.log", 1)
     try:
         received = wait_for(out)
@@ -169,7 +172,7 @@ def test_a_sweep_file_changed_since_plan_cannot_give_its_secrets(tmp_path):
     layout = RunLayout(tmp_path / "data", "manual__changed")
     write_run_manifest(layout, path)
     sweep, sha256 = recorded_sweep(layout, path)
-    path.write_text(path.read_text().replace("sleep 30", "sleep 31"))
+    write_sweep(path, command_sweep(f"env HF_TOKEN={HF} sleep 31"))
     with pytest.raises(RuntimeError, match="now holds another sweep"):
         launch_restart(layout, sweep, "a", 0, sweep_sha256=sha256, sweep_path=path)
     restart = read_json(layout.restart_manifest("a", 0))

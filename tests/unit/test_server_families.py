@@ -9,7 +9,6 @@ what the client received (or by 10% more: a lying counter), as each server would
 from __future__ import annotations
 
 import json
-import textwrap
 import typing
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from benchledger.simulator.options import MetricsFamily, SimConfig
 from benchledger.sweep.spec import SERVER_FAMILIES
 from benchledger.warehouse.observations import metric_samples
 from benchledger.warehouse.reconcile import FAMILY_COUNTERS, QUANTITIES
+from tests import sweeps
 from tests.reference import reconcile_requests
 from tests.synthetic import (
     RUN_ID,
@@ -210,14 +210,8 @@ def warehouse(tmp_path_factory):
     layout = RunLayout(tmp_path / "data", RUN_ID)
     arms = {f"{family}-{kind}": (family, 1.10 if kind == "lying" else 1.0)
             for family in SERVER_FAMILIES for kind in ("honest", "lying")}
-    sweep = textwrap.dedent(f"""
-        [sweep]
-        name = "families"
-        [defaults]
-        requests = {N}
-        restarts = 1
-        """) + "".join(f'[[arms]]\nname = "{arm}"\nserver = "simulator"\nmodel = "m"\n'
-                       for arm in arms) + '[[workloads]]\nname = "code"\n'
+    sweep = sweeps.sweep("families", [sweeps.simulator_arm(arm, model="m") for arm in arms],
+                         defaults={"requests": N, "restarts": 1})
     windows = {}
     for arm in arms:
         wid = layout.window_id(arm, 0, "code", 1)

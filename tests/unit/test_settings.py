@@ -28,6 +28,7 @@ from benchledger.sweep.spec import (
     load_sweep,
     parse_sweep,
 )
+from tests.sweeps import simulator_arm, sweep, toml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,63 +48,46 @@ DEMO_SPEC_OFF = [*HEAD, "sim-model", "--no-speculative", "--num-speculative-toke
 # Every [arms.simulator] key away from its default, and the flags that are passed only
 # when they matter (stall_s only with stall_every, metrics_generation_scale only when not
 # 1, usage and prefix_cache only when off, --low-clock only on the listed restarts).
-EVERY_KEY = """
-[sweep]
-name = "every"
-[defaults]
-restarts = 3
-[[arms]]
-name = "all"
-server = "simulator"
-model = "m1"
-[arms.simulator]
-speculative = true
-num_speculative_tokens = 5
-step_ms = 3
-prefill_tok_s = 1000
-batch_penalty = 0.1
-speed_spread = 0.2
-usage = false
-acceptance_code = 0.7
-acceptance_prose = 0.3
-startup_delay_s = 1.5
-prefix_cache = false
-stall_every = 4
-stall_s = 2
-log_interval_s = 0.5
-low_clock_restarts = [0, 2]
-metrics_generation_scale = 0.9
-metrics_family = "llamacpp"
-health = false
-num_gpus = 4
-low_clock_gpu = 2
-[[arms]]
-name = "stall-default-s"
-server = "simulator"
-model = "m2"
-[arms.simulator]
-stall_every = 3
-[[arms]]
-name = "defaults-spelled-out"
-server = "simulator"
-model = "m2"
-[arms.simulator]
-stall_s = 5
-usage = true
-prefix_cache = true
-metrics_generation_scale = 1.0
-[[arms]]
-name = "empty-table"
-server = "simulator"
-model = "m3"
-[arms.simulator]
-[[arms]]
-name = "no-table"
-server = "simulator"
-model = "m3"
-[[workloads]]
-name = "code"
-"""
+EVERY_KEY = sweep(
+    "every",
+    [
+        simulator_arm(
+            "all",
+            {
+                "speculative": True,
+                "num_speculative_tokens": 5,
+                "step_ms": 3,
+                "prefill_tok_s": 1000,
+                "batch_penalty": 0.1,
+                "speed_spread": 0.2,
+                "usage": False,
+                "acceptance_code": 0.7,
+                "acceptance_prose": 0.3,
+                "startup_delay_s": 1.5,
+                "prefix_cache": False,
+                "stall_every": 4,
+                "stall_s": 2,
+                "log_interval_s": 0.5,
+                "low_clock_restarts": [0, 2],
+                "metrics_generation_scale": 0.9,
+                "metrics_family": "llamacpp",
+                "health": False,
+                "num_gpus": 4,
+                "low_clock_gpu": 2,
+            },
+            model="m1",
+        ),
+        simulator_arm("stall-default-s", {"stall_every": 3}, model="m2"),
+        simulator_arm(
+            "defaults-spelled-out",
+            {"stall_s": 5, "usage": True, "prefix_cache": True, "metrics_generation_scale": 1.0},
+            model="m2",
+        ),
+        simulator_arm("empty-table", {}, model="m3"),
+        simulator_arm("no-table", model="m3"),
+    ],
+    defaults={"restarts": 3},
+)
 ALWAYS = ["--num-speculative-tokens", "3", "--step-ms", "4.0", "--prefill-tok-s", "20000.0",
           "--batch-penalty", "0.08", "--speed-spread", "0.03", "--acceptance-code", "0.8",
           "--acceptance-prose", "0.45", "--startup-delay-s", "0.0"]
@@ -151,7 +135,7 @@ def test_demo_arms_launch_the_same_commands_as_before():
 
 
 def test_every_simulator_key_launches_the_same_command_as_before():
-    sweep = parse_sweep(EVERY_KEY)
+    sweep = parse_sweep(toml(EVERY_KEY))
     for arm in sweep.arms:
         for k, expected in EVERY_KEY_ARGV[arm.name].items():
             assert _argv(arm, k) == expected, (arm.name, k)
@@ -173,8 +157,8 @@ SWEEP_KEYS = {
 }
 
 
-def _options(text: str = EVERY_KEY, arm: str = "all"):
-    sweep = parse_sweep(text)
+def _options(doc: dict = EVERY_KEY, arm: str = "all"):
+    sweep = parse_sweep(toml(doc))
     return next(a for a in sweep.arms if a.name == arm)
 
 
@@ -212,7 +196,7 @@ def _config_at(arm, restart: int) -> SimConfig:
 def test_every_sweep_key_reaches_the_simulator_config():
     """[arms.simulator] -> launch command -> the simulator's parser -> SimConfig, for
     every key, at every restart (low_clock_restarts sets low_clock per restart)."""
-    sweep = parse_sweep(EVERY_KEY)
+    sweep = parse_sweep(toml(EVERY_KEY))
     by_name = {option.name: option for option in options.OPTIONS}
     for arm in sweep.arms:
         values = arm.simulator.model_dump() if arm.simulator else SWEEP_KEYS

@@ -16,6 +16,7 @@ from benchledger.raw.records import REQUEST_SCHEMA, requests_table
 from benchledger.simulator import options
 from benchledger.simulator.engine import Engine, SimConfig
 from benchledger.sweep.spec import SweepError, parse_sweep
+from tests.sweeps import simulator_arm, sweep, toml
 
 REASONING_COLUMNS = ("reasoning_tokens", "reasoning_chunks", "t_first_reasoning_ns",
                      "t_last_reasoning_ns")
@@ -44,19 +45,18 @@ def test_the_options_are_sweep_keys_passed_only_when_changed():
         SimConfig(reasoning_field="thinking")  # type: ignore[arg-type]
 
 
-def _sweep(table: str) -> str:
-    return (f'[sweep]\nname = "s"\n[[arms]]\nname = "a"\nserver = "simulator"\nmodel = "m"\n'
-            f'[arms.simulator]\n{table}\n[[workloads]]\nname = "code"\n')
+def _sweep(**simulator) -> str:
+    return toml(sweep("s", [simulator_arm("a", simulator, model="m")]))
 
 
 def test_a_sweep_sets_them_under_arms_simulator():
-    arm = parse_sweep(_sweep('reasoning_tokens = 64\nreasoning_field = "reasoning"')).arms[0]
+    arm = parse_sweep(_sweep(reasoning_tokens=64, reasoning_field="reasoning")).arms[0]
     assert arm.simulator.reasoning_tokens == 64
     assert arm.simulator.reasoning_field == "reasoning"
     with pytest.raises(SweepError, match="reasoning_field"):
-        parse_sweep(_sweep('reasoning_field = "thoughts"'), "s.toml")
+        parse_sweep(_sweep(reasoning_field="thoughts"), "s.toml")
     with pytest.raises(SweepError, match="reasoning_tokens"):
-        parse_sweep(_sweep("reasoning_tokens = -2"), "s.toml")
+        parse_sweep(_sweep(reasoning_tokens=-2), "s.toml")
 
 
 # --- the engine ---------------------------------------------------------------------------

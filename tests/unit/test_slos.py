@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import textwrap
 
 import pytest
 
@@ -11,85 +10,68 @@ from benchledger.client.streams import constant_arrivals
 from benchledger.raw.layout import window_stem
 from benchledger.sweep.spec import LoadPoint, SweepError, parse_sweep
 from benchledger.warehouse.frontier import finding
-
-BASE = """
-    [sweep]
-    name = "s"
-    [defaults]
-    concurrency = [4, 16]
-    {defaults}
-    [[arms]]
-    name = "a"
-    server = "simulator"
-    model = "sim-model"
-    [[workloads]]
-    name = "prose"
-    [[workloads]]
-    name = "code"
-    {more}
-    """
+from tests import sweeps
+from tests.sweeps import toml
 
 
-def sweep(defaults: str = "", more: str = ""):
-    return parse_sweep(textwrap.dedent(BASE.format(defaults=textwrap.dedent(defaults),
-                                                   more=textwrap.dedent(more))))
+def sweep(defaults: dict | None = None, **tables):
+    """One simulator arm at concurrency 4 and 16, prose and code, `defaults` added to
+    [defaults] and `tables` (slos=..., slo_target=...) to the file; parsed."""
+    return parse_sweep(toml(sweeps.sweep(
+        "s", [sweeps.simulator_arm("a")], defaults={"concurrency": [4, 16], **(defaults or {})},
+        workloads=["prose", "code"], **tables)))
+
+
+def slo(name: str, metric: str, max_ms: float, **keys) -> dict:
+    return {"name": name, "metric": metric, "max_ms": max_ms, **keys}
+
+
+POISSON_SEARCH = {"arrival": "poisson", "rate_search": {"min": 1, "max": 8}}
 
 
 def test_a_rate_ladder_is_one_load_point_per_rate_and_concurrency():
-    plan = sweep('arrival = "poisson"\nrate_rps = [8, 2]').arms[0]
-    points = sweep('arrival = "poisson"\nrate_rps = [8, 2]').plan(plan).load_points
+    ladder = {"arrival": "poisson", "rate_rps": [8, 2]}
+    plan = sweep(ladder).arms[0]
+    points = sweep(ladder).plan(plan).load_points
     assert points == [LoadPoint(4, 2.0), LoadPoint(4, 8.0), LoadPoint(16, 2.0),
                       LoadPoint(16, 8.0)]
     assert [p.label for p in points[:2]] == ["c4-r2", "c4-r8"]
     assert window_stem("prose", LoadPoint(64, 2.5)) == "prose-c64-r2.5"
     # one rate keeps the windows' older names
-    one = sweep('arrival = "poisson"\nrate_rps = 3')
+    one = sweep({"arrival": "poisson", "rate_rps": 3})
     assert [p.label for p in one.plan(one.arms[0]).load_points] == ["c4", "c16"]
     assert window_stem("prose", 4) == "prose-c4"
 
 
 def test_a_rate_ladder_needs_an_open_loop():
     with pytest.raises(SweepError, match="rate ladder"):
-        sweep("rate_rps = [1, 2]")
+        sweep({"rate_rps": [1, 2]})
 
 
 def test_constant_arrivals_are_evenly_spaced():
     assert list(itertools.islice(constant_arrivals(4.0), 4)) == [0.0, 0.25, 0.5, 0.75]
-    assert sweep('arrival = "constant"\nrate_rps = [1, 4]').plan(
-        sweep('arrival = "constant"\nrate_rps = [1, 4]').arms[0]).rate_ladder
+    constant = {"arrival": "constant", "rate_rps": [1, 4]}
+    assert sweep(constant).plan(sweep(constant).arms[0]).rate_ladder
 
 
 def test_slos_parse_and_apply_per_workload():
-    s = sweep(more="""
-        [[slos]]
-        name = "ttft"
-        metric = "ttft"
-        max_ms = 500
-        percentile = 90
-        [[slos]]
-        name = "tpot-code"
-        metric = "tpot"
-        max_ms = 40
-        workloads = ["code"]
-        [slo_target]
-        attainment = 0.95
-        """)
+    s = sweep(slos=[slo("ttft", "ttft", 500, percentile=90),
+                    slo("tpot-code", "tpot", 40, workloads=["code"])],
+              slo_target={"attainment": 0.95})
     assert [slo.name for slo in s.slos_of("prose")] == ["ttft"]
     assert [slo.name for slo in s.slos_of("code")] == ["ttft", "tpot-code"]
     assert s.slos[0].max_s == 0.5 and s.slo_target.attainment == 0.95
 
 
-@pytest.mark.parametrize(("more", "message"), [
-    ('[[slos]]\nname = "x"\nmetric = "ttft"\nmax_ms = 1\n'
-     '[[slos]]\nname = "x"\nmetric = "tpot"\nmax_ms = 1', "duplicate name"),
-    ('[[slos]]\nname = "x"\nmetric = "ttft"\nmax_ms = 1\nworkloads = ["chat"]',
-     "no workload named"),
-    ('[[slos]]\nname = "x"\nmetric = "latency"\nmax_ms = 1', "slos"),
-    ('[[slos]]\nname = "x"\nmetric = "ttft"\nmax_ms = 0', "max_ms"),
+@pytest.mark.parametrize(("slos", "message"), [
+    ([slo("x", "ttft", 1), slo("x", "tpot", 1)], "duplicate name"),
+    ([slo("x", "ttft", 1, workloads=["chat"])], "no workload named"),
+    ([slo("x", "latency", 1)], "slos"),
+    ([slo("x", "ttft", 0)], "max_ms"),
 ])
-def test_bad_slos_are_refused_by_name(more, message):
+def test_bad_slos_are_refused_by_name(slos, message):
     with pytest.raises(SweepError, match=message):
-        sweep(more=more)
+        sweep(slos=slos)
 
 
 @pytest.mark.parametrize(("throughput", "per_user", "expected"), [
@@ -136,12 +118,12 @@ def test_a_rate_search_stops_at_its_bounds(ceiling, expected):
 
 def test_rate_search_and_rate_rps_are_exclusive_and_need_an_open_loop():
     with pytest.raises(SweepError, match="open-loop"):
-        sweep("rate_search = { min = 1, max = 8 }")
+        sweep({"rate_search": {"min": 1, "max": 8}})
     with pytest.raises(SweepError, match="both give the arm's rates"):
-        sweep('arrival = "poisson"\nrate_rps = 2\nrate_search = { min = 1, max = 8 }')
+        sweep({**POISSON_SEARCH, "rate_rps": 2})
     with pytest.raises(SweepError, match="min"):
-        sweep('arrival = "poisson"\nrate_search = { min = 8, max = 8 }')
-    s = sweep('arrival = "poisson"\nrate_search = { min = 1, max = 8 }')
+        sweep({**POISSON_SEARCH, "rate_search": {"min": 8, "max": 8}})
+    s = sweep(POISSON_SEARCH)
     assert s.plan(s.arms[0]).load_points == []  # restart 0 chooses them
 
 
@@ -176,12 +158,7 @@ def test_a_searching_restart_judges_its_window_by_the_slos(tmp_path):
                          else pa.string() if c in ("window_id", "request_id", "status")
                          else pa.int64()) for c in SLO_COLUMNS])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "w.parquet")
-    s = sweep('arrival = "poisson"\nrate_search = { min = 1, max = 8 }', more="""
-        [[slos]]
-        name = "ttft"
-        metric = "ttft"
-        max_ms = 100
-        """)
+    s = sweep(POISSON_SEARCH, slos=[slo("ttft", "ttft", 100)])
     manifest = {"requests_file": "w.parquet", "submitted": 4, "unresolved": 0,
                 "requested_span_s": 0.3, "achieved_span_s": 0.3}
     verdict = judge_window(manifest, tmp_path, s, s.plan(s.arms[0]), "prose")

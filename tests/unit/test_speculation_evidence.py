@@ -3,27 +3,13 @@ the view window_speculation and what rule n_at_least_min and the entries make of
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from benchledger.raw.layout import RunLayout
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "unit"
-    [defaults]
-    requests = 5
-    warmup = 0
-    restarts = 1
-    [[arms]]
-    name = "a"
-    server = "simulator"
-    model = "sim-model"
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("unit", [simulator_arm("a")], defaults={"requests": 5, "warmup": 0, "restarts": 1})
 
 
 def derived(tmp_path, chunks):

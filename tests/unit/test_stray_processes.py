@@ -19,8 +19,9 @@ from benchledger.raw.layout import RunLayout, read_json, write_json
 from benchledger.restart.steps import run_problems, stop_leftover_servers, stop_restart
 from benchledger.server import lifecycle
 from benchledger.server.processes import MARK_ENV
-from benchledger.sweep.spec import Arm, parse_sweep
+from benchledger.sweep.spec import CommandArm, parse_sweep
 from tests.conftest import pids_tagged
+from tests.sweeps import command_arm, sweep, toml
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 SLEEPER = "import time; time.sleep(120)"
@@ -52,9 +53,9 @@ def daemon(tag: str, how: str) -> str:
             "env-cleared": f"setsid env -i {sleeper} &"}[how]
 
 
-def server_arm(tag: str, how: str) -> Arm:
+def server_arm(tag: str, how: str) -> CommandArm:
     script = f"{daemon(tag, how)} exec sleep 120"
-    return Arm(name="a", server="command", model="m", command=f"sh -c {shlex.quote(script)}")
+    return CommandArm(name="a", server="command", model="m", command=f"sh -c {shlex.quote(script)}")
 
 
 @pytest.mark.parametrize("how", ["setsid", "double-fork", "env-cleared"])
@@ -74,7 +75,7 @@ def test_a_process_that_left_the_group_is_stopped_and_named(tmp_path, tag, how):
 
 
 def test_a_server_without_strays_stops_as_before(tmp_path):
-    handle = lifecycle.launch(Arm(name="a", server="command", model="m", command="sleep 60"),
+    handle = lifecycle.launch(CommandArm(name="a", server="command", model="m", command="sleep 60"),
                               tmp_path / "server.log", seed=1)
     outcome = lifecycle.stop(handle, grace_s=5)
     assert outcome.how == "sigterm" and outcome.strays == ()
@@ -97,7 +98,7 @@ def test_a_stray_that_ignores_sigterm_is_killed(tmp_path, tag):
     stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 "time.sleep(120)")
     sleeper = f"{shlex.quote(sys.executable)} -c {shlex.quote(stubborn)} {tag}"
-    arm = Arm(name="a", server="command", model="m",
+    arm = CommandArm(name="a", server="command", model="m",
               command=f"sh -c {shlex.quote(f'(setsid {sleeper} &) ; exec sleep 120')}")
     handle = lifecycle.launch(arm, tmp_path / "server.log", seed=1)
     assert wait_until(lambda: len(pids_tagged(tag)) == 1)
@@ -126,7 +127,7 @@ def test_leftovers_of_an_interrupted_run_are_found_by_their_mark(tmp_path, tag):
 
 def test_the_mark_is_in_the_servers_environment_only(tmp_path):
     out = tmp_path / "env.txt"
-    arm = Arm(name="a", server="command", model="m",
+    arm = CommandArm(name="a", server="command", model="m",
               command=f"sh -c {shlex.quote(f'echo ${MARK_ENV} > {out}; exec sleep 60')}")
     handle = lifecycle.launch(arm, tmp_path / "server.log", seed=1)
     try:
@@ -136,18 +137,7 @@ def test_the_mark_is_in_the_servers_environment_only(tmp_path):
     assert out.read_text().strip() == handle.mark and MARK_ENV not in os.environ
 
 
-SWEEP = """[sweep]
-name = "strays"
-
-[[arms]]
-name = "a"
-server = "command"
-model = "m"
-command = "sleep 60"
-
-[[workloads]]
-name = "code"
-"""
+SWEEP = sweep("strays", [command_arm("a", "sleep 60")])
 
 
 def test_the_teardown_records_the_strays_and_the_run_names_them(tmp_path, tag):
@@ -161,5 +151,5 @@ def test_the_teardown_records_the_strays_and_the_run_names_them(tmp_path, tag):
     assert manifest["status"] == "ok"  # its windows still count
     record, = manifest["stray_processes"]
     assert tag in record["command"] and tag in manifest["stop_status"]
-    problem, = run_problems(layout, parse_sweep(SWEEP))[:1]
+    problem, = run_problems(layout, parse_sweep(toml(SWEEP)))[:1]
     assert problem.startswith("a r0: its teardown had to stop 1 process(es)") and tag in problem

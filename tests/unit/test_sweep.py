@@ -7,19 +7,16 @@ from pathlib import Path
 import pytest
 
 from benchledger.sweep.spec import SweepError, load_sweep, parse_sweep
+from tests.sweeps import simulator_arm, sweep, toml, variant, write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
-MINIMAL = """
-[sweep]
-name = "t"
-[[arms]]
-name = "a"
-server = "simulator"
-model = "sim-model"
-[[workloads]]
-name = "code"
-"""
+MINIMAL = sweep("t", [simulator_arm("a")])
+
+
+def parsed(changes: dict | None = None, source: str = "<sweep>", base: dict = MINIMAL):
+    """`base` (MINIMAL) with `changes` (tests.sweeps.variant), parsed as a sweep file is."""
+    return parse_sweep(toml(variant(base, changes or {})), source)
 
 
 def test_demo_sweep_plan():
@@ -41,21 +38,20 @@ def test_demo_sweep_plan():
 
 
 def test_protocol_floor_on_n():
-    spec = MINIMAL + "[arms.simulator]\nspeculative = true\n"
-    assert parse_sweep(spec).arm("a").min_requests == 15
-    assert parse_sweep(MINIMAL).arm("a").min_requests == 5
-    raised = spec.replace('name = "t"', 'name = "t"\n[defaults]\nmin_requests = 20\n'
-                                        'requests = 20')
-    assert parse_sweep(raised).arm("a").min_requests == 20
+    spec = variant(MINIMAL, {"arms": {"a": {"simulator": {"speculative": True}}}})
+    assert parsed(base=spec).arm("a").min_requests == 15
+    assert parsed().arm("a").min_requests == 5
+    raised = {"defaults": {"min_requests": 20, "requests": 20}}
+    assert parsed(raised, base=spec).arm("a").min_requests == 20
     with pytest.raises(SweepError, match=r"min_requests = 10 is below the protocol's n >= 15"):
-        parse_sweep(spec.replace('name = "t"', 'name = "t"\n[defaults]\nmin_requests = 10'))
+        parsed({"defaults": {"min_requests": 10}}, base=spec)
     with pytest.raises(SweepError, match=r"requests = 3 is below the n the gate requires \(15"):
-        parse_sweep(spec.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = 3'))
+        parsed({"defaults": {"requests": 3}}, base=spec)
 
 
 def test_unknown_key_names_file_and_key_path(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text(MINIMAL.replace('model = "sim-model"', 'model = "sim-model"\nmodle = "x"'))
+    write_sweep(bad, variant(MINIMAL, {"arms": {"a": {"modle": "x"}}}))
     with pytest.raises(SweepError) as err:
         load_sweep(bad)
     assert str(bad) in str(err.value) and "arms[0].modle: unknown key" in str(err.value)
@@ -63,26 +59,25 @@ def test_unknown_key_names_file_and_key_path(tmp_path):
 
 def test_wrong_type_names_key_and_value():
     with pytest.raises(SweepError) as err:
-        parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nrequests = "many"'),
-                    "s.toml")
+        parsed({"defaults": {"requests": "many"}}, "s.toml")
     assert "s.toml: defaults.requests:" in str(err.value) and "'many'" in str(err.value)
 
 
 def test_external_arm_needs_base_url_and_is_single_instance():
-    text = MINIMAL.replace('server = "simulator"', 'server = "external"')
+    external = {"arms": {"a": {"server": "external"}}}
     with pytest.raises(SweepError, match=r"arms\[0\]: server = 'external' needs a 'base_url'"):
-        parse_sweep(text)
-    sweep = parse_sweep(text.replace('model = "sim-model"',
-                                     'model = "m"\nbase_url = "http://127.0.0.1:9"'))
-    assert sweep.arm("a").restarts == 1
+        parsed(external)
+    plan = parsed(variant(external, {"arms": {"a": {"model": "m",
+                                                    "base_url": "http://127.0.0.1:9"}}}))
+    assert plan.arm("a").restarts == 1
 
 
 def test_unknown_prompt_set_and_duplicate_arms_are_errors():
     with pytest.raises(SweepError, match="not a built-in prompt set"):
-        parse_sweep(MINIMAL.replace('name = "code"', 'name = "poems"'))
-    doubled = MINIMAL + '[[arms]]\nname = "a"\nserver = "simulator"\nmodel = "m"\n'
+        parsed({"workloads": {"code": {"name": "poems"}}})
+    doubled = {"arms": [*MINIMAL["arms"], simulator_arm("a", model="m")]}
     with pytest.raises(SweepError, match=r"duplicate name\(s\) \['a'\]"):
-        parse_sweep(doubled)
+        parsed(doubled)
 
 
 def test_invalid_toml_names_file():
@@ -90,13 +85,13 @@ def test_invalid_toml_names_file():
         parse_sweep("[sweep", "x.toml")
 
 
-TWO_ARMS = MINIMAL + '[[arms]]\nname = "b"\nserver = "simulator"\nmodel = "sim-model"\n'
+TWO_ARMS = variant(MINIMAL, {"arms": [*MINIMAL["arms"], simulator_arm("b")]})
 
 
 def test_an_ab_between_identical_arms_is_refused_naming_the_control_route():
-    text = TWO_ARMS + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "decode_rate"\n'
+    compared = {"comparisons": [{"a": "a", "b": "b", "metric": "decode_rate"}]}
     with pytest.raises(SweepError) as err:
-        parse_sweep(text, "ab.toml")
+        parsed(compared, "ab.toml", base=TWO_ARMS)
     message = str(err.value)
     assert ("ab.toml: comparisons[0]: rule ab_arms_differ (T11): arms 'a' and 'b' have "
             "identical server settings") in message
@@ -104,44 +99,44 @@ def test_an_ab_between_identical_arms_is_refused_naming_the_control_route():
 
 
 def test_comparisons_name_real_arms_and_known_metrics():
-    differs = TWO_ARMS + "[arms.simulator]\nspeculative = true\n"
-    ok = parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "ttft"\n'
-                     'control = ["b", "a"]\n')
+    differs = variant(TWO_ARMS, {"arms": {"b": {"simulator": {"speculative": True}}}})
+
+    def compared(b: str, metric: str, **keys) -> dict:
+        return {"comparisons": [{"a": "a", "b": b, "metric": metric, **keys}]}
+
+    ok = parsed(compared("b", "ttft", control=["b", "a"]), base=differs)
     assert ok.comparisons[0].control == ["b", "a"]
     with pytest.raises(SweepError, match=r"no arm named \['c'\]"):
-        parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "c"\nmetric = "ttft"\n')
+        parsed(compared("c", "ttft"), base=differs)
     with pytest.raises(SweepError, match=r"comparisons\[0\]\.metric"):
-        parse_sweep(differs + '[[comparisons]]\na = "a"\nb = "b"\nmetric = "speed"\n')
+        parsed(compared("b", "speed"), base=differs)
 
 
 def test_arm_settings_that_need_each_other():
-    poisson = MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\narrival = "poisson"')
+    poisson = {"defaults": {"arrival": "poisson"}}
     with pytest.raises(SweepError, match=r"arms\[0\] \(a\): arrival = 'poisson' needs rate_rps"):
-        parse_sweep(poisson)
-    assert parse_sweep(poisson.replace('arrival = "poisson"',
-                                       'arrival = "poisson"\nrate_rps = 2.0')).arm("a").rate_rps
-    http = MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nclock_source = "http"')
+        parsed(poisson)
+    assert parsed({"defaults": {"arrival": "poisson", "rate_rps": 2.0}}).arm("a").rate_rps
     with pytest.raises(SweepError, match=r"clock_source = 'http' needs a clock_url"):
-        parse_sweep(http)
+        parsed({"defaults": {"clock_source": "http"}})
 
 
 def test_retry_settings_default_and_bounds():
     """[sweep] retries (0..10, default 1) and retry_delay_s (0..3600 s, default 10): an
     error names the key and the bound."""
-    default = parse_sweep(MINIMAL).sweep
+    default = parsed().sweep
     assert (default.retries, default.retry_delay_s) == (1, 10.0)
-    chosen = parse_sweep(MINIMAL.replace('name = "t"',
-                                         'name = "t"\nretries = 0\nretry_delay_s = 0.5')).sweep
+    chosen = parsed({"sweep": {"retries": 0, "retry_delay_s": 0.5}}).sweep
     assert (chosen.retries, chosen.retry_delay_s) == (0, 0.5)
-    for line, says in [("retries = 11", r"sweep\.retries: .*less than or equal to 10"),
-                       ("retries = -1", r"sweep\.retries: .*greater than or equal to 0"),
-                       ("retries = 1.5", r"sweep\.retries: .*integer"),
-                       ("retry_delay_s = 3601", r"sweep\.retry_delay_s: .*less than or equal "
-                                                r"to 3600"),
-                       ("retry_delay_s = -0.1", r"sweep\.retry_delay_s: .*greater than or "
-                                                r"equal to 0"),
-                       ("retry_delay_s = inf", r"sweep\.retry_delay_s: .*finite")]:
+    for keys, says in [({"retries": 11}, r"sweep\.retries: .*less than or equal to 10"),
+                       ({"retries": -1}, r"sweep\.retries: .*greater than or equal to 0"),
+                       ({"retries": 1.5}, r"sweep\.retries: .*integer"),
+                       ({"retry_delay_s": 3601}, r"sweep\.retry_delay_s: .*less than or "
+                                                 r"equal to 3600"),
+                       ({"retry_delay_s": -0.1}, r"sweep\.retry_delay_s: .*greater than or "
+                                                 r"equal to 0"),
+                       ({"retry_delay_s": float("inf")}, r"sweep\.retry_delay_s: .*finite")]:
         with pytest.raises(SweepError, match=says):
-            parse_sweep(MINIMAL.replace('name = "t"', f'name = "t"\n{line}'), "r.toml")
+            parsed({"sweep": keys}, "r.toml")
     with pytest.raises(SweepError, match=r"defaults\.retries: unknown key"):
-        parse_sweep(MINIMAL.replace('name = "t"', 'name = "t"\n[defaults]\nretries = 2'))
+        parsed({"defaults": {"retries": 2}})

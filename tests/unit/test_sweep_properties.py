@@ -79,7 +79,7 @@ def _assert_safe(sweep: Sweep, tmp_path) -> None:
             assert math.isfinite(value) and 0 < value <= MAX_WAIT_S
         assert 1 <= plan.requests <= MAX_REQUESTS and -(2**63) <= plan.seed < 2**63
         assert math.isfinite(plan.temperature)
-        for text in (arm.model, arm.command or "x", arm.node, arm.health_path):
+        for text in (arm.model, *arm.commands, arm.node, arm.health_path):
             assert "\x00" not in text
 
 

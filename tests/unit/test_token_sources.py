@@ -31,6 +31,7 @@ from benchledger.simulator.options import SimConfig
 from benchledger.simulator.tokenizer import tokenize
 from benchledger.sweep.spec import SweepError, parse_sweep
 from benchledger.warehouse.entries import token_source
+from tests.sweeps import external_arm, sweep, toml
 from tests.unit.test_gate import by_key, entry, failures, make_run
 
 # --- the client reads what the server sent -----------------------------------------------
@@ -325,28 +326,19 @@ def test_entry_token_source_from_its_windows():
 
 # --- the sweep ---------------------------------------------------------------------------
 
-SWEEP = """
-[sweep]
-name = "s"
-[[arms]]
-name = "a"
-server = "external"
-base_url = "http://127.0.0.1:1"
-model = "m"
-{extra}
-[[workloads]]
-name = "code"
-"""
+def external(**keys) -> str:
+    """A sweep of one external arm with `keys`, as text."""
+    return toml(sweep("s", [external_arm("a", "http://127.0.0.1:1", model="m", **keys)]))
 
 
 def test_sweep_token_count_keys():
-    arm = parse_sweep(SWEEP.format(extra="")).arms[0]
+    arm = parse_sweep(external()).arms[0]
     assert (arm.token_count, arm.tokenize_path, arm.calibration_requests) == (
         "usage", "/tokenize", 5)
-    arm = parse_sweep(SWEEP.format(extra='token_count = "server_tokenizer"\n'
-                                         'tokenize_path = "/extras/tokenize"')).arms[0]
+    arm = parse_sweep(external(token_count="server_tokenizer",
+                               tokenize_path="/extras/tokenize")).arms[0]
     assert (arm.token_count, arm.tokenize_path) == ("server_tokenizer", "/extras/tokenize")
-    for bad in ('token_count = "chunks"', "calibration_requests = 0",
-                'tokenize_path = "tokenize"'):
+    for bad in ({"token_count": "chunks"}, {"calibration_requests": 0},
+                {"tokenize_path": "tokenize"}):
         with pytest.raises(SweepError):
-            parse_sweep(SWEEP.format(extra=bad))
+            parse_sweep(external(**bad))

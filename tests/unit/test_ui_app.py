@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import duckdb
@@ -29,37 +28,21 @@ from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
 from benchledger.warehouse.writer_waiting import WaitingWriter
+from tests.sweeps import command_arm, sweep, write_sweep
 from tests.synthetic import RUN_ID, request_row, write_synthetic_run
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "ui-cmp"
-    [defaults]
-    requests = 5
-    restarts = 2
-    [[workloads]]
-    name = "code"
-    [[arms]]
-    name = "base"
-    server = "command"
-    command = "serve --flavour a --port {port}"
-    model = "m"
-    [[arms]]
-    name = "fast"
-    server = "command"
-    command = "serve --flavour b --port {port}"
-    model = "m"
-    [[arms]]
-    name = "fast-again"
-    server = "command"
-    command = "serve --flavour b --port {port}"
-    model = "m"
-    [[comparisons]]
-    a = "fast"
-    b = "base"
-    metric = "decode_rate"
-    control = ["fast", "fast-again"]
-""")
+SWEEP = sweep(
+    "ui-cmp",
+    [
+        command_arm("base", "serve --flavour a --port {port}"),
+        command_arm("fast", "serve --flavour b --port {port}"),
+        command_arm("fast-again", "serve --flavour b --port {port}"),
+    ],
+    defaults={"requests": 5, "restarts": 2},
+    comparisons=[
+        {"a": "fast", "b": "base", "metric": "decode_rate", "control": ["fast", "fast-again"]}
+    ],
+)
 # decode seconds of each restart's requests: base about half as fast; one request of
 # base's first restart fails, so base's window falls short of `requests` (blocked)
 DECODE_S = {"base": [1.0, 1.02], "fast": [0.5, 0.51], "fast-again": [0.505, 0.5]}
@@ -292,7 +275,7 @@ def test_the_warehouses_are_those_of_the_installed_sweeps_and_the_setting(tmp_pa
     from benchledger.sweep.spec import load_sweep
 
     sweep_file = tmp_path / "ui.toml"
-    sweep_file.write_text(SWEEP)
+    write_sweep(sweep_file, SWEEP)
     dags = tmp_path / "dags"
     install_sweep(dags, sweep_file, load_sweep(sweep_file), tmp_path / "wh.duckdb",
                   tmp_path / "data")

@@ -7,7 +7,6 @@ The same code runs on an in-memory database and on a file.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,24 +16,12 @@ from benchledger.warehouse.db import connect, migrate
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import RUN_ID, S, request_row, write_synthetic_run
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "warehouse" / "migrations"
 
-SWEEP = textwrap.dedent("""
-    [sweep]
-    name = "unit"
-    [defaults]
-    requests = 5
-    warmup = 1
-    restarts = 2
-    [[arms]]
-    name = "a"
-    server = "simulator"
-    model = "sim-model"
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("unit", [simulator_arm("a")], defaults={"requests": 5, "warmup": 1, "restarts": 2})
 
 
 def write_run(tmp_path, *, bad_ttft_in_r1=False, chunks=None, n=5):

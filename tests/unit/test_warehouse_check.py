@@ -23,28 +23,14 @@ from benchledger.warehouse.db import WarehouseError, check_warehouse, connect
 from benchledger.warehouse.load import load_run_dir
 from benchmarks.synthetic_run import write_scale_run
 from tests.conftest import REPO
+from tests.sweeps import NO_CLOCK, defaults, simulator_arm, sweep, write_sweep
 
 REPORT = REPO / "tests" / "fixtures" / "imports" / "report" / "field-notes.csv"
 # In the model name of the sweep's server: any process whose argv carries it is one the
 # refused run started.
 TAG = "sim-model-check-7f3a"
-SWEEP = textwrap.dedent(f"""
-    [sweep]
-    name = "checked"
-    [defaults]
-    requests = 5
-    warmup = 0
-    restarts = 1
-    max_tokens = 8
-    clock_source = "none"
-    require_clock_check = false
-    [[arms]]
-    name = "sim"
-    server = "simulator"
-    model = "{TAG}"
-    [[workloads]]
-    name = "code"
-""")
+SWEEP = sweep("checked", [simulator_arm("sim", model=TAG)],
+              defaults=defaults(requests=5, warmup=0, restarts=1, max_tokens=8, clock=NO_CLOCK))
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +104,7 @@ def test_a_file_cut_short_by_a_little_is_refused_too(whole, tmp_path, cut):
 
 def test_run_refuses_a_truncated_warehouse_before_any_server_starts(truncated, tmp_path):
     sweep = tmp_path / "checked.toml"
-    sweep.write_text(SWEEP)
+    write_sweep(sweep, SWEEP)
     data = tmp_path / "data"
     done = cli("run", str(sweep), "--warehouse", str(truncated), "--data-dir", str(data))
     one_line(done, "run", truncated)
@@ -176,7 +162,7 @@ def test_a_first_load_killed_midway_leaves_a_warehouse_run_and_import_migrate(
                            ).fetchone() == (0,)
     check_warehouse(cut_first_load)  # `run`'s check: it refused this file for ever
     sweep = tmp_path / "checked.toml"
-    sweep.write_text(SWEEP)
+    write_sweep(sweep, SWEEP)
     done = cli("run", str(sweep), "--warehouse", str(cut_first_load), "--data-dir",
                str(tmp_path / "data"))
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from benchledger.raw.layout import RunLayout
@@ -19,27 +17,16 @@ from benchledger.warehouse.db import connect
 from benchledger.warehouse.derive import derive_entries
 from benchledger.warehouse.load import load_run_dir
 from benchledger.warehouse.validate import validate_run
+from tests.sweeps import simulator_arm, sweep
 from tests.synthetic import RUN_ID, request_row, write_synthetic_run
 
 
-def sweep(requests: int) -> str:
-    return textwrap.dedent(f"""
-        [sweep]
-        name = "worked"
-        [defaults]
-        requests = {requests}
-        restarts = 1
-        [[arms]]
-        name = "a"
-        server = "simulator"
-        model = "sim-model"
-        [[workloads]]
-        name = "code"
-    """)
+def worked_sweep(requests: int) -> dict:
+    return sweep("worked", [simulator_arm("a")], defaults={"requests": requests, "restarts": 1})
 
 
 def derived(tmp_path, requests: int, rows, **window_kwargs):
-    layout = write_synthetic_run(tmp_path, sweep(requests),
+    layout = write_synthetic_run(tmp_path, worked_sweep(requests),
                                  {("a", 0, "code"): (rows, window_kwargs)})
     con = connect(":memory:")
     load_run_dir(con, layout.run_dir)
