@@ -45,7 +45,7 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
 	  || { [ -z "$$CI" ] && echo "chromium could not be installed: the report test will be skipped"; }; }
 
-# The PostgreSQL cluster test (tests/integration/test_cluster_postgres.py) starts its own
+# The PostgreSQL cluster test (tests/integration/cluster/test_cluster_postgres.py) starts its own
 # server from Debian's PostgreSQL binaries (initdb, pg_ctl), run as the `postgres` user. As
 # with the browser: installed where missing, skipped with a message where that is not
 # possible, except in CI, where a missing PostgreSQL fails the run.

@@ -6,7 +6,7 @@ of the request, the page's bytes, and the process's peak RSS before and after it
 
     .venv/bin/python benchmarks/ui_pages.py --dir /tmp/ui-pages
 
-The warehouse is tests/unit/test_ui_app.py's (build_big_warehouse: DuckDB from range(),
+The warehouse is tests/unit/publishing/test_ui_app.py's (build_big_warehouse: DuckDB from range(),
 no row-by-row Python), built once into --dir. Prints one JSON line (benchmarks/README.md).
 """
 
@@ -71,7 +71,7 @@ def main() -> None:
         child(Path(args.child[0]), args.child[1])
         return
     from benchmarks.warehouse_scale import code_version, machine
-    from tests.unit.test_ui_app import build_big_warehouse
+    from tests.unit.publishing.test_ui_app import build_big_warehouse
 
     args.dir.mkdir(parents=True, exist_ok=True)
     warehouse = args.dir / "big.duckdb"

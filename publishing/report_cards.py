@@ -172,7 +172,7 @@ class Number:
 
 def _number(entry: pd.Series, label: str) -> Number:
     # In the unit a person reads, like the tables below (TTFT in ms, stored in seconds):
-    # tests/integration/test_publication.py reads each card against published_entries
+    # tests/integration/publishing/test_publication.py reads each card against published_entries
     # scaled the same way.
     stored_unit = entry["unit"] if isinstance(entry["unit"], str) else ""
     unit = person_unit(stored_unit)

@@ -36,13 +36,13 @@ settings.load_profile("benchledger")
 # order finish close together: the long files first, the many short ones filling in. A file
 # not listed keeps its place after them.
 SLOWEST_FIRST = (
-    "tests/integration/test_cluster.py",
-    "tests/integration/test_cluster_scheduler.py",
-    "tests/integration/test_history.py",
-    "tests/integration/test_slo_frontier.py",
-    "tests/integration/test_multi_node.py",
-    "tests/integration/test_demo_regression.py",
-    "tests/integration/test_cluster_postgres.py",
+    "tests/integration/cluster/test_cluster.py",
+    "tests/integration/cluster/test_cluster_scheduler.py",
+    "tests/integration/warehouse/test_history.py",
+    "tests/integration/warehouse/test_slo_frontier.py",
+    "tests/integration/restart/test_multi_node.py",
+    "tests/integration/local/test_demo_regression.py",
+    "tests/integration/cluster/test_cluster_postgres.py",
 )
 
 

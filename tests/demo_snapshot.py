@@ -1,5 +1,5 @@
 """What the demo publishes, in a form two runs of it can be compared in (the regression
-test of tests/integration/test_demo_regression.py, and `python -m tests.demo_snapshot`,
+test of tests/integration/local/test_demo_regression.py, and `python -m tests.demo_snapshot`,
 which writes the fixture it compares with).
 
 A snapshot reads only the names users query (entries, comparisons, entry_blocks) and the

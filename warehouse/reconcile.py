@@ -94,7 +94,8 @@ COLUMNS = ["window_id", "run_id", "counter", "client_value", "server_delta", "re
 # What the client counted in each window of a run (the measured requests only: warm-up is
 # outside the counters' bracket), summed by DuckDB: a run holds up to 10^6 requests.
 # (Token counts are integers: the sums are exact below 2^53.) tests/reference.py holds the
-# same sums written over a pandas frame, and tests/unit/test_gate_scale.py the two together.
+# same sums written over a pandas frame, and tests/unit/expectations/test_gate_scale.py the
+# two together.
 _CLIENT_VALUES_SQL = """
 SELECT r.window_id,
        sum(coalesce(r.output_tokens, 0))::DOUBLE AS output_tokens,

@@ -13,7 +13,7 @@ from benchledger.client.text import safe_text, show
 
 # The sweep's EndpointName (benchledger.sweep.spec), spelled again: the client may not import the
 # sweep module, which imports the simulator's options, and the client and the simulator share
-# no code, not even through a third module (.importlinter). tests/unit/test_client.py checks
+# no code, not even through a third module (.importlinter). tests/unit/client/test_client.py checks
 # that both name the same endpoints, and mypy that the sweep's value fits Target.
 EndpointName = Literal["chat", "completions"]
 

@@ -14,7 +14,7 @@ WorkloadSource's keys in its Workload model, the measuring side renders and send
 
 # Imported on first use (PEP 562), not here: the measurement client imports only
 # `render`, and must not pull the sweep's types (and through them the simulator's options)
-# in with it (tests/unit/test_settings.py holds the client and the simulator apart).
+# in with it (tests/unit/simulator/test_settings.py holds the client and the simulator apart).
 _WHERE = {
     "Dataset": "benchledger.workloads.datasets",
     "Distribution": "benchledger.sweep.workload",

@@ -104,7 +104,7 @@ def test_every_node_of_a_deployment_is_started_and_stopped_on_its_own_queue(dagb
 
 def test_an_external_deployment_across_nodes_gets_no_tasks_on_its_other_nodes(tmp_path):
     from benchledger.operators.dag_factory import build_sweep_dag
-    from tests.unit.test_deployment_steps import EXTERNAL
+    from tests.unit.restart.test_deployment_steps import EXTERNAL
 
     sweep_file = write_sweep(tmp_path / "ext.toml", EXTERNAL)
     tasks = {t.task_id for t in build_sweep_dag(sweep_file).tasks}

@@ -2,7 +2,7 @@
 through it, refused in one line naming the variable, the value and what it accepts, and
 only where it is read; docs/settings.md's table generated from it.
 
-(tests/unit/test_settings.py is about the simulator's options, declared once.)
+(tests/unit/simulator/test_settings.py is about the simulator's options, declared once.)
 """
 
 from __future__ import annotations
