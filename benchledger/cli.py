@@ -138,7 +138,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     with connect(Path(args.warehouse), read_only=True) as con:
         try:
-            frame = history(con, args.sweep, args.metric)
+            frame = history(con, args.sweep, args.metric, args.min_change)
         except ValueError as exc:
             raise CliError(str(exc)) from exc
     print(format_history(frame))
@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--metric", action="append", default=[],
                          help="only this headline metric (repeatable): decode_rate, "
                               "throughput, ttft, goodput, energy_per_token")
+    history.add_argument("--min-change", type=float, default=None, metavar="FRACTION",
+                         help="the smallest relative change to flag (0.03 is 3%%); "
+                              "default: the sweep's [sweep] regression_min_change")
     history.set_defaults(func=cmd_history)
 
     imports = sub.add_parser("import", help="load another tool's results, or a historical "

@@ -121,7 +121,8 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
               t.finalize.override(**NEVER_RETRIED)(path))
         gated = sweep.sweep.gated_metrics
         if gated is not None:  # beside finalize: either failing fails the run
-            derived >> t.regression_gate.override(**NEVER_RETRIED)(sweep.sweep.name, gated)
+            derived >> t.regression_gate.override(**NEVER_RETRIED)(
+                sweep.sweep.name, gated, sweep.sweep.regression_min_change)
     return dag
 
 

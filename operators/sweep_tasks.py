@@ -461,9 +461,10 @@ def derive(sweep_name: str) -> dict:
 
 
 @lineage.lineage_task(pool=WAREHOUSE_POOL)
-def regression_gate(sweep_name: str, metrics: list[str]) -> dict:
+def regression_gate(sweep_name: str, metrics: list[str], min_change: float = 0.0) -> dict:
     """Hold this run's headline entries (of `metrics`; none named: all) to the sweep's
-    previous run of the same configuration and its A/A control; every verdict becomes a
+    previous run of the same configuration and its A/A control, changes under
+    `min_change` (relative) let pass; every verdict becomes a
     `regression_checks` row, and the task fails where any entry regressed (a result:
     never retried)."""
     from benchledger.warehouse.db import connect
@@ -471,7 +472,7 @@ def regression_gate(sweep_name: str, metrics: list[str]) -> dict:
 
     paths = run_paths()
     with connect(paths.warehouse) as con:
-        checks = check_regressions(con, paths.run_id, sweep_name, metrics)
+        checks = check_regressions(con, paths.run_id, sweep_name, metrics, min_change)
     regressed = checks[checks["verdict"] == REGRESSION]
     if len(regressed):
         lines = [f"{r.arm} / {r.workload} {r.metric} {r.statistic} {r.load_point}: "

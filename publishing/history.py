@@ -21,6 +21,8 @@ from benchledger.publishing.report_charts import (
 )
 from benchledger.publishing.report_markup import figure, table
 from benchledger.publishing.templating import fragment
+from benchledger.sweep.spec import parse_recorded
+from benchledger.warehouse.db import query_frame
 from benchledger.warehouse.history import (
     CONFIG_CHANGED,
     FLAGGED,
@@ -38,12 +40,28 @@ __all__ = ["UnknownSweep", "format_history", "history", "history_chart",
 MAX_PANELS = 9
 
 
+def sweep_min_change(con: duckdb.DuckDBPyConnection, sweep_name: str) -> float:
+    """The sweep's smallest change of interest (`[sweep] regression_min_change`) as its
+    newest run recorded it, so the terminal, the report and the gate flag alike; 0 for a
+    sweep with no recorded file (an import)."""
+    newest = query_frame(con, "sweep_latest_file", sweep=sweep_name)
+    if newest.empty:
+        return 0.0
+    row = newest.iloc[0]
+    recorded = parse_recorded(row["sweep_toml"], row["sweep_sha256"],
+                              f"run {row['run_id']}'s sweep file")
+    return recorded.sweep.regression_min_change
+
+
 def history(con: duckdb.DuckDBPyConnection, sweep_name: str,
-            metrics: Sequence[str] | None = None) -> pd.DataFrame:
+            metrics: Sequence[str] | None = None,
+            min_change: float | None = None) -> pd.DataFrame:
     """Every headline entry of every run of the sweep, with its verdict
-    (warehouse.history.sweep_history); `value`, `low`, `high` are the restart-level mean
-    and 95% interval a chart draws."""
-    frame = sweep_history(con, sweep_name, metrics or ())
+    (warehouse.history.sweep_history; `min_change` None: the sweep's own); `value`, `low`,
+    `high` are the restart-level mean and 95% interval a chart draws."""
+    if min_change is None:
+        min_change = sweep_min_change(con, sweep_name)
+    frame = sweep_history(con, sweep_name, metrics or (), min_change)
     return frame.assign(value=frame["restart_mean"], low=frame["restart_ci95_low"],
                         high=frame["restart_ci95_high"],
                         kind=frame["scheduled_for"].notna().map(

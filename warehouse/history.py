@@ -15,6 +15,9 @@ control pairs show for the same quantity. The verdicts mirror an A/B's (compare.
     first run | config changed | blocked | no control: not decidable | not decidable |
     no change | improvement | regression
 
+A change smaller than the sweep's smallest change of interest (`[sweep]
+regression_min_change`, a fraction of the previous mean) is `no change` however sure.
+
 The regression gate (`[sweep] regression_gate = true`) writes the verdicts of one run to
 `regression_checks` and fails its task where any is a regression.
 """
@@ -55,10 +58,14 @@ class UnknownSweep(LookupError):
 
 
 def sweep_history(con: duckdb.DuckDBPyConnection, sweep: str,
-                  metrics: Sequence[str] = ()) -> pd.DataFrame:
+                  metrics: Sequence[str] = (), min_change: float = 0.0) -> pd.DataFrame:
     """Every headline entry of every run of `sweep`, oldest run first, with its line's
     segment, the comparison with the previous published run of that segment and the
-    verdict (module docstring). Unknown metrics and sweeps are refused by name."""
+    verdict (module docstring). `min_change`: the smallest relative change worth a flag
+    (`[sweep] regression_min_change`). Unknown metrics and sweeps are refused by name."""
+    if not 0.0 <= min_change < 1.0:
+        raise ValueError(f"the smallest change of interest must be a fraction in [0, 1): "
+                         f"found {min_change!r} (0.03 is 3%)")
     unknown = sorted(set(metrics) - set(HEADLINE_METRICS))
     if unknown:
         raise ValueError(f"not a headline metric: {', '.join(unknown)} "
@@ -77,7 +84,7 @@ def sweep_history(con: duckdb.DuckDBPyConnection, sweep: str,
     _segments(frame)
     _previous(frame)
     _control_bounds(frame, query_frame(con, "sweep_controls", sweep=sweep))
-    _verdicts(frame)
+    _verdicts(frame, min_change)
     return frame
 
 
@@ -150,9 +157,12 @@ def _control_bounds(frame: pd.DataFrame, controls: pd.DataFrame) -> None:
     frame["control_difference"] = np.fmax(here.to_numpy(), before.to_numpy())
 
 
-def _verdicts(frame: pd.DataFrame) -> None:
+def _verdicts(frame: pd.DataFrame, min_change: float) -> None:
     """difference (this run's restart mean minus the previous run's), its 95% interval,
-    `change` (the verdict) and `reason`, all vectorised."""
+    `change` (the verdict) and `reason`, all vectorised. A change smaller than
+    `min_change` of the previous mean is `no change` however sure it is: runs on a real
+    machine drift by a little between nights (load, temperature) beyond what one run's A/A
+    pair shows, and a gate that fails on that is a gate users switch off."""
     frame["difference"] = frame["restart_mean"] - frame["previous_restart_mean"]
     low, high = welch_bounds(frame["previous_restart_mean"], frame["previous_restart_sd"],
                              frame["previous_n_restarts"], frame["restart_mean"],
@@ -164,14 +174,16 @@ def _verdicts(frame: pd.DataFrame) -> None:
     excludes_zero = interval & ((low > 0) | (high < 0))
     control = frame["control_difference"]
     beyond = excludes_zero & control.notna() & (frame["difference"].abs() > control)
+    relative = (frame["difference"] / frame["previous_restart_mean"]).abs()
+    small = relative < min_change
     lower_better = frame["unit"].isin(LOWER_IS_BETTER)
     worse = (frame["difference"] < 0) != lower_better
     new_segment = (frame["segment"] > 0) & ~has_previous
     conditions = [
         ~published, ~has_previous & new_segment, ~has_previous, ~frame["has_control"],
-        ~interval, ~excludes_zero, control.isna(), ~beyond, worse]
+        ~interval, ~excludes_zero, control.isna(), ~beyond, small, worse]
     choices = [BLOCKED, CONFIG_CHANGED, FIRST_RUN, NO_CONTROL, NOT_DECIDABLE, NO_CHANGE,
-               NOT_DECIDABLE, NO_CHANGE, REGRESSION]
+               NOT_DECIDABLE, NO_CHANGE, NO_CHANGE, REGRESSION]
     frame["change"] = np.select(conditions, choices, IMPROVEMENT)
     reasons = [
         "blocked: " + frame["blocked_by"].fillna("no validated value"),
@@ -185,6 +197,8 @@ def _verdicts(frame: pd.DataFrame) -> None:
                   "entries of the control arms)", index=frame.index),
         "the difference (" + frame["difference"].map("{:.4g}".format)
         + ") is not larger than the A/A control's (" + control.map("{:.4g}".format) + ")",
+        "the change (" + relative.map("{:.2%}".format) + ") is smaller than the smallest "
+        f"change of interest ({min_change:.2%})",
     ]
     beyond_reason = ("the interval excludes 0 and the difference exceeds the A/A "
                      "control's (" + control.map("{:.4g}".format) + ")")
@@ -195,12 +209,12 @@ def _verdicts(frame: pd.DataFrame) -> None:
 
 
 def check_regressions(con: duckdb.DuckDBPyConnection, run_id: str, sweep: str,
-                      metrics: Sequence[str] = ()) -> pd.DataFrame:
+                      metrics: Sequence[str] = (), min_change: float = 0.0) -> pd.DataFrame:
     """The gate's verdict on every headline entry of `run_id` (of `metrics`; none named:
     all) against the sweep's earlier runs, written to `regression_checks` (one row per
     entry; a re-check replaces the run's rows). Returns those rows; the caller fails on
     any `regression`."""
-    history = sweep_history(con, sweep, metrics)
+    history = sweep_history(con, sweep, metrics, min_change)
     mine = history[history["run_id"] == run_id]
     rows = mine[["run_id", "entry_id", *LINE, "unit", "previous_run_id", "restart_mean",
                  "previous_restart_mean", "difference", "ci95_low", "ci95_high",

@@ -133,6 +133,9 @@ class SweepSection(Strict):
     # regression, and every verdict is a `regression_checks` row (warehouse/history.py).
     # true: every headline metric; a list: those metrics only.
     regression_gate: bool | Annotated[list[HeadlineMetric], Field(min_length=1)] = False
+    # The smallest relative change the gate (and `benchledger history`) flags: 0.03 lets
+    # a 2% night-to-night drift pass however sure it is. 0: every change beyond the control.
+    regression_min_change: float = Field(0.0, ge=0, lt=1)
 
     @property
     def gated_metrics(self) -> list[str] | None:

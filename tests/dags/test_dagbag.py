@@ -273,16 +273,20 @@ def test_the_regression_gate_runs_after_derive_beside_finalize_in_the_warehouse_
     assert gate.upstream_task_ids == {"derive"} and gate.downstream_task_ids == set()
     assert "finalize" in dag.get_task("derive").downstream_task_ids
     assert gate.retries == 0 and gate.pool == "benchledger_warehouse"
-    assert gate.op_args[1] == ["decode_rate", "throughput"]
+    # its metrics and its smallest change of interest
+    assert list(gate.op_args[1:]) == [["decode_rate", "throughput"], 0.03]
     assert "regression_gate" not in build_sweep_dag(DAGS / "sweeps" / "demo.toml").task_dict
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    (["tpot"], "regression_gate"), ([], "regression_gate"), ("maybe", "regression_gate")])
-def test_a_regression_gate_naming_no_headline_metric_is_refused(tmp_path, value, message):
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("regression_gate", ["tpot"], "regression_gate"), ("regression_gate", [], "regression_gate"),
+    ("regression_gate", "maybe", "regression_gate"),
+    ("regression_min_change", 3, "regression_min_change"),
+    ("regression_min_change", -0.1, "regression_min_change")])
+def test_a_regression_gate_naming_no_headline_metric_is_refused(tmp_path, key, value, message):
     from benchledger.sweep.spec import SweepError
 
     sweep = tmp_path / "gated.toml"
-    write_sweep(sweep, variant(DEMO, {"sweep": {"regression_gate": value}}))
+    write_sweep(sweep, variant(DEMO, {"sweep": {key: value}}))
     with pytest.raises(SweepError, match=message):
         load_sweep(sweep)

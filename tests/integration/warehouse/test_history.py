@@ -12,7 +12,11 @@ improvement over run 3.
 The gate and the assertions on flags follow the decode rate and the throughput, the
 quantities the slowdown is about: the simulator's first token comes in about 15 ms, and on
 a shared 2-core machine its run-to-run drift can exceed what one A/A pair shows, which the
-gate would rightly report (the sweep's gate names its metrics, as a user's would).
+gate would rightly report (the sweep's gate names its metrics, as a user's would). The
+machine's load also changes between runs (the suite's other worker starts another test):
+identical runs then differ by a percent or so, surely but uninterestingly, as two nights on
+a real cluster do. The sweep names its smallest change of interest (10%), as a nightly
+sweep would; run 3's slowdown is about 200%.
 """
 
 from __future__ import annotations
@@ -25,12 +29,12 @@ import sys
 import pytest
 
 from benchledger.cli import main
+from benchledger.publishing.history import history as history_frame
 from benchledger.warehouse.history import (
     CONFIG_CHANGED,
     FIRST_RUN,
     FLAGGED,
     REGRESSION,
-    sweep_history,
 )
 from tests.conftest import run_sweep_text
 from tests.sweeps import NO_CLOCK, command_arm, defaults, sweep
@@ -61,7 +65,8 @@ def history_sweep(*extra: str) -> dict:
     return sweep(SWEEP_NAME,
                  [_arm("base", measured), _arm("base-twin", measured),
                   _arm("other", _command("8"))],
-                 sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"]},
+                 sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"],
+                        "regression_min_change": 0.1},
                  defaults=defaults(requests=8, max_tokens=48, clock=None, concurrency=[1]),
                  comparisons=[{"a": "base", "b": "other", "metric": "decode_rate",
                                "control": ["base", "base-twin"]}])
@@ -94,7 +99,7 @@ def history(runs):
     import duckdb
 
     with duckdb.connect(str(runs["warehouse"]), read_only=True) as con:
-        frame = sweep_history(con, SWEEP_NAME, GATED)
+        frame = history_frame(con, SWEEP_NAME, GATED)  # the sweep's own smallest change
         checks = con.execute(
             "SELECT run_id, arm, metric, statistic, verdict FROM regression_checks"
         ).df()

@@ -188,3 +188,24 @@ def test_a_known_configuration_next_to_an_unknown_one_says_what_is_known():
         "(unchanged)",
         "effective config unknown (restarts disagreed) -> cfg-1; server version sim 1 "
         "(unchanged)"]
+
+
+def test_a_sure_change_under_the_smallest_change_of_interest_is_no_change():
+    # run 3 is 2% slower, its interval excludes 0 and the twins agree to 0.1: a regression,
+    # unless the sweep says a change under 3% is not worth a flag
+    con = _warehouse([_run(1, 100, 100.1), _run(2, 100, 100.1), _run(3, 98, 98.1)],
+                     controls={1, 2, 3})
+    for entry in con.execute("SELECT entry_id FROM entries").fetchall():
+        con.execute("UPDATE entries SET restart_ci95_low = restart_mean - 0.2, "
+                    "restart_ci95_high = restart_mean + 0.2 WHERE entry_id = ?", entry)
+    assert _verdicts(sweep_history(con, "nightly"))[-1] == REGRESSION
+    assert _verdicts(sweep_history(con, "nightly", min_change=0.01))[-1] == REGRESSION
+    third = sweep_history(con, "nightly", min_change=0.03).query(
+        "arm == 'base' and run_id == 'run3'").iloc[0]
+    assert third["change"] == NO_CHANGE and third["ci95_high"] < 0
+    assert third["reason"] == ("the change (2.00%) is smaller than the smallest change of "
+                               "interest (3.00%)")
+    rows = check_regressions(con, "run3", "nightly", min_change=0.03)
+    assert REGRESSION not in set(rows["verdict"])
+    with pytest.raises(ValueError, match=r"fraction in \[0, 1\): found 3"):
+        sweep_history(con, "nightly", min_change=3)
