@@ -40,11 +40,13 @@ __all__ = ["UnknownSweep", "format_history", "history", "history_chart",
 MAX_PANELS = 9
 
 
-def sweep_min_change(con: duckdb.DuckDBPyConnection, sweep_name: str) -> float:
-    """The sweep's smallest change of interest (`[sweep] regression_min_change`) as its
-    newest run recorded it, so the terminal, the report and the gate flag alike; 0 for a
-    sweep with no recorded file (an import)."""
-    newest = query_frame(con, "sweep_latest_file", sweep=sweep_name)
+def sweep_min_change(con: duckdb.DuckDBPyConnection, sweep_name: str,
+                     run_id: str | None = None) -> float:
+    """The sweep's smallest change of interest (`[sweep] regression_min_change`) as run
+    `run_id` recorded it (None: the sweep's newest run), so a run's report flags what its
+    gate flagged and the terminal what the next gate would; 0 for a sweep with no recorded
+    file (an import)."""
+    newest = query_frame(con, "sweep_latest_file", sweep=sweep_name, run_id=run_id)
     if newest.empty:
         return 0.0
     row = newest.iloc[0]
@@ -171,7 +173,7 @@ def history_section(con: duckdb.DuckDBPyConnection, run_id: str
     if row is None:
         return Markup(), None
     try:
-        frame = history(con, row[0])
+        frame = history(con, row[0], min_change=sweep_min_change(con, row[0], run_id))
     except UnknownSweep:  # an import (another tool's file, a report's rows): no reruns
         return Markup(), None
     if not frame.empty:
