@@ -3,7 +3,7 @@ of one sweep through Airflow (the simulator as the server).
 
 Runs 1 and 2 are alike. Run 3 is the same sweep file and the same configuration on a
 slower machine: the simulator's decode step comes from an environment variable that is not
-part of the recorded configuration (as a throttled GPU is not), 10 ms -> 30 ms for the arms
+part of the recorded configuration (as a throttled GPU is not), 20 ms -> 60 ms for the arms
 `base` and `base-twin` (the sweep's A/A control); `other` keeps its fixed step. Run 4 changes
 a server setting of `base` and `base-twin` (a flag that does not change their speed at
 concurrency 1) and is fast again: its line must be broken and labelled, not read as an
@@ -64,10 +64,10 @@ def history_sweep(*extra: str) -> dict:
     measured = _command(f'"${STEP_ENV}"', *extra)
     return sweep(SWEEP_NAME,
                  [_arm("base", measured), _arm("base-twin", measured),
-                  _arm("other", _command("8"))],
+                  _arm("other", _command("16"))],
                  sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"],
                         "regression_min_change": 0.1},
-                 defaults=defaults(requests=8, max_tokens=48, clock=None, concurrency=[1]),
+                 defaults=defaults(requests=8, max_tokens=24, clock=None, concurrency=[1]),
                  comparisons=[{"a": "base", "b": "other", "metric": "decode_rate",
                                "control": ["base", "base-twin"]}])
 
@@ -76,12 +76,14 @@ def history_sweep(*extra: str) -> dict:
 def runs(tmp_path_factory):
     """Four runs into one warehouse: (run_id, state) each, and the warehouse path."""
     workdir = tmp_path_factory.mktemp("history")
-    # Steps of 10 ms, not 3: a busy machine (the suite's other worker) delays each token
-    # by about the same few ms, which at 3 ms made two identical runs differ beyond their
-    # A/A control (a false "regression" of run 2 in CI); at 10 ms that delay is small
-    # beside the step, and run 3's 30 ms stays a clear regression.
-    plan = [("10", history_sweep()), ("10", history_sweep()), ("30", history_sweep()),
-            ("10", history_sweep("--max-num-seqs", "32"))]
+    # Steps of 20 ms over 24 tokens, not 3 or 10 ms over 48: a busy machine (the suite's
+    # other workers) delays each token by about the same few ms, which at 3 ms made two
+    # identical runs differ beyond their A/A control (a false "regression" of run 2 in CI)
+    # and at 10 ms slowed the unchanged arm `other` by more than the sweep's 10% in one
+    # run on a loaded machine; at 20 ms that delay is small beside the step (the window
+    # takes as long), and run 3's 60 ms stays a clear regression.
+    plan = [("20", history_sweep()), ("20", history_sweep()), ("60", history_sweep()),
+            ("20", history_sweep("--max-num-seqs", "32"))]
     done = []
     with pytest.MonkeyPatch.context() as patch:
         for step, text in plan:
