@@ -1,4 +1,4 @@
-"""`benchledger`: demo, run, publish, sql, explain, compare, history, import, cluster,
+"""`benchledger`: demo, run, publish, sql, explain, compare, history, plan, import, cluster,
 simulator (docs/protocol.md, command line).
 
 argparse and one thin function per command; what a command does lives below it:
@@ -126,6 +126,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for key in ("a", "b", "evidence", "profile", "metric", "a_value", "b_value",
                 "difference", "ratio", "verdict", "reason"):
         print(f"{key:>10}: {result[key]}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The restarts per arm each A/B of a sweep needs, from an earlier run's spread."""
+    from benchledger.publishing.plan import format_plan, plan
+    from benchledger.warehouse.db import connect
+
+    if args.effect is not None and not 0 < args.effect < 10:
+        raise CliError(f"--effect must be a fraction above 0 (0.05 is 5%), got {args.effect}")
+    with connect(Path(args.warehouse), read_only=True) as con:
+        try:
+            run, frame = plan(con, args.sweep, args.effect, args.run)
+        except (ValueError, LookupError) as exc:
+            raise CliError(str(exc)) from exc
+    print(format_plan(run, frame))
     return 0
 
 
@@ -353,6 +369,17 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the smallest relative change to flag (0.03 is 3%%); "
                               "default: the sweep's [sweep] regression_min_change")
     history.set_defaults(func=cmd_history)
+
+    planning = sub.add_parser("plan", help="restarts per arm that the sweep's comparisons "
+                                           "need, from an earlier (or pilot) run's spread")
+    planning.add_argument("sweep", help="the sweep's name ([sweep] name)")
+    planning.add_argument("--warehouse", required=True)
+    planning.add_argument("--effect", type=float, default=None, metavar="FRACTION",
+                          help="the relative difference to detect (0.05 is 5%%); default: "
+                               "each comparison's smallest_effect")
+    planning.add_argument("--run", default=None, metavar="RUN_ID",
+                          help="the run to plan from (default: the sweep's newest)")
+    planning.set_defaults(func=cmd_plan)
 
     imports = sub.add_parser("import", help="load another tool's results, or a historical "
                                             "report's rows, as labelled evidence")

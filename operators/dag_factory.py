@@ -14,6 +14,7 @@ from airflow.sdk import DAG, Param, TaskGroup, chain
 
 from benchledger.operators import sweep_tasks as t
 from benchledger.operators.worker_pin import restart_queue
+from benchledger.sweep.order import restart_slots
 from benchledger.sweep.spec import Sweep, load_sweep
 
 
@@ -71,48 +72,50 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
         planned: Any = t.plan.override(**retried)(path)
         last_on: dict[str, Any] = {}  # node -> the end of the last restart that used it
         stops = []
-        for arm in sweep.arms:
-            plan = sweep.plan(arm)
+        # The restarts in the sweep's order (benchledger.sweep.order): by default in blocks,
+        # restart k of every arm in block k, so drift during the sweep touches every arm.
+        for slot in restart_slots(sweep):
+            arm, k = sweep.arm(slot.arm).arm, slot.k
             # Two servers measured at once on one node would compete for it and distort
             # each other: a restart waits for the last restart on each node it uses.
-            # Nodes apart run at once, unless the sweep says they must not.
+            # Nodes apart run at once, unless the sweep says they must not; each node
+            # keeps the sweep's order among its own restarts.
             uses = ([arm.node, *(p.node for p in arm.processes)]
                     if sweep.sweep.nodes_in_parallel and not one_host else ["every node"])
-            for k in range(plan.restarts):
-                # A restart's tasks run on the arm's node: its Airflow queue (a Celery or
-                # edge worker there). "local" leaves the executor's default queue. Where
-                # several workers serve a node, every task after the launch goes to the
-                # restart's own queue, pinned to the launch's worker (worker_pin.py).
-                group = f"{arm.name}__r{k}"
-                pins = _Pins(dag.dag_id, group, pin_restarts and arm.node != "local")
-                node = {} if arm.node == "local" else {"queue": arm.node}
-                head = pins.queue_args(arm.node)
-                group_args: Any = {**node, **retried}
-                with TaskGroup(group_id=group, default_args=group_args):
-                    # An XComArg passed to a task is resolved into the value at run time,
-                    # which is what the task's annotations describe (Airflow's types
-                    # describe the XComArg): Any here.
-                    handle: Any = t.launch_server(path, arm.name, k,
-                                                  pins.pin_queue(arm.node))
-                    ready = t.wait_ready.override(**head)(path, arm.name, k, handle)
-                    measures = [
-                        t.measure.override(task_id=f"measure_{w.name}", **head)(
-                            path, arm.name, k, handle, w.name)
-                        for w in sweep.workloads
-                    ]
-                    # settle_restart, the last task of a deployment across nodes, unpins
-                    stop = t.stop_server.override(**head)(
-                        arm.name, k, handle,
-                        None if _starts_other_nodes(arm) else pins.pin_queue(arm.node))
-                    chain(ready, *measures, stop)
-                    stop.as_teardown(setups=handle)
-                    last = _other_nodes(path, arm, k, handle, ready, stop, retried, pins)
-                before = {id(task): task for node in uses
-                          if (task := last_on.get(node)) is not None}
-                for task in before.values() or [planned]:
-                    task >> handle
-                last_on.update(dict.fromkeys(uses, last))
-                stops.append(last)
+            # A restart's tasks run on the arm's node: its Airflow queue (a Celery or
+            # edge worker there). "local" leaves the executor's default queue. Where
+            # several workers serve a node, every task after the launch goes to the
+            # restart's own queue, pinned to the launch's worker (worker_pin.py).
+            group = f"{arm.name}__r{k}"
+            pins = _Pins(dag.dag_id, group, pin_restarts and arm.node != "local")
+            node = {} if arm.node == "local" else {"queue": arm.node}
+            head = pins.queue_args(arm.node)
+            group_args: Any = {**node, **retried}
+            with TaskGroup(group_id=group, default_args=group_args):
+                # An XComArg passed to a task is resolved into the value at run time,
+                # which is what the task's annotations describe (Airflow's types
+                # describe the XComArg): Any here.
+                handle: Any = t.launch_server(path, arm.name, k,
+                                              pins.pin_queue(arm.node))
+                ready = t.wait_ready.override(**head)(path, arm.name, k, handle)
+                measures = [
+                    t.measure.override(task_id=f"measure_{w.name}", **head)(
+                        path, arm.name, k, handle, w.name)
+                    for w in sweep.workloads
+                ]
+                # settle_restart, the last task of a deployment across nodes, unpins
+                stop = t.stop_server.override(**head)(
+                    arm.name, k, handle,
+                    None if _starts_other_nodes(arm) else pins.pin_queue(arm.node))
+                chain(ready, *measures, stop)
+                stop.as_teardown(setups=handle)
+                last = _other_nodes(path, arm, k, handle, ready, stop, retried, pins)
+            before = {id(task): task for node in uses
+                      if (task := last_on.get(node)) is not None}
+            for task in before.values() or [planned]:
+                task >> handle
+            last_on.update(dict.fromkeys(uses, last))
+            stops.append(last)
         loaded = t.load.override(**retried)(planned)
         stops >> loaded
         derived = t.derive.override(outlets=[t.entries_asset(sweep.sweep.name)],

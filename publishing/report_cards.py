@@ -80,10 +80,24 @@ def _comparison_item(row: pd.Series) -> Verdict:
                    f"{signed(shown(row['control_difference']), person_unit(unit))}")
     numbers = (f"difference (b - a) {signed(shown(row['difference']), person_unit(unit))}, "
                f"95% CI {interval(shown(row['ci95_low']), shown(row['ci95_high']))}{df} "
-               f"({restarts}){control}")
+               f"({restarts}){control}{_design(row)}")
     return Verdict(css, word, cell(row["reason"]), cell(row["b"]), cell(row["a"]),
                    f", {cell(row['workload'])}, {cell(row['metric'])}{numerator} at "
                    f"{load_point(row)}", numbers, css != "finding")
+
+
+def _design(row: pd.Series) -> str:
+    """What the comparison could have detected, its drift and its order (issue #41)."""
+    parts = []
+    detectable = row.get("detectable_relative")
+    if detectable is not None and pd.notna(detectable):
+        parts.append(f"could detect >= {significant(100 * detectable)}% (80% power)")
+    drift = row.get("drift")
+    if drift is not None and pd.notna(drift):
+        parts.append(f"drift over the sweep {significant(100 * drift)}%")
+    if row.get("restart_order") == "arm_by_arm":
+        parts.append("restarts ran arm by arm")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _frontier_item(row: pd.Series) -> Verdict:

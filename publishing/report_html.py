@@ -153,7 +153,9 @@ def _provenance_section(run: pd.DataFrame, servers: pd.DataFrame, files: pd.Data
     kinds = ", ".join(f"{n} {k}" for k, n in files.groupby("kind").size().items())
     # differences in the unit a person reads (a latency's in ms), named beside them
     shown = person_frame(compared, ["difference", "ci95_low", "ci95_high",
-                                    "control_difference"])
+                                    "control_difference", "detectable_effect",
+                                    "paired_difference", "paired_ci95_low",
+                                    "paired_ci95_high"])
     return fragment(
         "report_provenance.html", facts=facts, data_docs=data_docs,
         servers=table(servers, ["arm", "nodes", "server_kind", "server_version",
@@ -163,7 +165,11 @@ def _provenance_section(run: pd.DataFrame, servers: pd.DataFrame, files: pd.Data
         compared_summary=f"Every comparison ({len(compared)}, A/A controls included)",
         compared=table(shown, ["role", "a", "b", "workload", "metric", "unit", "load_point",
                                "difference", "ci95_low", "ci95_high", "df", "a_restarts",
-                               "b_restarts", "undecided", "restarts_to_decide", "ratio",
+                               "b_restarts", "undecided", "restarts_to_decide",
+                               "detectable_effect", "detectable_relative", "smallest_effect",
+                               "paired_difference", "paired_ci95_low", "paired_ci95_high",
+                               "drift", "drift_ci95_low", "drift_ci95_high",
+                               "restart_order", "ratio",
                                "control_difference", "verdict", "reason"]))
 
 

@@ -114,10 +114,12 @@ def seal_as_a_step(path: Path) -> None:
 
 
 def write_synthetic_run(tmp_path, sweep_text: str | dict, windows: dict, *, min_requests=5,
-                        run_id=RUN_ID, config_sha256: dict | None = None) -> RunLayout:
+                        run_id=RUN_ID, config_sha256: dict | None = None,
+                        restart_fields: dict | None = None) -> RunLayout:
     """windows: {(arm, restart_index, workload): (rows, accounting kwargs)}; the sweep as
     TOML text or a dict (tests.sweeps). Each arm reports its own effective config unless
-    config_sha256 maps arms to one."""
+    config_sha256 maps arms to one. restart_fields: {(arm, restart_index): more keys of
+    its restart manifest} (when it started, its block)."""
     from tests.sweeps import toml
 
     sweep_file = tmp_path / "sweep.toml"
@@ -131,7 +133,8 @@ def write_synthetic_run(tmp_path, sweep_text: str | dict, windows: dict, *, min_
                 "restart_index": k, "server_kind": "simulator", "single_instance": False,
                 "status": "ok",
                 "effective_config_sha256": (config_sha256 or {}).get(arm, f"config-of-{arm}"),
-                "server_version": "sim 1"}, sealed_in=layout.slot_dir(arm, k))
+                "server_version": "sim 1", **(restart_fields or {}).get((arm, k), {})},
+                sealed_in=layout.slot_dir(arm, k))
         result = WindowResult(rows=rows, accounting=accounting(rows[0]["window_id"], rows,
                                                                **kwargs))
         write_window(layout, arm, k, workload, workload, min_requests, result)

@@ -5,14 +5,18 @@ arms' restart means. A difference is a finding only when that interval excludes 
 the difference is larger than what an A/A control (one configuration run under two names)
 shows. Every comparison gets a verdict, refuted ones included:
 
-    improvement | regression | no finding | not decidable
+    improvement | regression | no finding | underpowered | not decidable
+
+Each also says what its restarts could have detected, its within-block (paired) difference
+where restarts ran in blocks, and the drift of restart means over the sweep
+(warehouse/design.py); a finding smaller than a drift found is no finding (T19).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,8 +33,10 @@ from benchledger.stats import (
     welch,
     welch_from_summary,
 )
+from benchledger.sweep.order import ARM_BY_ARM
 from benchledger.sweep.spec import Comparison, LoadPoint, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
+from benchledger.warehouse.design import design_values, inputs, significant_drift
 from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
@@ -45,6 +51,8 @@ LOWER_IS_BETTER = {"s", "J/token"}
 # the history's changes (warehouse.frontier, warehouse.history), which import them from here.
 IMPROVEMENT, REGRESSION = "improvement", "regression"
 NO_FINDING, NOT_DECIDABLE = "no finding", "not decidable"
+# a "no finding" whose restarts could not have detected the comparison's smallest_effect
+UNDERPOWERED = "underpowered"
 
 
 @dataclass(frozen=True)
@@ -224,7 +232,8 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
     sweep = sweep or recorded_sweep(con, run_id)
     entries = con.execute("SELECT * FROM current_entries WHERE run_id = ?", [run_id]).df()
     restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
-    restarts = con.execute("SELECT arm, effective_config_sha256 FROM restarts "
+    restarts = con.execute("SELECT restart_id, arm, effective_config_sha256, block, "
+                           "started_at, restart_order FROM restarts "
                            "WHERE run_id = ?", [run_id]).df()
     entries["load_point"] = entries["load_point"].fillna(
         "c" + entries["concurrency"].astype(str))
@@ -283,6 +292,7 @@ class Measured:
     a_config: str | None = None
     b_config: str | None = None
     early: dict | None = None  # a verdict decided before any rule (no concurrency, blocked)
+    design: dict = field(default_factory=dict)  # warehouse/design.py's columns
 
     @property
     def measured(self) -> bool:
@@ -299,7 +309,17 @@ class Measured:
                 "b": self.b_name, "a_config": self.a_config, "b_config": self.b_config,
                 "a_restarts": len(a.restarts), "b_restarts": len(b.restarts),
                 "difference": self.diff.difference if self.diff else None,
-                "control_difference": self.control_difference}
+                "control_difference": self.control_difference,
+                "relative_difference": self.relative_difference,
+                "significant_drift": significant_drift(self.design)}
+
+    @property
+    def relative_difference(self) -> float | None:
+        """|b - a| over a's mean; None where either is missing or a's mean is 0."""
+        a_mean = self.record.get("a_mean")
+        if self.diff is None or not a_mean:
+            return None
+        return abs(self.diff.difference / a_mean)
 
     def verdict(self, passed: dict[str, bool]) -> dict:
         if self.early is not None:
@@ -317,7 +337,7 @@ class Measured:
                   "restarts_to_decide": meaning.restarts_to_decide if meaning else None}
         if self.role == "control":
             same = self.a_config is not None and self.a_config == self.b_config
-            return _control_verdict(*self.sides(), same)
+            return {**self.design, **_control_verdict(*self.sides(), same)}
         if not passed.get(R.AB_ARMS_DIFFER.name, True):
             return {"verdict": NOT_DECIDABLE,
                     "reason": f"refused as an A/B: arms {self.a_name!r} and {self.b_name!r} "
@@ -328,8 +348,42 @@ class Measured:
             self.diff, self.record["higher_is_better"], self.control_difference,
             self.has_control, replicated=passed[R.AB_RESTARTS_REPLICATED.name],
             beyond_control=beyond if self.control_difference is not None else None)
-        return {**values, "control_difference": self.control_difference,
+        verdict, reason = designed_verdict(
+            verdict, reason, self.design, self.diff, self.relative_difference,
+            beyond_drift=passed.get(R.AB_BEYOND_DRIFT.name, True))
+        return {**values, **self.design, "control_difference": self.control_difference,
                 "verdict": verdict, "reason": reason}
+
+
+def designed_verdict(verdict: str, reason: str, design: dict, diff: Difference | None,
+                     relative_difference: float | None,
+                     beyond_drift: bool) -> tuple[str, str]:
+    """The verdict with what the design says (docs/protocol.md, "The design"): a finding
+    no larger than the drift found (`beyond_drift`: ab_beyond_drift's result) is no
+    finding; a "no finding" says what it could have detected, and is `underpowered` below
+    the comparison's smallest effect; runs ordered arm by arm say that time and arm are
+    confounded. benchmarks/design_simulation.py runs its experiments through this too."""
+    if verdict in (IMPROVEMENT, REGRESSION) and not beyond_drift:
+        verdict, reason = NO_FINDING, (
+            f"the restart means drifted by {100 * float(design['drift']):+.3g}% over the "
+            f"sweep ({_percent_interval(design)}), no less than the difference "
+            f"({100 * float(relative_difference or 0):.3g}%): the drift, not the arms, may "
+            "be what differs (T19)")
+    detectable = design.get("detectable_relative")
+    if verdict == NO_FINDING and detectable is not None and diff is not None \
+            and not diff.excludes_zero:
+        smallest = design.get("smallest_effect")
+        if smallest is not None and detectable > smallest:
+            verdict, reason = UNDERPOWERED, (
+                f"{reason}; these restarts could have detected only >= "
+                f"{100 * detectable:.3g}% (80% power), more than the smallest effect of "
+                f"interest ({100 * smallest:.3g}%)")
+        else:
+            reason = f"{reason} (could have detected >= {100 * detectable:.3g}%)"
+    if design.get("restart_order") == ARM_BY_ARM:
+        reason += ("; restarts ran arm by arm (restart_order = \"arm_by_arm\"): a drift "
+                   "during the sweep reads as a difference of the arms (T19)")
+    return verdict, reason
 
 
 def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
@@ -388,7 +442,21 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
         if not (ca.blocked or cb.blocked or ca.restarts.empty or cb.restarts.empty):
             out.control_difference = (sum(cb.means) / len(cb.means)
                                       - sum(ca.means) / len(ca.means))
+    out.design = design_values(
+        inputs(a.restarts, restarts), inputs(b.restarts, restarts),
+        _restart_order(restarts), comparison.smallest_effect if role == "ab" else None)
     return out
+
+
+def _restart_order(restarts: pd.DataFrame) -> str | None:
+    """How the run ordered its restarts (None: recorded before the order existed)."""
+    orders = set(restarts["restart_order"].dropna())
+    return next(iter(orders)) if len(orders) == 1 else None
+
+
+def _percent_interval(design: dict) -> str:
+    return (f"95% CI [{100 * float(design['drift_ci95_low']):+.3g}%, "
+            f"{100 * float(design['drift_ci95_high']):+.3g}%]")
 
 
 def _control_verdict(a: Side, b: Side, same_config: bool) -> dict:

@@ -114,6 +114,12 @@ class RestartManifest(TypedDict, total=False):
     run_id: str
     arm: str
     restart_index: int
+    # where the sweep's order put it (benchledger.sweep.order): restart k is block k; its
+    # place in the block; "blocked" or "arm_by_arm"; what the order was drawn from
+    block: int
+    block_position: int
+    restart_order: str
+    order_seed: str
     node: str  # the hostname the launch ran on
     requested_node: str  # the arm's node (its Airflow queue)
     worker_hostname: str | None
@@ -240,7 +246,8 @@ RESTART_COLUMNS = ("restart_id", "run_id", "arm", "restart_index", "node", "serv
                    "server_version", "started_at", "ready_at", "stopped_at", "stop_status",
                    "requested_node", "worker_hostname", "interrupted_windows",
                    "ready_probe", "server_family", "stray_processes", "deployment",
-                   "crashed_node")
+                   "crashed_node", "block", "block_position", "restart_order",
+                   "order_seed")
 WINDOW_COLUMNS = ("window_id", "restart_id", "run_id", "arm", "workload", "prompt_set",
                   "concurrency", "submitted", "completed", "failed", "unresolved",
                   "warmup_submitted", "drain_status", "drain_timeout_s", "window_start",

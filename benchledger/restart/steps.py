@@ -57,6 +57,7 @@ from benchledger.restart.window_write import write_window, written_window
 from benchledger.restart.workload_files import window_items
 from benchledger.server import lifecycle, telemetry
 from benchledger.server.observe import LogSlice, MetricsScrape, observe_all, server_family
+from benchledger.sweep import order
 from benchledger.sweep.slos import LoadPoint
 from benchledger.sweep.spec import (
     Arm,
@@ -97,9 +98,12 @@ def launch_restart(layout: RunLayout, sweep: Sweep, arm_name: str, k: int,
     arm = sweep.arm(arm_name).arm
     record = RestartRecord(layout, arm_name, k)
     earlier = record.read()
+    slot = order.slot_of(sweep, arm_name, k)
     launching: raw.RestartManifest = {
         "restart_id": record.restart_id, "run_id": layout.run_id, "arm": arm_name,
-        "restart_index": k, "node": socket.gethostname(), "requested_node": arm.node,
+        "restart_index": k, "block": slot.block, "block_position": slot.position,
+        "restart_order": sweep.sweep.restart_order, "order_seed": order.order_seed(sweep),
+        "node": socket.gethostname(), "requested_node": arm.node,
         "worker_hostname": attempt.worker_hostname, "launch_attempt": attempt.number,
         "server_kind": arm.server, "single_instance": not arm.starts_processes,
         "sweep_sha256": sweep_sha256,

@@ -32,7 +32,12 @@ from types import MappingProxyType
 from typing import Any
 
 from benchledger.rules import comparisons, entries, requests, restarts, windows
-from benchledger.rules.comparisons import AB_ARMS_DIFFER, AB_BEYOND_CONTROL, AB_RESTARTS_REPLICATED
+from benchledger.rules.comparisons import (
+    AB_ARMS_DIFFER,
+    AB_BEYOND_CONTROL,
+    AB_BEYOND_DRIFT,
+    AB_RESTARTS_REPLICATED,
+)
 from benchledger.rules.core import (
     BLOCK_ENERGY_ENTRIES,
     BLOCK_ENTRIES,
@@ -106,7 +111,7 @@ from benchledger.rules.windows import (
 
 __all__ = [
     "ACCOUNTING_BALANCES", "ARRIVALS_ON_SCHEDULE", "AB_ARMS_DIFFER", "AB_BEYOND_CONTROL",
-    "AB_RESTARTS_REPLICATED",
+    "AB_BEYOND_DRIFT", "AB_RESTARTS_REPLICATED",
     "BLOCK_ENERGY_ENTRIES", "BLOCK_ENTRIES", "BLOCK_STREAM_ENTRIES", "BLOCK_TIMING_ENTRIES",
     "BURST_SHARE_BOUNDED",
     "BY_NAME", "CATALOGUE",
@@ -146,7 +151,7 @@ CATALOGUE: tuple[Rule, ...] = (
     RATE_NUMERATOR_LABELLED, PREFILL_RATE_COLD_PROMPTS, ENTRY_TOKEN_SOURCE_SINGLE,
     EVIDENCE_LABELLED, RATE_DENOMINATOR_STATED, REQUEST_COUNTS_BALANCE, SERVER_LOG_KEPT_APART,
     BURST_SHARE_BOUNDED, ENERGY_SOURCE_LABELLED, PERCENTILE_N_SUFFICIENT,
-    AB_ARMS_DIFFER, AB_RESTARTS_REPLICATED, AB_BEYOND_CONTROL,
+    AB_ARMS_DIFFER, AB_RESTARTS_REPLICATED, AB_BEYOND_CONTROL, AB_BEYOND_DRIFT,
 )
 BY_NAME: Mapping[str, Rule] = MappingProxyType({rule.name: rule for rule in CATALOGUE})
 if len(BY_NAME) != len(CATALOGUE):  # pragma: no cover (a declaration mistake)

@@ -3,7 +3,9 @@
 A row: comparison_id, a, b, their effective configs (a_config, b_config; NULL when an
 arm's restarts disagree or did not report one), a_restarts and b_restarts (restart means
 available), difference (b - a) and control_difference (NULL without a measured A/A
-control).
+control), relative_difference (|b - a| over a's mean) and significant_drift (|relative
+drift| of the arms' restart means over the sweep where its interval excludes 0; NULL
+otherwise: benchledger.design.drift).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
 SUITE = SuiteFrame(
     "comparisons", frame="comparisons", subject="comparison_id",
     required=("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
-              "difference", "control_difference"))
+              "difference", "control_difference", "relative_difference",
+              "significant_drift"))
 
 
 def _configs_identical(frame: Frame) -> pd.Series:
@@ -113,3 +116,27 @@ AB_BEYOND_CONTROL = Rule(
              columns={"abs_difference": _absolute("difference"),
                       "abs_control_difference": _absolute("control_difference")},
              observe=_observe_control))
+
+
+def _observe_drift(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    checked = [row for row in rows if frame.loc[row, "significant_drift"] is not None
+               and frame.loc[row, ["relative_difference", "significant_drift"]].notna().all()]
+    found = "; ".join(f"difference {100 * float(frame.at[row, 'relative_difference']):.3g}% "
+                      f"vs drift {100 * float(frame.at[row, 'significant_drift']):.3g}% "
+                      "over the sweep" for row in checked)
+    return ("|relative difference| > |drift of the restart means over the sweep| (where a "
+            "drift was found)", found or f"{NOT_APPLICABLE} (no drift found)")
+
+
+AB_BEYOND_DRIFT = Rule(
+    name="ab_beyond_drift", traps=("T19",), applies_to="comparison", effect=LIMIT_VERDICT,
+    summary="where the arms' restart means drifted during the sweep (a slope against start "
+            "time whose interval excludes 0), the A/B difference must be larger than that "
+            "drift; otherwise the verdict is 'no finding', naming the drift",
+    threshold="|b - a| / |a| > |drift over the sweep|",
+    threshold_source="benchledger.design.drift: one slope over both arms' restarts, a level "
+                     "per arm, 95% interval",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="relative_difference", column_B="significant_drift",
+             or_equal=False, ignore_row_if="either_value_is_missing",
+             observe=_observe_drift))

@@ -64,6 +64,7 @@ from benchledger.sweep.slos import (  # noqa: F401
 
 # The value types and the tables an arm may hold (re-exported: callers import them here).
 from benchledger.sweep.values import (  # noqa: F401
+    BLOCKED,
     BUILTIN_PROMPT_SETS,
     DEFAULT_DCGM_URL,
     DEFAULT_METRICS_TIMEOUT_S,
@@ -95,6 +96,7 @@ from benchledger.sweep.values import (  # noqa: F401
     NodeProcess,
     RateRps,
     Requests,
+    RestartOrder,
     Restarts,
     Seconds,
     ServerFamily,
@@ -136,6 +138,11 @@ class SweepSection(Strict):
     # The smallest relative change the gate (and `benchledger history`) flags: 0.03 lets
     # a 2% night-to-night drift pass however sure it is. 0: every change beyond the control.
     regression_min_change: float = Field(0.0, ge=0, lt=1)
+    # blocked: restart k of every arm runs in block k, the order inside a block rotating
+    # (a Williams design drawn from the seed), so drift during the sweep touches every arm
+    # alike; arm_by_arm: every restart of one arm, then the next arm's (comparisons are
+    # labelled so: time and arm are confounded). benchledger.sweep.order.
+    restart_order: RestartOrder = BLOCKED
 
     @property
     def gated_metrics(self) -> list[str] | None:
@@ -233,6 +240,11 @@ class Comparison(Strict):
     rate_rps: float | None = Field(None, gt=0, le=1e6)  # a rung of both arms' rate ladders
     # An arm run twice under two names (A/A): a difference no larger than theirs is noise.
     control: list[Name] | None = Field(None, min_length=2, max_length=2)
+    # The smallest relative difference worth finding (0.05: 5% of a's mean). A comparison
+    # whose restarts could not have detected it (docs/protocol.md, "Detectable effect") is
+    # `underpowered`, not `no finding`. None: every "no finding" says what it could have
+    # detected, and none is called underpowered.
+    smallest_effect: float | None = Field(None, gt=0, lt=10)
 
 
 # An ArmPlan field named apart from its [defaults] key: plan.min_requests is the n the gate

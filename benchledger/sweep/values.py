@@ -161,3 +161,9 @@ class NodeProcess(Strict):
     # server = "simulator": this pretend node's stuck GPU ([arms.simulator] low_clock_gpu)
     # stays at low_clock_mhz under load, and the whole deployment steps that much slower.
     low_clock: bool = False
+
+
+# How a sweep orders its restarts (benchledger.sweep.order; [sweep] restart_order).
+RestartOrder = Literal["blocked", "arm_by_arm"]
+BLOCKED: RestartOrder = "blocked"
+ARM_BY_ARM: RestartOrder = "arm_by_arm"

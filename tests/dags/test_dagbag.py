@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchledger.sweep.order import restart_slots
 from benchledger.sweep.spec import load_sweep
 from tests.sweeps import read_doc, simulator_arm, sweep, variant, write_sweep
 
@@ -96,10 +98,14 @@ def test_every_node_of_a_deployment_is_started_and_stopped_on_its_own_queue(dagb
                 assert f"{group}.wait_ready" in launch.downstream_task_ids
                 assert head_stop.task_id in stop.upstream_task_ids
                 assert stop.task_id in settle.upstream_task_ids
-        # the next restart starts once this one is settled
-        if sweep.plan(arm).restarts > 1:
-            assert f"{arm.name}__r0.settle_restart" in dag.get_task(
-                f"{arm.name}__r1.launch_server").upstream_task_ids
+    # the next restart (in the sweep's blocked order) starts once the one before it on
+    # these nodes is settled
+    slots = restart_slots(sweep)
+    for before, after in itertools.pairwise(slots):
+        ending = "settle_restart" if any(a.processes for a in sweep.arms
+                                         if a.name == before.arm) else "stop_server"
+        assert f"{before.arm}__r{before.k}.{ending}" in dag.get_task(
+            f"{after.arm}__r{after.k}.launch_server").upstream_task_ids
 
 
 def test_an_external_deployment_across_nodes_gets_no_tasks_on_its_other_nodes(tmp_path):
@@ -218,16 +224,22 @@ def test_restarts_on_other_nodes_run_at_once_and_on_one_node_in_turn(tmp_path, e
 
     sweep_file = write_sweep(tmp_path / "par.toml", variant(PARALLEL_NODES, {"sweep": extra}))
     dag = build_sweep_dag(sweep_file, one_host=one_host)
-    if serial:  # every restart after the one before, in the file's order
-        order = [f"{arm}__r{k}" for arm in ("a1", "b1", "a2", "ab") for k in (0, 1)]
+    # the sweep's order: restart 0 of every arm (block 0), then restart 1 of every arm
+    order = [f"{s.arm}__r{s.k}" for s in restart_slots(load_sweep(sweep_file))]
+    assert sorted(order[:4]) == ["a1__r0", "a2__r0", "ab__r0", "b1__r0"]
+    if serial:  # every restart after the one before, in the sweep's order
         assert _after(dag, order[0]) == {"plan"}
         for before, after in zip(order, order[1:], strict=False):
             assert _after(dag, after) == {before}, after
         return
-    assert _after(dag, "a1__r0") == _after(dag, "b1__r0") == {"plan"}  # at once
-    assert _after(dag, "a1__r1") == {"a1__r0"} and _after(dag, "b1__r1") == {"b1__r0"}
-    assert _after(dag, "a2__r0") == {"a1__r1"}  # node-a: in turn
-    assert _after(dag, "ab__r0") == {"a2__r1", "b1__r1"}  # spans both: waits for both
+    # each restart waits for the one before it on each node it uses: nodes apart at once,
+    # one node in turn, an arm that spans both for both
+    uses = {"a1": ["node-a"], "b1": ["node-b"], "a2": ["node-a"], "ab": ["node-a", "node-b"]}
+    last: dict[str, str] = {}
+    for group in order:
+        nodes = uses[group.split("__")[0]]
+        assert _after(dag, group) == ({last[n] for n in nodes if n in last} or {"plan"}), group
+        last.update(dict.fromkeys(nodes, group))
     assert dag.get_task("load").upstream_task_ids >= {
         f"{arm}__r1.{'settle_restart' if arm == 'ab' else 'stop_server'}"
         for arm in ("a1", "b1", "a2", "ab")}

@@ -33,7 +33,8 @@ ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "prefill_rate_cold_prompts", "entry_token_source_single", "evidence_labelled",
                "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart",
                "burst_share_bounded", "energy_source_labelled", "percentile_n_sufficient"]
-COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control"]
+COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control",
+                    "ab_beyond_drift"]
 
 
 def make_run(
@@ -404,7 +405,8 @@ def test_an_entry_without_a_validated_value_is_blocked():
 
 def comparison(**overrides) -> dict:
     values = dict(comparison_id="c1", a="base", b="fast", a_config="aaa", b_config="bbb",
-                  a_restarts=2, b_restarts=2, difference=3.0, control_difference=0.5)
+                  a_restarts=2, b_restarts=2, difference=3.0, control_difference=0.5,
+                  relative_difference=0.1, significant_drift=None)
     values.update(overrides)
     return values
 
@@ -416,6 +418,9 @@ def comparison(**overrides) -> dict:
     ({"b_restarts": 1}, {"ab_restarts_replicated"}, "base 2, fast 1"),
     ({"difference": -0.4}, {"ab_beyond_control"}, "|-0.4| vs |0.5|"),
     ({"control_difference": None}, set(), None),  # no control measured: not applicable
+    ({"significant_drift": 0.05}, set(), None),  # a drift smaller than the difference
+    ({"significant_drift": 0.15}, {"ab_beyond_drift"},
+     "difference 10% vs drift 15% over the sweep"),
 ])
 def test_comparison_rules(overrides, failed, found):
     results = run_comparison_gate(pd.DataFrame([comparison(**overrides)]))

@@ -60,7 +60,7 @@ def test_a_verdict_word_is_stated_once(word):
 @pytest.mark.parametrize("rule", R.CATALOGUE, ids=lambda rule: rule.name)
 def test_a_rule_is_fully_declared(rule):
     assert re.fullmatch(r"[a-z][a-z0-9_]+", rule.name)
-    assert all(re.fullmatch(r"T([1-9]|1[0-8])", trap) for trap in rule.traps)
+    assert all(re.fullmatch(r"T([1-9]|1[0-9])", trap) for trap in rule.traps)
     assert rule.effect in {R.BLOCK_ENTRIES, R.EXCLUDE_RESTART, R.REFUSE_COMPARISON,
                            R.LIMIT_VERDICT, R.BLOCK_TIMING_ENTRIES, R.BLOCK_STREAM_ENTRIES,
                            R.BLOCK_ENERGY_ENTRIES}
