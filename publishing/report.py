@@ -180,6 +180,9 @@ def format_comparisons(comparisons: pd.DataFrame) -> str:
                 numbers += f", ratio {significant(c.ratio)}x"
             if c.control_difference is not None and not pd.isna(c.control_difference):
                 numbers += f", A/A control difference {text_number(c.control_difference)}"
+            detectable = getattr(c, "detectable_relative", None)
+            if detectable is not None and not pd.isna(detectable):
+                numbers += f", could detect >= {100 * detectable:.3g}%"
         lines.append(f"{head}{numbers}\n      ({c.reason}){_undecided(c)}")
     return "\n".join(lines)
 

@@ -51,6 +51,7 @@ SLOWEST_FIRST = (
     "tests/integration/local/test_two_sweeps.py",
     "tests/integration/local/test_interruptions.py",
     "tests/integration/local/test_readiness_progress.py",
+    "tests/integration/warehouse/test_drift.py",
 )
 
 

@@ -74,6 +74,8 @@ _LAG_MS = re.compile(r"(client lag p99(?: <=)?|client lag p50 <=|and p99 <=|p50|
                      r"median decode span,) "
                      r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)? ms")
 _BUNCHED = re.compile(r"\d+% of events bunched")
+# What a "no finding" could have detected (issue #41): a number from the restarts' spread.
+_DETECTABLE = re.compile(r" \(could have detected >= [0-9.e+-]+%\)")
 
 
 def normalise(text: str, data_dir: Path | None = None) -> str:
@@ -226,8 +228,12 @@ def differences(expected: dict, found: dict) -> list[str]:
         out.append(f"{len(expected['comparisons'])} comparisons before, "
                    f"{len(found['comparisons'])} now")
     for want, got in zip(expected["comparisons"], found["comparisons"], strict=False):
-        for column in sorted(set(want) | set(got)):
+        # a column the fixture's run did not have (issue #41's design columns) is checked
+        # by the demo test itself; the reason's detectable effect moves with timing
+        for column in sorted(set(want) if set(got) >= set(want) else set(want) | set(got)):
             a, b = want.get(column), got.get(column)
+            if column == "reason" and isinstance(b, str):
+                b = _DETECTABLE.sub("", b)
             if not _same(a, b, _comparison_how(want, column)):
                 out.append(f"comparison {want.get('a')} -> {want.get('b')} "
                            f"{want.get('workload')}: {column} was {a!r}, is {b!r}")

@@ -117,6 +117,26 @@ def test_blocked_entries_come_from_entry_blocks(demo_run):
         "percentile_n_sufficient: 18 entries", "prefill_rate_cold_prompts: 6 entries"]
 
 
+def test_the_verdicts_keep_their_direction_and_say_what_they_could_detect(demo_run):
+    """Issue #41: the demo's restarts now run in blocks; spec-on is still faster on code,
+    the A/A control still finds nothing, and every comparison carries its detectable
+    effect (a no finding's reason says it)."""
+    run_id, con = demo_run
+    rows = con.execute(
+        "SELECT role, workload, verdict, reason, detectable_relative, restart_order "
+        "FROM comparisons WHERE run_id = ?", [run_id]).fetchall()
+    verdicts = {(role, workload): verdict for role, workload, verdict, *_ in rows}
+    assert verdicts[("ab", "code")] == "improvement"
+    assert {v for (role, _), v in verdicts.items() if role == "control"} == {"no finding"}
+    for role, workload, verdict, reason, detectable, order in rows:
+        assert order == "blocked" and detectable is not None and detectable > 0
+        if verdict == "no finding" and role == "ab":
+            assert "could have detected >=" in reason, (workload, reason)
+    blocks = con.execute("SELECT block, count(DISTINCT arm) FROM restarts WHERE run_id = ? "
+                         "GROUP BY block ORDER BY block", [run_id]).fetchall()
+    assert blocks == [(0, 3), (1, 3), (2, 3)]  # restart k of each of the three arms
+
+
 def test_comparison_rules_decide_the_verdicts(demo_run):
     run_id, con = demo_run
     rows = con.execute(
@@ -127,7 +147,7 @@ def test_comparison_rules_decide_the_verdicts(demo_run):
         [run_id]).fetchall()
     assert {workload for _, workload, *_ in rows} == {"code", "prose"}
     for _, workload, verdict, low, high, rules_passed, rules in rows:
-        assert rules == 3
+        assert rules == 4  # ab_arms_differ, ab_restarts_replicated, ab_beyond_control, _drift
         # A claim only where every comparison rule passed and the interval excludes 0.
         claim = rules_passed and (low > 0 or high < 0)
         assert (verdict in ("improvement", "regression")) == claim, (workload, verdict)
