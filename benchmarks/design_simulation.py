@@ -155,6 +155,9 @@ def run_scenario(s: Scenario, experiments: int, seed: int) -> dict:
            "false_finding_rate" if not s.effect else "power": rate.statistic,
            "ci95": [ci.low, ci.high],
            "median_detectable_relative": float(np.median(detectable)) if detectable else None,
+           # restarts (both arms) spent per verdict that found the true difference
+           "restarts_per_decided_verdict": (2 * s.restarts / rate.statistic
+                                            if s.effect and rate.statistic else None),
            "seconds": round(time.perf_counter() - started, 1)}
     return out
 
@@ -178,6 +181,8 @@ def scenarios() -> list[Scenario]:
         assert planned is not None
         out.append(Scenario(f"A/B {label}, planned n={planned}", planned, cv, effect,
                             BLOCKED, "none", no_drift))
+        out.append(Scenario(f"A/B {label}, fixed n=15", 15, cv, effect, BLOCKED, "none",
+                            no_drift))
     return out
 
 
