@@ -67,7 +67,7 @@ def history_sweep(*extra: str) -> dict:
                   _arm("other", _command("16"))],
                  sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"],
                         "regression_min_change": 0.1},
-                 defaults=defaults(requests=8, max_tokens=24, clock=None, concurrency=[1]),
+                 defaults=defaults(requests=8, max_tokens=24, clock=None, concurrency=[1], restarts=3),
                  comparisons=[{"a": "base", "b": "other", "metric": "decode_rate",
                                "control": ["base", "base-twin"]}])
 
@@ -76,6 +76,9 @@ def history_sweep(*extra: str) -> dict:
 def runs(tmp_path_factory):
     """Four runs into one warehouse: (run_id, state) each, and the warehouse path."""
     workdir = tmp_path_factory.mktemp("history")
+    # Three restarts per arm, not two: the gate's interval over two restarts has one degree
+    # of freedom (t = 12.7), and one restart slowed by a loaded machine (43.5 and 48.6 tok/s
+    # for one arm of run 2 in CI) made run 3's 65% drop "no change" for the A/A twin.
     # Steps of 20 ms over 24 tokens, not 3 or 10 ms over 48: a busy machine (the suite's
     # other workers) delays each token by about the same few ms, which at 3 ms made two
     # identical runs differ beyond their A/A control (a false "regression" of run 2 in CI)
