@@ -67,7 +67,8 @@ def history_sweep(*extra: str) -> dict:
                   _arm("other", _command("16"))],
                  sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"],
                         "regression_min_change": 0.1},
-                 defaults=defaults(requests=8, max_tokens=24, clock=None, concurrency=[1], restarts=3),
+                 defaults=defaults(requests=8, max_tokens=24, clock=None, concurrency=[1],
+                                   restarts=3),
                  comparisons=[{"a": "base", "b": "other", "metric": "decode_rate",
                                "control": ["base", "base-twin"]}])
 
