@@ -10,12 +10,8 @@ import pytest
 
 from benchledger.raw.layout import RunLayout
 from benchledger.warehouse.compare import derive_comparisons
-from benchledger.warehouse.db import connect
-from benchledger.warehouse.derive import derive_entries
-from benchledger.warehouse.load import load_run_dir
-from benchledger.warehouse.validate import validate_run
 from tests.sweeps import command_arm, sweep
-from tests.synthetic import RUN_ID, request_row, write_synthetic_run
+from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -43,10 +39,7 @@ def run_with(tmp_path, decode_s: dict, *, smallest_effect=None, order=None,
                      "block_position": i % 2, "restart_order": restart_order}
               for i, slot in enumerate(order or [])}
     write_synthetic_run(tmp_path, doc, windows, restart_fields=fields)
-    con = connect(":memory:")
-    load_run_dir(con, layout.run_dir)
-    validate_run(con, RUN_ID)
-    derive_entries(con, RUN_ID)
+    con = derived_warehouse(layout.run_dir)
     derive_comparisons(con, RUN_ID)
     return con
 
