@@ -7,12 +7,8 @@ import pytest
 from benchledger.raw.layout import RunLayout
 from benchledger.stats import Difference
 from benchledger.warehouse.compare import decide, derive_comparisons
-from benchledger.warehouse.db import connect
-from benchledger.warehouse.derive import derive_entries
-from benchledger.warehouse.load import load_run_dir
-from benchledger.warehouse.validate import validate_run
 from tests.sweeps import command_arm, sweep
-from tests.synthetic import RUN_ID, request_row, write_synthetic_run
+from tests.synthetic import RUN_ID, derived_warehouse, request_row, write_synthetic_run
 
 
 def compare_sweep(restarts: int, control: bool) -> dict:
@@ -35,10 +31,7 @@ def run_with(tmp_path, decode_s: dict, *, restarts=2, control=True, config_sha25
             windows[(arm, k, "code")] = (rows, {})
     write_synthetic_run(tmp_path, compare_sweep(restarts, control), windows,
                         config_sha256=config_sha256)
-    con = connect(":memory:")
-    load_run_dir(con, layout.run_dir)
-    validate_run(con, RUN_ID)
-    derive_entries(con, RUN_ID)
+    con = derived_warehouse(layout.run_dir)
     derive_comparisons(con, RUN_ID)
     return con
 
