@@ -46,10 +46,12 @@ pytestmark = pytest.mark.integration
 def deployment(tmp_path_factory):
     home = tmp_path_factory.mktemp("cluster")
     lineage = home / "openlineage.json"
+    # The product's own task_instance_heartbeat_timeout (180 s): no test here needs a
+    # vanished worker's task failed sooner (test_cluster_scheduler.py's own deployment
+    # does), and a shorter one (90 s) left a loaded machine 15-25 s between the 60 s API
+    # stall below and the heartbeat that must land after it: in CI the scheduler failed a
+    # task whose heartbeat the resumed, backlogged API server took that long to answer.
     cluster_up(home,
-               # a vanished worker's task is failed, then retried, after 90 s: longer than
-               # the API stall a run must survive (60 s), shorter than the default (180 s)
-               "scheduler.task_instance_heartbeat_timeout=90",
                "openlineage.transport=" + json.dumps(
                    {"type": "file", "log_file_path": str(lineage), "append": True}))
     yield home
