@@ -41,6 +41,7 @@ if str(REPO) not in sys.path:
 
 from benchledger import rules as R  # noqa: E402
 from benchledger.design.power import restarts_for  # noqa: E402
+from benchledger.design.sequential import first_decision, looks  # noqa: E402
 from benchledger.expectations.gate import run_comparison_gate  # noqa: E402
 from benchledger.stats import welch  # noqa: E402
 from benchledger.sweep.order import ARM_BY_ARM, BLOCKED, williams_rows  # noqa: E402
@@ -186,6 +187,87 @@ def scenarios() -> list[Scenario]:
     return out
 
 
+# --- sequential designs (item 5): restarts = minimum, max_restarts = maximum ---------------
+
+
+@dataclass(frozen=True)
+class SequentialScenario:
+    name: str
+    minimum: int  # restarts
+    maximum: int  # max_restarts
+    cv: float
+    effect: float  # b's true mean over a's, minus 1 (0: an A/A)
+    drift: str
+    drift_fn: Drift
+    control: bool = False  # an A/A twin of a beside the A/B, looked at after the same blocks
+
+
+def sequential_experiment(s: SequentialScenario, rng: np.random.Generator
+                          ) -> tuple[bool, bool, int]:
+    """One sequential experiment: (a finding, in the true direction, restarts per arm
+    spent). Every block holds one restart of each arm in a Williams order (the A/A twin as
+    a third arm where the scenario has a control); the drift is a function of the time
+    each restart would run in the full schedule; the looks and the decision are
+    benchledger.design.sequential's, which a sweep's interim looks run."""
+    arms = ["a", "b", "a2"] if s.control else ["a", "b"]
+    letters = list(rng.permutation(len(arms)))
+    rows = williams_rows(len(arms))
+    slots = [(arms[letters[i]], k) for k in range(s.maximum) for i in rows[k % len(rows)]]
+    factor = s.drift_fn(np.arange(len(slots)) / max(len(slots) - 1, 1))
+    noise = rng.normal(0.0, s.cv, len(slots))
+    truth = {"a": 100.0, "b": 100.0 * (1 + s.effect), "a2": 100.0}
+    means: dict[str, list[float]] = {arm: [] for arm in arms}
+    for i, (arm, _) in enumerate(slots):
+        means[arm].append(float(truth[arm] * (1 + noise[i]) * factor[i]))
+    ab = looks(means["a"], means["b"], s.minimum, s.maximum)
+    control = looks(means["a"], means["a2"], s.minimum, s.maximum) if s.control else None
+    decided = first_decision(ab, control)
+    if decided is None:
+        return False, False, s.maximum
+    right = (decided.difference or 0) > 0 if s.effect > 0 else False
+    return True, right, decided.blocks
+
+
+def run_sequential(s: SequentialScenario, experiments: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    started = time.perf_counter()
+    done = np.array([sequential_experiment(s, rng) for _ in range(experiments)])
+    found, right, spent = done[:, 0], done[:, 1], done[:, 2]
+    hits = int(right.sum()) if s.effect else int(found.sum())
+    ci = scipy_stats.binomtest(hits, experiments).proportion_ci(0.95, method="exact")
+    rate = hits / experiments
+    arms = 3 if s.control else 2
+    return {"scenario": s.name, "design": "sequential", "restarts": s.minimum,
+            "max_restarts": s.maximum, "cv": s.cv, "effect": s.effect, "drift": s.drift,
+            "control": s.control, "experiments": experiments,
+            "false_finding_rate" if not s.effect else "power": rate,
+            "ci95": [ci.low, ci.high],
+            "mean_restarts_per_arm": float(spent.mean()),
+            "stopped_early": float((spent < s.maximum).mean()),
+            # restarts (every arm) spent per verdict that found the true difference
+            "restarts_per_decided_verdict": (arms * float(spent.mean()) / rate
+                                             if s.effect and rate else None),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def sequential_scenarios() -> list[SequentialScenario]:
+    out = []
+    for cv, label in ((CV_PLAIN, "plain"), (CV_SPECULATIVE, "speculative")):
+        for maximum in (10, 15):
+            out.append(SequentialScenario(f"sequential A/A {label} 2..{maximum}", 2, maximum,
+                                          cv, 0.0, "none", no_drift))
+    out.append(SequentialScenario("sequential A/A plain, 25% slower halfway, 2..10", 2, 10,
+                                  CV_PLAIN, 0.0, "step -25% at half", step_drift(0.25)))
+    for cv, effect, label in ((CV_PLAIN, 0.03, "plain 3%"),
+                              (CV_SPECULATIVE, 0.24, "speculative 24%"),
+                              (CV_SPECULATIVE, 1.4, "speculative 2.4x")):
+        out.append(SequentialScenario(f"sequential A/B {label}, 2..15", 2, 15, cv, effect,
+                                      "none", no_drift))
+    out.append(SequentialScenario("sequential A/B speculative 24% with A/A control, 2..15", 2,
+                                  15, CV_SPECULATIVE, 0.24, "none", no_drift, control=True))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=int, default=10_000)
@@ -200,10 +282,18 @@ def main(argv: list[str] | None = None) -> int:
         result = run_scenario(s, args.experiments, args.seed + i)
         results.append(result)
         print(json.dumps(result), flush=True)
+    for i, q in enumerate(sequential_scenarios()):
+        if args.only and args.only not in q.name:
+            continue
+        result = run_sequential(q, args.experiments, args.seed + 100 + i)
+        results.append(result)
+        print(json.dumps(result), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"results": results,
                                          "scenarios": [asdict(s) | {"drift_fn": None}
-                                                       for s in scenarios()]}, indent=1))
+                                                       for s in [*scenarios(),
+                                                                 *sequential_scenarios()]]},
+                                        indent=1))
     return 0
 
 
