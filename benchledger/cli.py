@@ -115,7 +115,7 @@ def _request_count(text: str) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Two entries side by side: a difference, never a finding; refused (exit 2, saying
     why) across evidence kinds or profiles, which were never a controlled experiment."""
-    from benchledger.warehouse.compare import ComparisonRefused, compare_entries
+    from benchledger.warehouse.compare_by_hand import ComparisonRefused, compare_entries
     from benchledger.warehouse.db import connect
 
     with connect(Path(args.warehouse), read_only=True) as con:

@@ -20,7 +20,7 @@ from benchledger.imports import parse_evidence
 from benchledger.imports.evidence import SourceFile
 from benchledger.publishing.export import export_run
 from benchledger.warehouse import imports as warehouse_imports
-from benchledger.warehouse.compare import ComparisonRefused, compare_entries
+from benchledger.warehouse.compare_by_hand import ComparisonRefused, compare_entries
 from benchledger.warehouse.db import connect
 from benchledger.warehouse.imports import import_evidence
 from tests.conftest import REPO
