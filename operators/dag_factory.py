@@ -14,7 +14,7 @@ from airflow.sdk import DAG, Param, TaskGroup, chain
 
 from benchledger.operators import sweep_tasks as t
 from benchledger.operators.worker_pin import restart_queue
-from benchledger.sweep.order import restart_slots
+from benchledger.sweep.order import looks_after, restart_slots
 from benchledger.sweep.spec import Sweep, load_sweep
 
 
@@ -72,9 +72,22 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
         planned: Any = t.plan.override(**retried)(path)
         last_on: dict[str, Any] = {}  # node -> the end of the last restart that used it
         stops = []
+        # A sequential sweep's interim looks (max_restarts): after each block from the
+        # minimum restarts on, a short-circuit. A short-circuit skips only the tasks right
+        # after it, and Airflow ignores a teardown (stop_server) when it weighs the trigger
+        # rule of the task after it, so a skipped restart would not skip the next one: every
+        # later launch, and every later look, is a direct downstream of every look.
+        look_after = set(looks_after(sweep))
+        looks: list[Any] = []
+        ends: dict[int, list[Any]] = {}  # block -> the ends of its restarts
         # The restarts in the sweep's order (benchledger.sweep.order): by default in blocks,
         # restart k of every arm in block k, so drift during the sweep touches every arm.
         for slot in restart_slots(sweep):
+            if slot.block - 1 in look_after and slot.block - 1 in ends:  # a block's first
+                look = t.interim_look.override(task_id=f"interim_look_after_{slot.block}",
+                                               **retried)(path, slot.block)
+                [*ends.pop(slot.block - 1), *looks] >> look
+                looks.append(look)
             arm, k = sweep.arm(slot.arm).arm, slot.k
             # Two servers measured at once on one node would compete for it and distort
             # each other: a restart waits for the last restart on each node it uses.
@@ -112,10 +125,11 @@ def build_sweep_dag(sweep_path: str | Path, warehouse: str | None = None,
                 last = _other_nodes(path, arm, k, handle, ready, stop, retried, pins)
             before = {id(task): task for node in uses
                       if (task := last_on.get(node)) is not None}
-            for task in before.values() or [planned]:
+            for task in [*before.values(), *looks] or [planned]:
                 task >> handle
             last_on.update(dict.fromkeys(uses, last))
             stops.append(last)
+            ends.setdefault(slot.block, []).append(last)
         loaded = t.load.override(**retried)(planned)
         stops >> loaded
         derived = t.derive.override(outlets=[t.entries_asset(sweep.sweep.name)],

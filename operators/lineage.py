@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # imported where lineage is reported: not at all while it is 
 # load_run_dir's tables: the run's manifests, its requests, the observations of its windows
 # (server counters, log lines, node clocks) and the catalogue of the files themselves.
 LOAD_WRITES = ("runs", "restarts", "windows", "request_records", "server_metrics",
-               "server_log_lines", "node_clocks", "raw_files")
+               "server_log_lines", "node_clocks", "raw_files", "interim_looks")
 # validate_run: counters reconciled against the requests, the GX gate over restarts (their
 # clocks), windows and measured requests, and the planned cells of the run's sweep.
 VALIDATE_READS = ("runs", "restarts", "windows", "request_records", "server_metrics",

@@ -381,6 +381,28 @@ def settle_restart(sweep_path: str, arm: str, restart_index: int,
     return {k: manifest.get(k) for k in ("status", "crashed_node", "error")}
 
 
+# A short-circuit (issue #41, item 5): False skips the next block's launches, and with them
+# (trigger rules) every later restart; load runs whatever happened (all_done). It runs
+# after a failed restart too: that restart's entries are blocked, so no comparison they
+# feed is decided, and the sweep goes on.
+@task.short_circuit(ignore_downstream_trigger_rules=False, trigger_rule="all_done")
+def interim_look(sweep_path: str, blocks: int) -> bool:
+    """A sequential sweep's look after `blocks` blocks (warehouse/interim.py): True lets
+    the next block start, False skips every block left (every comparison is decided)."""
+    from benchledger.raw.layout import LOOKS_DIR
+    from benchledger.raw.store import push_folder
+    from benchledger.warehouse.interim import take_look
+
+    paths = run_paths()
+    layout = _pulled(paths)
+    sweep, sha256 = _recorded(layout, sweep_path)
+    stop = take_look(layout, sweep, blocks, sha256)
+    push_folder(paths.storage, layout.run_dir / LOOKS_DIR)
+    log.info("after %d blocks: %s", blocks, "every comparison decided, the remaining "
+             "blocks are skipped" if stop else "not every comparison decided, going on")
+    return not stop
+
+
 @lineage.lineage_task(pool=WAREHOUSE_POOL, trigger_rule="all_done")
 def load(run_dir: str | None = None) -> dict:
     """Load the run's raw files into DuckDB (idempotent by file sha256).

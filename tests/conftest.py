@@ -42,6 +42,7 @@ SLOWEST_FIRST = (
     "tests/integration/cluster/test_cluster_scheduler.py",
     "tests/integration/warehouse/test_history.py",
     "tests/integration/warehouse/test_slo_frontier.py",
+    "tests/integration/warehouse/test_sequential.py",
     "tests/integration/local/test_demo_regression.py",
     "tests/integration/cluster/test_multi_host.py",
     "tests/integration/local/test_fault_suite.py",

@@ -33,10 +33,15 @@ from benchledger.stats import (
     welch,
     welch_from_summary,
 )
-from benchledger.sweep.order import ARM_BY_ARM
+from benchledger.sweep.order import ARM_BY_ARM, minimum_restarts
 from benchledger.sweep.spec import Comparison, LoadPoint, Sweep
 from benchledger.warehouse.db import query_frame, recorded_sweep
-from benchledger.warehouse.design import design_values, inputs, significant_drift
+from benchledger.warehouse.design import (
+    design_values,
+    inputs,
+    sequential_values,
+    significant_drift,
+)
 from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
@@ -148,7 +153,7 @@ def decide(diff: Difference | None, higher_is_better: bool, control: float | Non
         + (" and the difference exceeds the A/A control's" if control is not None else ""))
 
 
-def _side(entries: pd.DataFrame, restart_means: pd.DataFrame, arm: str, workload: str,
+def side_of(entries: pd.DataFrame, restart_means: pd.DataFrame, arm: str, workload: str,
           metric: str, numerator: str | None, point: LoadPoint) -> Side:
     level = entries["scope"] == "aggregate" if metric in WINDOW_LEVEL else (
         entries["scope"] != "aggregate")
@@ -194,7 +199,7 @@ def shared_points(comparison: Comparison, entries: pd.DataFrame) -> list[LoadPoi
 FRONTIER_AXES = (("throughput", "output_tokens"), ("decode_rate", "output_tokens"))
 
 
-def _expanded(sweep: Sweep, entries: pd.DataFrame) -> list[Comparison]:
+def expanded(sweep: Sweep, entries: pd.DataFrame) -> list[Comparison]:
     """The sweep's comparisons, each frontier comparison as its two axes at every load point
     the arms share (warehouse/frontier.py reads them back as findings)."""
     out = []
@@ -210,7 +215,7 @@ def _expanded(sweep: Sweep, entries: pd.DataFrame) -> list[Comparison]:
     return out
 
 
-def _point(comparison: Comparison, entries: pd.DataFrame) -> LoadPoint | None:
+def point_of(comparison: Comparison, entries: pd.DataFrame) -> LoadPoint | None:
     points = shared_points(comparison, entries)
     return points[0] if points else None
 
@@ -230,15 +235,9 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
     to `validations`, suite "comparisons"); its verdict follows from those results.
     """
     sweep = sweep or recorded_sweep(con, run_id)
-    entries = con.execute("SELECT * FROM current_entries WHERE run_id = ?", [run_id]).df()
-    restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
-    restarts = con.execute("SELECT restart_id, arm, effective_config_sha256, block, "
-                           "started_at, restart_order FROM restarts "
-                           "WHERE run_id = ?", [run_id]).df()
-    entries["load_point"] = entries["load_point"].fillna(
-        "c" + entries["concurrency"].astype(str))
+    entries, restart_means, restarts = comparison_frames(con, run_id)
     pending = []
-    for comparison in _expanded(sweep, entries):
+    for comparison in expanded(sweep, entries):
         pairs = [("ab", comparison)]
         if comparison.control:  # the A/A is recorded too: its own verdict says if it held
             control = comparison.model_copy(update={"a": comparison.control[0],
@@ -260,6 +259,20 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
         con.execute(f"INSERT INTO comparisons ({columns}) "
                     f"VALUES ({', '.join('?' * len(record))})", list(record.values()))
     return len(new)
+
+
+def comparison_frames(con: duckdb.DuckDBPyConnection, run_id: str
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """What comparisons read of a run: its current entries (each with its load point),
+    their restart means, and its restarts (also read by warehouse/interim.py's looks)."""
+    entries = con.execute("SELECT * FROM current_entries WHERE run_id = ?", [run_id]).df()
+    restart_means = query_frame(con, "entry_restart_means_for_run", run_id=run_id)
+    restarts = con.execute("SELECT restart_id, arm, effective_config_sha256, block, "
+                           "started_at, restart_order FROM restarts "
+                           "WHERE run_id = ?", [run_id]).df()
+    entries["load_point"] = entries["load_point"].fillna(
+        "c" + entries["concurrency"].astype(str))
+    return entries, restart_means, restarts
 
 
 def _hold_to_rules(con: duckdb.DuckDBPyConnection, run_id: str,
@@ -293,6 +306,7 @@ class Measured:
     b_config: str | None = None
     early: dict | None = None  # a verdict decided before any rule (no concurrency, blocked)
     design: dict = field(default_factory=dict)  # warehouse/design.py's columns
+    sequential: dict | None = None  # a sequential sweep's (design.sequential_values)
 
     @property
     def measured(self) -> bool:
@@ -348,6 +362,8 @@ class Measured:
             self.diff, self.record["higher_is_better"], self.control_difference,
             self.has_control, replicated=passed[R.AB_RESTARTS_REPLICATED.name],
             beyond_control=beyond if self.control_difference is not None else None)
+        if self.sequential is not None:
+            verdict, reason = sequential_verdict(verdict, reason, self.sequential)
         verdict, reason = designed_verdict(
             verdict, reason, self.design, self.diff, self.relative_difference,
             beyond_drift=passed.get(R.AB_BEYOND_DRIFT.name, True))
@@ -386,10 +402,34 @@ def designed_verdict(verdict: str, reason: str, design: dict, diff: Difference |
     return verdict, reason
 
 
+def sequential_verdict(verdict: str, reason: str, values: dict) -> tuple[str, str]:
+    """A sequential sweep's verdict (docs/protocol.md, "Sequential verdicts"): a finding
+    needs a look that crossed its group-sequential boundary (with its control not crossing
+    after the same blocks) as well as the fixed rules on all the restarts run; the
+    repeated looks would otherwise spend more than 5%."""
+    if verdict not in (IMPROVEMENT, REGRESSION, NO_FINDING):
+        return verdict, reason
+    blocks, statistic = values["decided_at_blocks"], values["sequential_statistic"]
+    bound, looked = values["sequential_boundary"], values["sequential_looks"]
+    if blocks is not None:
+        seen = (f"decided after {blocks} blocks: |t| = {abs(statistic):.3g} reached the "
+                f"sequential boundary {bound:.3g}")
+        return verdict, (f"{reason}; {seen}" if verdict != NO_FINDING
+                         else f"{reason} on all the restarts run ({seen}, then no longer)")
+    last = (f"; the last, after {values['sequential_blocks']} blocks: |t| = "
+            f"{abs(statistic):.3g} against {bound:.3g}"
+            if statistic is not None and bound is not None else "")
+    crossed = f"no look of the sequential design ({looked}) crossed its boundary{last}"
+    if verdict == NO_FINDING:
+        return verdict, f"{reason}; {crossed}"
+    return NO_FINDING, (f"the interval over restart means excludes 0, but {crossed}: the "
+                        "repeated looks of max_restarts hold a finding to the boundary")
+
+
 def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
              entries: pd.DataFrame, restart_means: pd.DataFrame, restarts: pd.DataFrame,
              run_id: str) -> Measured:
-    point = _point(comparison, entries)
+    point = point_of(comparison, entries)
     c = point.concurrency if point else None
     numerator = comparison.numerator or DEFAULT_NUMERATOR.get(comparison.metric)
     # a rate ladder's rung is part of what is compared (a concurrency's own point keeps the
@@ -416,7 +456,7 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
         return out
 
     def side(arm: str) -> Side:
-        return _side(entries, restart_means, arm, workload, comparison.metric, numerator,
+        return side_of(entries, restart_means, arm, workload, comparison.metric, numerator,
                      point)
 
     a, b = out.a, out.b = side(comparison.a), side(comparison.b)
@@ -445,6 +485,13 @@ def _measure(sweep: Sweep, comparison: Comparison, role: str, workload: str,
     out.design = design_values(
         inputs(a.restarts, restarts), inputs(b.restarts, restarts),
         _restart_order(restarts), comparison.smallest_effect if role == "ab" else None)
+    if sweep.sweep.max_restarts is not None:
+        controls = [side(arm) for arm in comparison.control or []]
+        out.sequential = sequential_values(
+            inputs(a.restarts, restarts), inputs(b.restarts, restarts),
+            tuple(inputs(c.restarts, restarts) for c in controls) or None,  # type: ignore[arg-type]
+            minimum_restarts(sweep), sweep.sweep.max_restarts)
+        out.design.update(out.sequential)
     return out
 
 
@@ -480,74 +527,3 @@ def _control_verdict(a: Side, b: Side, same_config: bool) -> dict:
 
 def _id(side: Side) -> str | None:
     return None if side.entry is None else side.entry["entry_id"]
-
-
-# --- entries compared by hand (not a sweep's [[comparisons]]) -------------------------------
-
-
-class ComparisonRefused(ValueError):
-    """Two entries that must not be compared; the message says why."""
-
-
-# What must match before two entries' values say anything about each other: the same
-# quantity, measured the same way.
-SAME_QUANTITY = ("metric", "unit", "numerator", "statistic", "scope")
-
-
-def compare_entries(con: duckdb.DuckDBPyConnection, a_entry_id: str,
-                    b_entry_id: str) -> dict:
-    """b - a and b / a for two entries of the same quantity, evidence kind and profile.
-
-    Entries of different evidence kinds (a rerun, an import, a historical report row, a
-    value derived from other runs) or of different profiles (workload shapes) are refused
-    (T16): their difference would compare runs that were never a controlled experiment.
-    Without restart means on both sides no interval is claimed, so the verdict is at best
-    'not decidable'; findings come from a sweep's [[comparisons]] (A/B with an A/A control).
-    """
-    a, b = (_entry(con, entry_id) for entry_id in (a_entry_id, b_entry_id))
-    reasons = refusal_reasons(a, b)
-    if reasons:
-        raise ComparisonRefused(
-            f"refused: comparing entry {a_entry_id} with {b_entry_id} would compare runs "
-            f"that were never a controlled experiment ({'; '.join(reasons)})")
-    difference = None if a["value"] is None or b["value"] is None else b["value"] - a["value"]
-    ratio = b["value"] / a["value"] if difference is not None and a["value"] else None
-    return {"a": a_entry_id, "b": b_entry_id, "evidence": a["evidence"],
-            "profile": _profile(a), "metric": a["metric"], "a_value": a["value"],
-            "b_value": b["value"], "difference": difference, "ratio": ratio,
-            "verdict": NOT_DECIDABLE,
-            "reason": "two entries compared by hand: a difference, not a finding (no interval "
-                      "over restarts and no A/A control; a sweep's [[comparisons]] gives one)"}
-
-
-def refusal_reasons(a: dict, b: dict) -> list[str]:
-    """Why two entries may not be compared (empty: they may)."""
-    reasons = []
-    if a["evidence"] != b["evidence"]:
-        reasons.append(f"evidence {a['evidence']} vs {b['evidence']}: evidence of different "
-                       "kinds is never compared")
-    profiles = (_profile(a), _profile(b))
-    if None in profiles:
-        reasons.append("profile not recorded for "
-                       + " and ".join(e["entry_id"] for e in (a, b) if _profile(e) is None))
-    elif profiles[0] != profiles[1]:
-        reasons.append(f"profile {profiles[0]} vs {profiles[1]}")
-    differing = [f"{label} {a[label]} vs {b[label]}" for label in SAME_QUANTITY
-                 if a[label] != b[label]]
-    if differing:
-        reasons.append("not the same quantity: " + ", ".join(differing))
-    return reasons
-
-
-def _profile(entry: dict) -> str | None:
-    """The workload shape an entry describes: a report's profile, else its workload."""
-    return entry.get("profile") or entry.get("workload")
-
-
-def _entry(con: duckdb.DuckDBPyConnection, entry_id: str) -> dict:
-    frame = con.execute("SELECT * FROM entries WHERE entry_id = ?", [entry_id]).df()
-    if frame.empty:
-        raise LookupError(f"no entry {entry_id!r} in the warehouse")
-    row = frame.iloc[0].to_dict()
-    return {k: (None if not isinstance(v, str | list) and pd.isna(v) else v)
-            for k, v in row.items()}

@@ -6,6 +6,7 @@ read the result."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from benchledger.design.drift import Drift, drift, paired
 from benchledger.design.power import detectable_effect, paired_detectable
+from benchledger.design.sequential import Look, first_decision, looks
 from benchledger.sweep.order import ARM_BY_ARM
 
 
@@ -89,3 +91,38 @@ def significant_drift(values: dict[str, Any]) -> float | None:
     if low is None or high is None or pd.isna(low) or pd.isna(high) or (low <= 0 <= high):
         return None
     return abs(float(values["drift"]))
+
+
+def _blocked(side: DesignInputs) -> tuple[list[float], list[int]]:
+    pairs = [(m, blk) for m, blk in zip(side.means, side.blocks, strict=True) if blk is not None]
+    return [m for m, _ in pairs], [blk for _, blk in pairs]
+
+
+def side_looks(a: DesignInputs, b: DesignInputs, minimum: int, maximum: int) -> list[Look]:
+    """The sequential design's looks at b against a (benchledger.design.sequential)."""
+    (a_means, a_blocks), (b_means, b_blocks) = _blocked(a), _blocked(b)
+    return looks(a_means, b_means, minimum, maximum, a_blocks, b_blocks)
+
+
+def finite(value: float | None) -> float | None:
+    """A boundary as a column: None where it is infinite (no error left to spend)."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def sequential_values(a: DesignInputs, b: DesignInputs,
+                      control: tuple[DesignInputs, DesignInputs] | None,
+                      minimum: int, maximum: int) -> dict[str, Any]:
+    """A sequential sweep's columns of a comparison (migration 0028): its looks, the look
+    that decided it (None: none did), and the statistic and boundary of that look, else of
+    the last. An A/B with a control is decided only where the control, looked at after the
+    same blocks, did not cross (benchledger.design.sequential.decided)."""
+    ab = side_looks(a, b, minimum, maximum)
+    controls = side_looks(*control, minimum, maximum) if control else None
+    decided = first_decision(ab, controls)
+    shown = decided or (ab[-1] if ab else None)
+    return {"max_restarts": maximum, "sequential_looks": len(ab),
+            "decided_at_blocks": decided.blocks if decided else None,
+            "sequential_blocks": shown.blocks if shown else None,
+            "sequential_difference": shown.difference if shown else None,
+            "sequential_statistic": shown.statistic if shown else None,
+            "sequential_boundary": finite(shown.boundary) if shown else None}

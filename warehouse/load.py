@@ -77,9 +77,12 @@ def load_run_dir(con: duckdb.DuckDBPyConnection, run_dir: Path,
     copy: benchledger.raw.store).
     """
     manifests = _read_manifests(Path(run_dir))
+    looks = _read_looks(Path(run_dir), manifests[0])
     con.execute("BEGIN TRANSACTION")
     try:
         counts = _load(con, manifests, recorded_as)
+        if looks:  # a sequential run's (the counts of every other run stay as they were)
+            counts["looks"] = _load_looks(con, looks, recorded_as)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -100,6 +103,29 @@ def _read_manifests(run_dir: Path) -> list[_Manifest]:
     _check_one_sweep(manifests)
     _check_sealed(run_dir, manifests)
     return manifests
+
+
+def _read_looks(run_dir: Path, run: _Manifest) -> list[_Manifest]:
+    """A sequential run's interim looks (warehouse/interim.py), each checked like a
+    manifest: measured under the run's sweep, and in its seal."""
+    paths = raw.look_files(run_dir)
+    looks = [_Manifest("look", path, sha, _read_json(path))
+             for path, sha in zip(paths, _hash_all(paths), strict=True)]
+    _check_one_sweep([run, *looks])
+    if looks:
+        _check_sealed(run_dir, [run, *looks])
+    return looks
+
+
+def _load_looks(con: duckdb.DuckDBPyConnection, looks: list[_Manifest],
+                recorded_as: Callable[[Path], str]) -> int:
+    """The looks' rows into interim_looks (a look file already loaded adds nothing)."""
+    new = [m for m in looks if m.sha256 not in _loaded(con, [m.sha256 for m in looks])]
+    rows = [row for m in new for row in m.data.get("rows", [])]
+    insert_rows(con, "interim_looks", rows)
+    insert_rows(con, "raw_files", [_file_row(recorded_as(m.path), m.sha256, "look",
+                                             len(m.data.get("rows", []))) for m in new])
+    return len(rows)
 
 
 def _check_sealed(run_dir: Path, manifests: list[_Manifest]) -> None:

@@ -36,14 +36,16 @@ def arm_points(sweep: Sweep, arm: str, workload: str,
     return sorted(LoadPoint.parse(label) for label in set(mine["load_point"].dropna()))
 
 
-def planned_cells(run_id: str, sweep: Sweep,
-                  measured: pd.DataFrame | None = None) -> pd.DataFrame:
+def planned_cells(run_id: str, sweep: Sweep, measured: pd.DataFrame | None = None,
+                  blocks: int | None = None) -> pd.DataFrame:
     """The run's plan: one row per (arm, workload, load point) with its planned windows
-    (`measured`: the run's windows, for the points of searching arms)."""
+    (`measured`: the run's windows, for the points of searching arms; `blocks`: the
+    restarts per arm a sequential run ran, see restarts_run)."""
     if measured is None:
         measured = pd.DataFrame(columns=["arm", "workload", "load_point"])
     rows = [(coverage_subject(run_id, arm.name, workload.name, point), arm.name,
-             workload.name, point.concurrency, point.label, sweep.plan(arm).restarts)
+             workload.name, point.concurrency, point.label,
+             blocks if blocks is not None else sweep.plan(arm).restarts)
             for arm in sweep.arms for workload in sweep.workloads
             for point in arm_points(sweep, arm.name, workload.name, measured)]
     return pd.DataFrame(rows, columns=["subject", "arm", "workload", "concurrency",
@@ -83,11 +85,24 @@ def gate_requests(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return relation.to_arrow_table().to_pandas()
 
 
+def restarts_run(con: duckdb.DuckDBPyConnection, run_id: str, sweep: Sweep) -> int | None:
+    """The restarts per arm a sequential run ran: the blocks after which a look stopped
+    it, else its max_restarts (None: not sequential; each arm's `restarts` hold)."""
+    if sweep.sweep.max_restarts is None:
+        return None
+    found = con.execute("SELECT min(blocks) FROM interim_looks WHERE run_id = ? "
+                        "AND decision = 'stop'", [run_id]).fetchone()
+    return sweep.sweep.max_restarts if found is None or found[0] is None else int(found[0])
+
+
 def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
-                 docs_dir: Path | None = None) -> dict:
+                 docs_dir: Path | None = None, blocks: int | None = None) -> dict:
     """Run the gate over the run's rows and store every result; with docs_dir, also render
-    the results as GX Data Docs there and remember where (runs.data_docs_path)."""
+    the results as GX Data Docs there and remember where (runs.data_docs_path). `blocks`:
+    an interim look's, the blocks run so far (warehouse/interim.py)."""
     sweep = recorded_sweep(con, run_id)
+    if blocks is None:
+        blocks = restarts_run(con, run_id, sweep)
     reconcile_run(con, run_id)  # the windows suite reads its results
     restarts = query_frame(con, "gate_restarts", run_id=run_id)
     windows = query_frame(con, "gate_windows", run_id=run_id)
@@ -101,7 +116,8 @@ def validate_run(con: duckdb.DuckDBPyConnection, run_id: str,
                + query_check_results(con, R.WINDOWS_PRESENT, run_id,
                                      planned_cells=planned_cells(
                                          run_id, sweep,
-                                         query_frame(con, "run_windows", run_id=run_id))))
+                                         query_frame(con, "run_windows", run_id=run_id),
+                                         blocks)))
     store_results(con, run_id, results)
     if docs_dir is not None:
         con.execute("UPDATE runs SET data_docs_path = ? WHERE run_id = ?",

@@ -49,6 +49,10 @@ OBSERVED_SUFFIX = ".observed.json"
 SEARCH_SUFFIX = ".search"
 TELEMETRY_SUFFIX = ".telemetry.parquet"
 NODES_DIR = "nodes"  # a restart's processes on other nodes: one manifest and log each
+# A sequential sweep's interim looks (issue #41), one file after each block that completes
+# the minimum restarts: not an arm's name (arm names start with a letter or digit).
+LOOKS_DIR = "_looks"
+LOOK_STOP = "stop"  # a look's decision when every comparison is decided
 STARTED_SUFFIX = ".started"
 PROGRESS_SUFFIX = ".progress"
 TMP_SUFFIX = ".tmp"  # a file being written; renamed into place when whole
@@ -339,6 +343,10 @@ class RunLayout:
         benchledger.restart.rate_search): JSON, but not named .json (never a window's manifest)."""
         return self.slot_dir(arm, restart_index) / f"{workload}{SEARCH_SUFFIX}"
 
+    def look_file(self, blocks: int) -> Path:
+        """The interim look a sequential sweep took after `blocks` blocks."""
+        return self.run_dir / LOOKS_DIR / f"after_block_{blocks:04d}{MANIFEST_SUFFIX}"
+
     def window_files(self, arm: str, restart_index: int, workload: str,
                      point: LoadPoint | int) -> WindowFiles:
         return WindowFiles.of(self.slot_dir(arm, restart_index)
@@ -449,6 +457,19 @@ def window_manifests(run_dir: Path) -> list[Path]:
     """The window manifests of one run folder (not their observations)."""
     return sorted(p for p in Path(run_dir).glob(f"*/r*/*-c*{MANIFEST_SUFFIX}")
                   if not p.name.endswith(OBSERVED_SUFFIX))
+
+
+def look_files(run_dir: Path) -> list[Path]:
+    """A sequential run's interim looks, in the order they were taken."""
+    return sorted((Path(run_dir) / LOOKS_DIR).glob(f"after_block_*{MANIFEST_SUFFIX}"))
+
+
+def stopped_after(run_dir: Path) -> int | None:
+    """The blocks after which a sequential run's look stopped it (None: it did not stop
+    early, or is not sequential)."""
+    stops = [look["blocks"] for path in look_files(run_dir)
+             if (look := read_json(path)).get("decision") == LOOK_STOP]
+    return min(stops) if stops else None
 
 
 def requests_files(run_dir: Path) -> list[Path]:

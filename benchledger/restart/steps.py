@@ -475,9 +475,10 @@ def run_problems(layout: RunLayout, sweep: Sweep) -> list[str]:
     restart or window that went wrong, and a teardown that had to stop processes the
     server had moved out of its reach."""
     problems = []
+    stopped = raw.stopped_after(layout.run_dir)  # a sequential run's look skipped the rest
     for arm in sweep.arms:
         plan = sweep.plan(arm)
-        for k in range(plan.restarts):
+        for k in range(stopped or order.planned_restarts(sweep, arm.name)):
             manifest = RestartRecord(layout, arm.name, k).read()
             if strays := manifest.get("stray_processes"):
                 problems.append(

@@ -69,7 +69,7 @@ def order_seed(sweep: Sweep) -> str:
 def restart_slots(sweep: Sweep) -> list[Slot]:
     """Every restart of the sweep, in the order it runs (per node where nodes run in
     parallel: each node keeps this order among its own restarts)."""
-    restarts = {arm.name: sweep.plan(arm).restarts for arm in sweep.arms}
+    restarts = {arm.name: planned_restarts(sweep, arm.name) for arm in sweep.arms}
     names = list(restarts)
     if sweep.sweep.restart_order == ARM_BY_ARM:
         pairs = [(name, k, k, position) for position, name in enumerate(names)
@@ -84,6 +84,28 @@ def restart_slots(sweep: Sweep) -> list[Slot]:
             pairs += [(name, block, block, position) for position, name in enumerate(row)]
     return [Slot(arm, k, block, position, sequence)
             for sequence, (arm, k, block, position) in enumerate(pairs)]
+
+
+def planned_restarts(sweep: Sweep, arm: str) -> int:
+    """The most restarts the arm may run: the sweep's max_restarts where it has one (a
+    sequential sweep: its interim looks may skip the later blocks), else its restarts."""
+    return sweep.sweep.max_restarts or sweep.arm(arm).restarts
+
+
+def looks_after(sweep: Sweep) -> list[int]:
+    """The blocks (0-based) after which a sequential sweep's interim look runs: every block
+    that completes the minimum restarts or more, but the last (the warehouse judges that
+    one when the run is derived)."""
+    maximum = sweep.sweep.max_restarts
+    if maximum is None:
+        return []
+    return [block for block in range(maximum - 1) if block + 1 >= minimum_restarts(sweep)]
+
+
+def minimum_restarts(sweep: Sweep) -> int:
+    """The restarts every arm runs before a sequential sweep's first look (a sequential
+    sweep's arms share one `restarts`: benchledger.sweep.values.sequential_problem)."""
+    return min(sweep.plan(arm).restarts for arm in sweep.arms)
 
 
 def slot_of(sweep: Sweep, arm: str, k: int) -> Slot:

@@ -107,6 +107,7 @@ from benchledger.sweep.values import (  # noqa: F401
     TokenCountName,
     URLPath,
     Warmup,
+    sequential_problem,
 )
 
 # The [[workloads]] table (re-exported: callers import it here).
@@ -143,6 +144,10 @@ class SweepSection(Strict):
     # alike; arm_by_arm: every restart of one arm, then the next arm's (comparisons are
     # labelled so: time and arm are confounded). benchledger.sweep.order.
     restart_order: RestartOrder = BLOCKED
+    # Sequential verdicts (issue #41): `restarts` is the minimum; after each block from it
+    # on, an interim look decides whether every comparison is decided, and the remaining
+    # blocks up to this maximum are skipped (docs/protocol.md, "Sequential verdicts").
+    max_restarts: Restarts | None = None
 
     @property
     def gated_metrics(self) -> list[str] | None:
@@ -368,6 +373,14 @@ class Sweep(Strict):
                        or (None if recorded else _never_publishes(plan)))
             if problem:
                 raise ValueError(f"arms[{i}] ({arm.name}): {problem}")
+        return self
+
+    @model_validator(mode="after")
+    def _sequential_is_runnable(self) -> Sweep:
+        problem = sequential_problem(self.sweep, [(a.name, self.plan(a).restarts)
+                                                  for a in self.arms], bool(self.comparisons))
+        if problem:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

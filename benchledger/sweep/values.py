@@ -167,3 +167,27 @@ class NodeProcess(Strict):
 RestartOrder = Literal["blocked", "arm_by_arm"]
 BLOCKED: RestartOrder = "blocked"
 ARM_BY_ARM: RestartOrder = "arm_by_arm"
+
+
+def sequential_problem(section: Any, restarts: list[tuple[str, int]],
+                       has_comparisons: bool) -> str | None:
+    """Why `[sweep] max_restarts` cannot run as asked (None: it can, or is not set).
+    `restarts`: each arm's planned restarts (an external arm's is 1)."""
+    maximum = section.max_restarts
+    if maximum is None:
+        return None
+    if section.restart_order != BLOCKED:
+        return ("sweep.max_restarts needs restart_order = \"blocked\": an interim look after "
+                "each block is what lets the remaining blocks be skipped")
+    if not has_comparisons:
+        return "sweep.max_restarts stops once every comparison is decided: name [[comparisons]]"
+    counts = {n for _, n in restarts}
+    if len(counts) > 1 or min(counts) < 2:
+        named = ", ".join(f"{arm} {n}" for arm, n in restarts)
+        return ("sweep.max_restarts needs every arm to start its own server with the same "
+                f"restarts >= 2 (the minimum before the first look), found: {named}")
+    minimum = counts.pop()
+    if maximum < minimum:
+        return (f"sweep.max_restarts = {maximum} is below restarts = {minimum}: it is the "
+                "maximum, restarts the minimum")
+    return None

@@ -302,3 +302,29 @@ def test_a_regression_gate_naming_no_headline_metric_is_refused(tmp_path, key, v
     write_sweep(sweep, variant(DEMO, {"sweep": {key: value}}))
     with pytest.raises(SweepError, match=message):
         load_sweep(sweep)
+
+
+def test_a_sequential_sweep_looks_after_each_block_past_its_minimum(tmp_path):
+    """The look after block k waits for every restart of block k; every later launch and
+    every later look is right after it (a short-circuit skips only its direct downstream,
+    and a teardown does not pass a skip on); load runs whatever the looks skipped."""
+    from benchledger.operators.dag_factory import build_sweep_dag
+
+    doc = sweep("seq", [simulator_arm("a", {"step_ms": 1}), simulator_arm("b", {"step_ms": 2})],
+                sweep={"retries": 0, "max_restarts": 4},
+                comparisons=[{"a": "a", "b": "b", "metric": "decode_rate"}])
+    sweep_file = write_sweep(tmp_path / "seq.toml", doc)
+    dag = build_sweep_dag(sweep_file)
+    looks = sorted(t for t in dag.task_ids if t.startswith("interim_look"))
+    assert looks == ["interim_look_after_2", "interim_look_after_3"]
+    slots = restart_slots(load_sweep(sweep_file))
+    for blocks in (2, 3):
+        look = dag.get_task(f"interim_look_after_{blocks}")
+        ends = {f"{s.arm}__r{s.k}.stop_server" for s in slots if s.block == blocks - 1}
+        assert look.upstream_task_ids - {"interim_look_after_2"} == ends
+        assert look.trigger_rule == "all_done"
+        later = {f"{s.arm}__r{s.k}.launch_server" for s in slots if s.block >= blocks}
+        assert later <= look.downstream_task_ids
+    assert "interim_look_after_3" in dag.get_task("interim_look_after_2").downstream_task_ids
+    assert _after(dag, f"{slots[0].arm}__r{slots[0].k}") == {"plan"}
+    assert dag.get_task("load").trigger_rule == "all_done"

@@ -64,3 +64,35 @@ def test_arm_by_arm_keeps_the_file_order():
 def test_an_unknown_order_is_refused_by_name():
     with pytest.raises(SweepError, match="restart_order"):
         _sweep(2, restart_order="random")
+
+
+def test_a_sequential_sweep_plans_its_maximum_and_looks_after_each_block_past_the_minimum():
+    from benchledger.sweep.order import looks_after, minimum_restarts, planned_restarts
+
+    seq = parse_sweep(toml(sweep(
+        "seq", [simulator_arm("a", {"step_ms": 1}), simulator_arm("b", {"step_ms": 2})],
+        defaults=defaults(restarts=2), sweep={"retries": 0, "max_restarts": 5},
+        comparisons=[{"a": "a", "b": "b", "metric": "decode_rate"}])))
+    slots = restart_slots(seq)
+    assert max(s.block for s in slots) == 4 and len(slots) == 10
+    assert planned_restarts(seq, "a") == 5 and minimum_restarts(seq) == 2
+    assert looks_after(seq) == [1, 2, 3]  # after blocks 2, 3 and 4 of 5 (0-based 1..3)
+    assert looks_after(_sweep(2)) == []
+
+
+@pytest.mark.parametrize("section, extra, message", [
+    ({"max_restarts": 1}, {}, "max_restarts = 1 is below restarts = 2"),
+    ({"max_restarts": 6, "restart_order": "arm_by_arm"}, {}, "needs restart_order"),
+    ({"max_restarts": 6}, {"no_comparisons": True}, "name \\[\\[comparisons\\]\\]"),
+    ({"max_restarts": 6}, {"restarts": 1}, "same restarts >= 2"),
+    ({"max_restarts": 6}, {"arm_restarts": 3}, "found: a 3, b 2"),
+])
+def test_a_sequential_sweep_that_cannot_run_is_refused_naming_why(section, extra, message):
+    arms = [simulator_arm("a", {"step_ms": 1}, **({"restarts": extra["arm_restarts"]}
+                                                 if "arm_restarts" in extra else {})),
+            simulator_arm("b", {"step_ms": 2})]
+    comparisons = [] if extra.get("no_comparisons") else [
+        {"a": "a", "b": "b", "metric": "decode_rate"}]
+    with pytest.raises(SweepError, match=message):
+        parse_sweep(toml(sweep("seq", arms, defaults=defaults(restarts=extra.get("restarts", 2)),
+                               sweep={"retries": 0, **section}, comparisons=comparisons)))
