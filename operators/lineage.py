@@ -46,7 +46,10 @@ if TYPE_CHECKING:  # imported where lineage is reported: not at all while it is 
 # load_run_dir's tables: the run's manifests, its requests, the observations of its windows
 # (server counters, log lines, node clocks) and the catalogue of the files themselves.
 LOAD_WRITES = ("runs", "restarts", "windows", "request_records", "server_metrics",
-               "server_log_lines", "node_clocks", "raw_files", "interim_looks")
+               "server_log_lines", "node_clocks", "raw_files")
+# A sequential run's interim looks (its _looks/ files): loaded into this table, and read
+# back by validate_run for the blocks the run ran (warehouse/validate.py, restarts_run).
+LOOKS = ("interim_looks",)
 # validate_run: counters reconciled against the requests, the GX gate over restarts (their
 # clocks), windows and measured requests, and the planned cells of the run's sweep.
 VALIDATE_READS = ("runs", "restarts", "windows", "request_records", "server_metrics",
@@ -145,13 +148,17 @@ def _report(inputs: list[Dataset], outputs: list[Dataset]) -> None:
 def report_load(run_dir: Path, warehouse: Path) -> None:
     if openlineage_enabled():
         _report([file_dataset(p) for p in raw.loaded_files(run_dir)],
-                table_datasets(warehouse, LOAD_WRITES))
+                table_datasets(warehouse, LOAD_WRITES + _looks(run_dir)))
 
 
-def report_validate(warehouse: Path, data_docs: Path) -> None:
+def _looks(run_dir: Path) -> tuple[str, ...]:
+    return LOOKS if raw.look_files(run_dir) else ()
+
+
+def report_validate(warehouse: Path, data_docs: Path, run_dir: Path) -> None:
     """data_docs: the folder the gate's results were rendered into as GX Data Docs."""
     if openlineage_enabled():
-        _report(table_datasets(warehouse, VALIDATE_READS),
+        _report(table_datasets(warehouse, VALIDATE_READS + _looks(run_dir)),
                 table_datasets(warehouse, VALIDATE_WRITES)
                 + [file_dataset(d) for d in _existing(data_docs)])
 

@@ -444,10 +444,10 @@ def validate() -> dict:
     from benchledger.warehouse.validate import validate_run
 
     paths = run_paths()
-    docs = RunLayout(paths.data_dir, paths.run_id).data_docs_dir
+    layout = RunLayout(paths.data_dir, paths.run_id)
     with connect(paths.warehouse) as con:
-        results = validate_run(con, paths.run_id, docs_dir=docs)
-    lineage.report_validate(paths.warehouse, docs)
+        results = validate_run(con, paths.run_id, docs_dir=layout.data_docs_dir)
+    lineage.report_validate(paths.warehouse, layout.data_docs_dir, layout.run_dir)
     return results
 
 
