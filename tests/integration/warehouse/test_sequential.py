@@ -24,20 +24,24 @@ def _arm(name: str, **simulator: object) -> dict:
     return simulator_arm(name, {"step_ms": 20.0, **simulator}, **NO_CLOCK)
 
 
+def _defaults(max_tokens: int) -> dict:
+    # the protocol's floor of 5 requests per window, short answers: a restart here is mostly
+    # the server's start and stop, and the A/A runs twenty of them
+    return defaults(requests=5, max_tokens=max_tokens, clock=None, concurrency=[1],
+                    restarts=2)
+
+
 def large_effect() -> dict:
     return sweep("it-seq-large", [_arm("slow"), _arm("slow-twin"), _arm("fast", step_ms=10.0)],
-                 sweep={"retries": 0, "max_restarts": 10},
-                 defaults=defaults(requests=6, max_tokens=24, clock=None, concurrency=[1],
-                                   restarts=2),
+                 sweep={"retries": 0, "max_restarts": 10}, defaults=_defaults(16),
                  comparisons=[{"a": "slow", "b": "fast", "metric": "decode_rate",
                                "control": ["slow", "slow-twin"]}])
 
 
 def same_speed() -> dict:
-    return sweep("it-seq-same", [_arm("base"), _arm("flagged", batch_penalty=0.5)],
-                 sweep={"retries": 0, "max_restarts": 10},
-                 defaults=defaults(requests=6, max_tokens=24, clock=None, concurrency=[1],
-                                   restarts=2),
+    return sweep("it-seq-same", [_arm("base", step_ms=10.0),
+                                  _arm("flagged", step_ms=10.0, batch_penalty=0.5)],
+                 sweep={"retries": 0, "max_restarts": 10}, defaults=_defaults(8),
                  comparisons=[{"a": "base", "b": "flagged", "metric": "decode_rate"}])
 
 
