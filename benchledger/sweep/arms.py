@@ -326,3 +326,29 @@ def as_the_file_says(error: ErrorDetails) -> ErrorDetails:
         return {**error, "loc": (*loc, "server"), "input": given,
                 "msg": f"Input should be {', '.join(kinds[:-1])} or {kinds[-1]}"}
     return error
+
+
+def key_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not str(part).startswith("function-"):
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def describe(error: ErrorDetails) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required key is missing"
+    got = error.get("input")
+    got_text = "" if isinstance(got, dict) else f" (got {got!r})"
+    return f"{error['msg'].removeprefix('Value error, ')}{got_text}"
+
+
+def error_line(error: ErrorDetails) -> str:
+    """One validation error as a sweep file's reader wants it: `key.path: what is wrong`."""
+    path = key_path(error["loc"])
+    return f"{path + ': ' if path else ''}{describe(error)}"

@@ -20,7 +20,6 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 
 # The n rule's floor (T4: 15 speculative, 5 otherwise) and the default thresholds come from
 # the rule catalogue; a sweep may ask for more requests, never for fewer.
@@ -48,6 +47,7 @@ from benchledger.sweep.arms import (  # noqa: F401
     ExternalArm,
     SimulatorArm,
     as_the_file_says,
+    error_line,
     server_settings,
 )
 
@@ -508,26 +508,6 @@ def _arrival_problem(plan: ArmPlan) -> str | None:
     return None
 
 
-def _key_path(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not str(part).startswith("function-"):
-            path += f".{part}" if path else str(part)
-    return path
-
-
-def _describe(error: ErrorDetails) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown key"
-    if error["type"] == "missing":
-        return "required key is missing"
-    got = error.get("input")
-    got_text = "" if isinstance(got, dict) else f" (got {got!r})"
-    return f"{error['msg'].removeprefix('Value error, ')}{got_text}"
-
-
 def parse_sweep(text: str, source: str = "<sweep>", recorded: bool = False) -> Sweep:
     """Parse sweep TOML text; `source` names the file in error messages. `recorded`: the
     text a run recorded (parse_recorded), not a sweep about to run."""
@@ -538,9 +518,7 @@ def parse_sweep(text: str, source: str = "<sweep>", recorded: bool = False) -> S
     try:
         return Sweep.model_validate(data, context={"recorded": recorded})
     except ValidationError as exc:
-        errors = [as_the_file_says(e) for e in exc.errors()]
-        lines = [f"{source}: {_key_path(e['loc']) + ': ' if _key_path(e['loc']) else ''}"
-                 f"{_describe(e)}" for e in errors]
+        lines = [f"{source}: {error_line(as_the_file_says(e))}" for e in exc.errors()]
         raise SweepError("invalid sweep file\n  " + "\n  ".join(lines)) from None
 
 
