@@ -197,7 +197,12 @@ def test_energy_per_token_is_compared_against_its_a_a_control(run):
             con.execute("SELECT role, verdict, a, b, unit, higher_is_better FROM comparisons "
                         "WHERE run_id = ? AND metric = 'energy_per_token'",
                         [run["run_id"]]).fetchall()}
-    assert rows["control"][:3] == ("no finding", "healthy", "healthy-again")
+    # The A/A control is measured and held beside the A/B. Its own verdict is "no finding",
+    # or, about one run in twenty by the design of a 95% interval over two restarts per arm
+    # (more where a loaded machine slows one restart), "not decidable" because the twins
+    # differ: never a finding, and not what this test is about (CI hit the second once).
+    assert rows["control"][1:3] == ("healthy", "healthy-again")
+    assert rows["control"][0] in ("no finding", "not decidable")
     # speculation delivers about twice the tokens per step at one power: fewer J/token,
     # and fewer is better
     assert rows["ab"] == ("improvement", "healthy", "spec", "J/token", False)
