@@ -168,12 +168,16 @@ def test_published_decode_rates_rest_on_spread_requests_only(run):
                                                       "output_tokens")]
     assert publishable and n_burst == 1, blocked_by
     assert 0.5 * TRUE_DECODE_TOK_S < value <= AT_MOST_DECODE_TOK_S
-    # what the mean would have been with the burst's rate in it: the trap
+    # what the mean would have been with the burst's rate in it: the trap, a speed the
+    # server cannot deliver. (Not "5x the published value": the burst's span is how late
+    # the client read the server's second write, microseconds on an idle machine and about
+    # 2 ms on a loaded CI one, where the naive mean came to 2.2x; it is above the server's
+    # true speed while the client reads that write within 12 ms.)
     (naive,), = rows(run, """
         SELECT avg((r.output_tokens - 1) / ((r.t_last_ns - r.t_first_ns) / 1e9))
         FROM request_records r JOIN windows w USING (window_id)
         WHERE w.run_id = ? AND w.arm = 'fewbursts' AND NOT r.is_warmup""")
-    assert naive > 5 * value
+    assert naive > AT_MOST_DECODE_TOK_S >= value
     many = entries(run, "manybursts")
     value, publishable, blocked_by, _, n_burst = many[("decode_rate", "mean", "single_stream",
                                                        "output_tokens")]
