@@ -111,7 +111,12 @@ def test_the_starved_clients_lag_is_in_its_window(run):
     assert calm["client_lag_p50_ms"] < 1 < 2 < starved["client_lag_p50_ms"], \
         (calm["client_lag_p50_ms"], starved["client_lag_p50_ms"])
     assert starved["client_lag_p99_ms"] > 10
-    assert starved["client_cpu_share"] > 0.3 > calm["client_cpu_share"]
+    # the hook spins for 20 ms of every 25 of wall time: alone on a core that is 0.7-0.8 of
+    # the window, on a machine loaded four processes to a core about a quarter (CI saw 0.24);
+    # the calm client idles on its one stream (about 0.03)
+    assert starved["client_cpu_share"] > 3 * calm["client_cpu_share"], \
+        (calm["client_cpu_share"], starved["client_cpu_share"])
+    assert calm["client_cpu_share"] < 0.3
     assert starved["bunched_event_fraction"] > calm["bunched_event_fraction"]
 
 

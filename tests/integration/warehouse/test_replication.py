@@ -54,7 +54,9 @@ def test_speculation_is_an_improvement_beyond_the_aa_control(run):
     run_id, state, con = run
     assert state == "success"
     aa = verdict(con, run_id, "control", "spec-on", "spec-on-again")
-    assert aa[0] == "no finding"
+    # an A/A is never a finding; over two restarts its 95% interval excludes 0 about one
+    # run in twenty by design, and then it says 'not decidable' (add restarts)
+    assert aa[0] in ("no finding", "not decidable"), aa
     ab = verdict(con, run_id, "ab", "spec-off", "spec-on")
     assert ab[0] == "improvement"
     assert 0 < ab[3] < ab[2] < ab[4]  # difference inside an interval that excludes 0
