@@ -55,12 +55,12 @@ postgres:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
 	  || { [ -z "$$CI" ] && echo "postgresql could not be installed: its test will be skipped"; }; }
 
-# Four workers on 2 cores, each taking whole test files (--dist loadfile): a file's module
+# Three workers on 2 cores, each taking whole test files (--dist loadfile): a file's module
 # fixture (one sweep, one cluster) runs once, and the integration files, which mostly wait
 # on servers, windows and Airflow (a history run used 29 s of CPU in 57 s), overlap: with
-# two workers a quarter to a third of the CPU sat idle, with three a fifth to two fifths in
-# the first ten minutes (the real clusters wait on stalls and heartbeats); four took the
-# suite from 19:50 to 18:40. The files go out in the order tests/conftest.py collects them, the
+# two workers a quarter to a third of the CPU sat idle. Four workers were tried (pytest
+# 19:50 -> 18:53) and broke what a saturated machine breaks: a rate search saturated at
+# its first point, a p90 latency doubled between two identical runs (CI=true, 68695ff). The files go out in the order tests/conftest.py collects them, the
 # slowest first (SLOWEST_FIRST), not xdist's default of the files with most tests first
 # (--no-loadscope-reorder): that default queued long files of few tests (test_history.py's
 # four runs, a cluster file) behind a hundred short ones, so one ran alone at the end. The
@@ -68,7 +68,7 @@ postgres:
 # test_cluster_scheduler.py), on two of the workers. The 30 slowest tests and the reason of every
 # skip are printed at the end: whoever shortens the suite next updates SLOWEST_FIRST from them.
 test: lint browser postgres
-	$(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=30 -rs
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=30 -rs
 
 # The optional real-server tier: llama-cpp-python's OpenAI-compatible server (compiled from
 # source: about 9 minutes on 2 cores the first time) and the `gguf` package, in a virtualenv

@@ -165,6 +165,12 @@ class RequestRecord:
         }
 
 
+def calibration_request_id(window_id: str, i: int) -> str:
+    """The id a window's calibration request `i` is sent with (never a row's: a calibration
+    sample lives in the window's manifest)."""
+    return f"{window_id}/c{i:04d}"
+
+
 def new_record(spec: WindowSpec, is_warmup: bool, i: int, tally: Tally,
                history: list[dict[str, str]] | None = None,
                keep_answer: bool = False) -> RequestRecord:

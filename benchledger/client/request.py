@@ -24,6 +24,17 @@ from benchledger.client.sse import SSEReader
 from benchledger.client.target import Target
 
 ERROR_BODY_BYTES = 4096  # how much of a non-200 answer's body an error row keeps
+# Names each request to the server as the row names it (its request_id: run, arm, restart,
+# window and sequence, so unique across runs and the same when a window is retried). vLLM
+# takes it as its own request id (chatcmpl-<id> in its request log, its answer and its
+# traces); SGLang and most gateways log it. docs/protocol.md, "Finding a request in the
+# server's records".
+REQUEST_ID_HEADER = "X-Request-Id"
+
+
+def request_headers(request_id: str) -> dict[str, str]:
+    """The headers a request carries beside the target's own (its API key)."""
+    return {REQUEST_ID_HEADER: request_id}
 
 
 def request_body(target: Target, record: RequestRecord, stream: bool = True
@@ -178,10 +189,11 @@ async def stream_one(http: aiohttp.ClientSession, target: Target, record: Reques
     counted = target.token_count.event_reader(target.endpoint)
     if record.keep_answer:  # a session sends this answer back: its text is kept too
         counted = _keeping_answer(counted, target.endpoint, record)
+    headers = request_headers(record.request_id)
     record.t_submit_ns = time.perf_counter_ns()
     try:
         async with asyncio.timeout(request_timeout_s), \
-                http.post(url, json=body) as response:
+                http.post(url, json=body, headers=headers) as response:
             record.http_status = response.status
             if response.status != 200:
                 record.fail(f"HTTP {response.status}: {(await _body_head(response))[:500]}")

@@ -10,8 +10,13 @@ from typing import Any, TypedDict
 import httpx
 
 from benchledger.client.endpoint import Endpoint, ReadCounted
-from benchledger.client.record import RequestRecord, WindowSpec, new_record
-from benchledger.client.request import exception_text, request_body
+from benchledger.client.record import (
+    RequestRecord,
+    WindowSpec,
+    calibration_request_id,
+    new_record,
+)
+from benchledger.client.request import exception_text, request_body, request_headers
 from benchledger.client.tally import Tally, TextTally, UsageTally
 from benchledger.client.target import TOKEN_COUNTS, Target, TokenCounter, WindowCount
 from benchledger.client.text import show
@@ -121,7 +126,8 @@ async def _calibration_one(http: httpx.AsyncClient, target: Target, record: Requ
     path, body = request_body(target, record, stream=False)
     try:
         async with asyncio.timeout(timeout_s):
-            response = await http.post(target.base_url.rstrip("/") + path, json=body)
+            response = await http.post(target.base_url.rstrip("/") + path, json=body,
+                                       headers=request_headers(record.request_id))
         payload = response.json() if response.status_code == 200 else None
     except (TimeoutError, httpx.HTTPError, ValueError) as exc:
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200] or 'no answer'}"
@@ -175,6 +181,8 @@ async def calibrate(http: httpx.AsyncClient, target: Target, spec: WindowSpec,
     # A calibration answer is not streamed: its count is its usage.
     records = [new_record(spec, False, i, UsageTally())
                for i in range(spec.calibration_requests)]
+    for i, record in enumerate(records):  # its own id: measured request i is another request
+        record.request_id = calibration_request_id(spec.window_id, i)
 
     async def one(record: RequestRecord) -> CalibrationSample:
         async with gate:

@@ -21,10 +21,21 @@ from starlette.routing import Route
 from benchledger.simulator import protocol
 from benchledger.simulator.clocks import gpu_clocks
 from benchledger.simulator.dcgm_page import render_dcgm
-from benchledger.simulator.engine import VERSION, Chunk, Engine, SimConfig, SimRequest
+from benchledger.simulator.engine import (
+    VERSION,
+    Chunk,
+    Engine,
+    SimConfig,
+    SimRequest,
+    log_line,
+)
 from benchledger.simulator.metrics import CONTENT_TYPE, render_metrics
 from benchledger.simulator.nodes import Head, load_body
 from benchledger.simulator.protocol import ApiError, ParsedRequest, ResponseBuilder, sse
+
+# The header a client names its request with; vLLM makes it its own request id. Spelled
+# here, apart from the client's (the simulator shares no protocol code with it).
+REQUEST_ID = "X-Request-Id"
 
 
 def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | None = None,
@@ -72,7 +83,7 @@ def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | 
         body = await ready_json_body(request)
         chat = request.url.path.endswith("/chat/completions")
         parse = protocol.parse_chat if chat else protocol.parse_completion
-        return await _serve(engine, parse(body, config))
+        return await _serve(engine, parse(body, config), request.headers.get(REQUEST_ID))
 
     async def tokenize(request: Request) -> Response:
         """vLLM's and llama.cpp's /tokenize, llama-cpp-python's /extras/tokenize."""
@@ -147,13 +158,17 @@ def _reasoning(config: SimConfig, parsed: ParsedRequest) -> int:
     return config.reasoning_tokens if parsed.chat else 0
 
 
-async def _serve(engine: Engine, parsed: ParsedRequest) -> Response:
+async def _serve(engine: Engine, parsed: ParsedRequest, request_id: str | None) -> Response:
     config = engine.config
     request = engine.submit(parsed.prompt, parsed.max_tokens, parsed.temperature,
                             ignore_eos=parsed.ignore_eos, tokens=parsed.tokens,
                             reasoning_tokens=_reasoning(config, parsed))
     builder = ResponseBuilder(parsed.chat, config.model, parsed.logprobs,
-                              config.reasoning_field)
+                              config.reasoning_field, request_id)
+    if config.log_requests:  # vLLM's RequestLogger, without the prompt
+        log_line("logger.py:39", f"Received request {builder.id}: prompt_tokens="
+                                 f"{parsed.prompt_tokens}, max_tokens={parsed.max_tokens}, "
+                                 f"temperature={parsed.temperature}")
     if parsed.stream:
         events = _stream_events(engine, request, parsed, builder)
         return StreamingResponse(events, media_type="text/event-stream")

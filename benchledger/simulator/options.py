@@ -199,6 +199,12 @@ class SimConfig:
         "reasoning_content", "where reasoning text goes with --reasoning-tokens: "
                              "reasoning_content (older vLLM, SGLang, DeepSeek) or reasoning "
                              "(newer vLLM)", sweep=True)
+    log_requests: bool = setting(
+        False, "log a line per request naming its id, as vLLM's --enable-log-requests "
+               "does: 'Received request chatcmpl-<id>', where <id> is the request's "
+               "X-Request-Id header (a random id without one), the id its answer carries "
+               "too; the prompt's text is never logged", sweep=True,
+        flag="--enable-log-requests")
 
     def __post_init__(self) -> None:
         # Checks between settings; each field's own range comes from its Setting.

@@ -227,11 +227,13 @@ class ResponseBuilder:
     """Builds the bodies of one response (one id and creation time for all its events)."""
 
     def __init__(self, chat: bool, model: str, logprobs: int | None = None,
-                 reasoning_field: str = "reasoning_content") -> None:
+                 reasoning_field: str = "reasoning_content",
+                 request_id: str | None = None) -> None:
         self.chat = chat
         self.reasoning_field = reasoning_field  # where chat reasoning text goes
         self.model = model
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        # like vLLM: the client's X-Request-Id (`request_id`) when it sent one
+        self.id = ("chatcmpl-" if chat else "cmpl-") + (request_id or uuid.uuid4().hex)
         self.created = int(time.time())
         self.logprobs = logprobs  # None: not asked for (every "logprobs" is null)
         self._text_offset = 0  # completions: where the next token starts in the output

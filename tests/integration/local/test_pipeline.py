@@ -47,7 +47,8 @@ def external_server():
 @pytest.fixture(scope="module")
 def passing_run(workdir, external_server):
     sweep = write_sweep(workdir / "good.toml", sweeps.sweep(
-        "it-good", [sweeps.simulator_arm("spec", {"speculative": True}),
+        # the simulator logs each request's X-Request-Id, as vLLM's --enable-log-requests
+        "it-good", [sweeps.simulator_arm("spec", {"speculative": True, "log_requests": True}),
                     sweeps.external_arm("ext", external_server, speculative=True)],
         defaults=sweeps.defaults(), workloads=["code", "prose"]))
     before = generation_tokens(external_server)
@@ -116,6 +117,23 @@ def test_external_arm_tokens_match_the_servers_own_counter(passing_run):
                               "SELECT single_instance, status FROM restarts "
                               "WHERE run_id = ? AND arm = 'ext'", [passing_run["run_id"]])
     assert single and status == "external"
+
+
+def test_every_request_row_names_the_request_the_server_logged(passing_run, workdir):
+    """X-Request-Id: each row's request_id went out with its request, so the server's own
+    records (its request log here, vLLM's log and traces alike) find it; calibration
+    requests, which are no rows, go out under ids of their own."""
+    ids = [r[0] for r in query(passing_run["warehouse"], """
+        SELECT r.request_id FROM request_records r JOIN windows w USING (window_id)
+        WHERE w.run_id = ? AND w.arm = 'spec'""", [passing_run["run_id"]])]
+    assert ids and len(set(ids)) == len(ids)
+    assert all(i.startswith(passing_run["run_id"] + "/spec/r") for i in ids), ids[:3]
+    logs = [log for log in (workdir / "data").rglob("server.log")
+            if log.parent.parent.name == "spec"]  # <run>/spec/r<k>/server.log
+    logged = {m.group(1) for log in logs for m in re.finditer(
+        r"Received request (?:chat)?cmpl-(\S+): ", log.read_text())}
+    assert logs and set(ids) <= logged, sorted(set(ids) - logged)[:3]
+    assert all(re.search(r"/c\d{4}$", other) for other in logged - set(ids))
 
 
 def test_every_rule_result_is_a_validation_row(passing_run):

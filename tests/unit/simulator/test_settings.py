@@ -74,6 +74,7 @@ EVERY_KEY = sweep(
                 "health": False,
                 "num_gpus": 4,
                 "low_clock_gpu": 2,
+                "log_requests": True,
             },
             model="m1",
         ),
@@ -100,7 +101,8 @@ def _all_flags(low_clock: bool) -> list[str]:
             "--startup-delay-s", "1.5", "--no-usage", "--no-prefix-cache",
             "--stall-every", "4", "--stall-s", "2.0", "--log-interval-s", "0.5",
             "--num-gpus", "4", *(["--low-clock"] if low_clock else []), "--low-clock-gpu", "2",
-            "--metrics-generation-scale", "0.9", "--metrics-family", "llamacpp", "--no-health"]
+            "--metrics-generation-scale", "0.9", "--metrics-family", "llamacpp", "--no-health",
+            "--enable-log-requests"]
 
 
 EVERY_KEY_ARGV = {
@@ -153,7 +155,7 @@ SWEEP_KEYS = {
     "prefix_cache": True, "stall_every": 0, "stall_s": 600.0, "log_interval_s": 1.0,
     "low_clock_restarts": [], "metrics_generation_scale": 1.0,
     "metrics_family": "vllm", "health": True, "num_gpus": 1, "low_clock_gpu": 0,
-    "reasoning_tokens": 0, "reasoning_field": "reasoning_content",
+    "reasoning_tokens": 0, "reasoning_field": "reasoning_content", "log_requests": False,
 }
 
 
@@ -186,6 +188,7 @@ def test_boolean_flags_keep_their_spellings():
     assert spellings["stream_usage"] == ["--no-stream-usage"]
     assert spellings["health"] == ["--no-health"]
     assert spellings["low_clock"] == ["--low-clock"]
+    assert spellings["log_requests"] == ["--enable-log-requests"]  # vLLM's spelling
 
 
 def _config_at(arm, restart: int) -> SimConfig:
