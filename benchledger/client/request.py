@@ -27,8 +27,8 @@ ERROR_BODY_BYTES = 4096  # how much of a non-200 answer's body an error row keep
 # Names each request to the server as the row names it (its request_id: run, arm, restart,
 # window and sequence, so unique across runs and the same when a window is retried). vLLM
 # takes it as its own request id (chatcmpl-<id> in its request log, its answer and its
-# traces); SGLang and most gateways log it. docs/protocol.md, "Finding a request in the
-# server's records".
+# traces); SGLang and most gateways log it. docs/protocol.md, "Request ids: finding a
+# request in the server's records".
 REQUEST_ID_HEADER = "X-Request-Id"
 
 
