@@ -30,6 +30,7 @@ from benchledger.client.streams import (
     drive_part,
 )
 from benchledger.client.target import Target, TokenCounter
+from benchledger.client.tls import tls_context
 from benchledger.client.usage import read_usage
 from benchledger.client.workers import WorkerPool, WorkerProgress, worker_count
 from benchledger.redaction import redact
@@ -224,7 +225,8 @@ async def measure_window_async(target: Target, spec: WindowSpec,
     timeout = httpx.Timeout(spec.request_timeout_s,
                             connect=min(CONNECT_TIMEOUT_S, spec.request_timeout_s))
     try:
-        async with httpx.AsyncClient(timeout=timeout, headers=target.headers()) as http, \
+        async with httpx.AsyncClient(timeout=timeout, headers=target.headers(),
+                                     verify=tls_context()) as http, \
                 reporter(on_progress, progress_interval_s, _delivered_tokens) as progress:
             # Warm-up runs first and outside the window; its rows are kept, flagged is_warmup.
             warmup = _records(await streams.part(

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchledger.client.tls import tls_context
 from benchledger.rules.core import COUNTER_UNREADABLE
 from benchledger.sweep.spec import DEFAULT_METRICS_TIMEOUT_S, SERVER_FAMILIES
 
@@ -78,7 +79,7 @@ class Answer:
 
 async def _get(url: str, headers: dict[str, str] | None, timeout_s: float,
                max_bytes: int) -> Answer:
-    async with (httpx.AsyncClient(timeout=timeout_s) as client,
+    async with (httpx.AsyncClient(timeout=timeout_s, verify=tls_context()) as client,
                 client.stream("GET", url, headers=headers) as response):
         body = bytearray()
         async for chunk in response.aiter_bytes():

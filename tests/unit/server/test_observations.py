@@ -209,6 +209,27 @@ def test_metrics_scrape_keeps_prometheus_text_and_sends_the_key(observed_server)
     assert scrape.result["errors"] == [] and server.seen == ["Bearer k", "Bearer k"]
 
 
+def test_repeated_gets_read_the_ca_bundle_once(observed_server, monkeypatch):
+    """A clock sampled ten times a second makes a client each time: each used to build its
+    own TLS context (the CA bundle read again, ~30 ms of CPU beside the timed client)."""
+    import ssl
+
+    from benchledger.client.tls import tls_context
+    from benchledger.server.observe import bounded_get
+
+    server, base = observed_server
+    server.script = (200, PROMETHEUS)
+    loads = []
+    real = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations",
+                        lambda self, *a, **k: (loads.append(a or k), real(self, *a, **k))[1])
+    tls_context.cache_clear()
+    answers = [bounded_get(base + "/clocks", 2.0).text for _ in range(5)]
+    assert answers == [PROMETHEUS] * 5 and len(server.seen) == 5
+    assert len(loads) == 1  # one context, verification on, for every client of the process
+    assert tls_context().verify_mode == ssl.CERT_REQUIRED
+
+
 @pytest.mark.parametrize(("script", "recorded"), [
     ((404, "no metrics here"), "HTTP 404"),
     ((200, "<html>not prometheus</html>\n"), "not Prometheus text"),
