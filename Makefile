@@ -64,8 +64,9 @@ postgres:
 # slowest first (SLOWEST_FIRST), not xdist's default of the files with most tests first
 # (--no-loadscope-reorder): that default queued long files of few tests (test_history.py's
 # four runs, a cluster file) behind a hundred short ones, so one ran alone at the end. The
-# real Airflow clusters are two files of about 5 minutes each (test_cluster.py,
-# test_cluster_scheduler.py), on two of the workers. The 30 slowest tests and the reason of every
+# real Airflow clusters of about 5 minutes each (test_cluster_scheduler.py,
+# test_cluster_postgres.py with its 60 s API stall) start on two of the workers, the
+# history's four runs on the third. The 30 slowest tests and the reason of every
 # skip are printed at the end: whoever shortens the suite next updates SLOWEST_FIRST from them.
 #
 # The project's own modules are compiled first: where PYTHONDONTWRITEBYTECODE is set (this

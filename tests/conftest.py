@@ -38,16 +38,16 @@ settings.load_profile("benchledger")
 # (bundled_demo) early, so that test_report_browser.py, which reads the same run, later
 # finds it done instead of waiting on it. A file not listed keeps its place after them.
 SLOWEST_FIRST = (
-    "tests/integration/cluster/test_cluster.py",
     "tests/integration/cluster/test_cluster_scheduler.py",
+    "tests/integration/cluster/test_cluster_postgres.py",
     "tests/integration/warehouse/test_history.py",
+    "tests/integration/cluster/test_cluster.py",
     "tests/integration/warehouse/test_slo_frontier.py",
     "tests/integration/warehouse/test_sequential.py",
     "tests/integration/local/test_demo_regression.py",
     "tests/integration/cluster/test_multi_host.py",
     "tests/integration/local/test_fault_suite.py",
     "tests/integration/restart/test_multi_node.py",
-    "tests/integration/cluster/test_cluster_postgres.py",
     "tests/integration/cluster/test_cluster_secrets.py",
     "tests/integration/local/test_two_sweeps.py",
     "tests/integration/local/test_interruptions.py",

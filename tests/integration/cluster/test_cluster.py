@@ -22,7 +22,6 @@ import psutil
 import pytest
 
 from benchledger.cluster import commands as local_cluster
-from benchledger.cluster import supervisor
 from benchledger.cluster.airflow_api import ApiClient
 from benchledger.cluster.config import api_credentials
 from tests import sweeps
@@ -48,9 +47,8 @@ def deployment(tmp_path_factory):
     lineage = home / "openlineage.json"
     # The product's own task_instance_heartbeat_timeout (180 s): no test here needs a
     # vanished worker's task failed sooner (test_cluster_scheduler.py's own deployment
-    # does), and a shorter one (90 s) left a loaded machine 15-25 s between the 60 s API
-    # stall below and the heartbeat that must land after it: in CI the scheduler failed a
-    # task whose heartbeat the resumed, backlogged API server took that long to answer.
+    # does). The 60 s API stall runs on PostgreSQL (test_cluster_postgres.py): on SQLite
+    # the fetches an Edge worker piles up during a stall may claim one job twice.
     cluster_up(home,
                "openlineage.transport=" + json.dumps(
                    {"type": "file", "log_file_path": str(lineage), "append": True}))
@@ -240,49 +238,6 @@ def test_the_airflow_ui_shows_the_run_on_the_benchledger_page(deployment, two_ar
         finally:
             browser.close()
     assert errors == []
-
-
-def test_an_api_server_stalled_for_a_minute_leaves_every_worker_alive(deployment, tmp_path):
-    """The API server stopped (SIGSTOP, every process of it) for 60 s while both nodes
-    measure, then continued: no worker exits (the tokens they signed before the stall
-    are still good after it), no task fails for the heartbeats it could not send, and the
-    run succeeds with every window measured once."""
-    state = local_cluster.Cluster.load(deployment)
-    # `up` returns once the workers registered; supervisord calls them RUNNING only after
-    # their startsecs (this test may be the module's first)
-    deadline = time.monotonic() + 60
-    while True:
-        workers = {node: state.pid_of(f"edge-worker-{node}") for node in NODES}
-        if None not in workers.values() or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert None not in workers.values(), workers
-    starts = supervisor.history(deployment)
-    sweep = tmp_path / "stall.toml"
-    write_sweep(sweep, cluster_sweep("cl-stall", [("on-a", "node-a"), ("on-b", "node-b")],
-                                     requests=40, step_ms=15.0, sweep_keys={"retries": 0}))
-    warehouse = tmp_path / "wh.duckdb"
-    run = start_run(sweep, warehouse, deployment)
-    mark = window_started(run, tmp_path / "wh-data" / "raw", "*/*/r0/code-c1.started")
-    assert mark is not None, "no window started"
-    api_server = psutil.Process(state.pid_of("api-server"))
-    stalled = [api_server, *api_server.children(recursive=True)]
-    for proc in stalled:
-        proc.suspend()
-    try:
-        time.sleep(60)
-    finally:
-        for proc in stalled:
-            proc.resume()
-    output = run.communicate(timeout=600)[0]
-    assert run.returncode == 0, output[-4000:]
-    assert {node: state.pid_of(f"edge-worker-{node}") for node in NODES} == workers
-    after = supervisor.history(deployment)
-    for name in ("api-server", *(f"edge-worker-{node}" for node in NODES)):
-        assert after[name]["starts"] == starts[name]["starts"], (name, after[name])
-    with duckdb.connect(str(warehouse), read_only=True) as con:
-        attempts = con.execute("SELECT count(*), max(attempt) FROM windows").fetchone()
-    assert attempts == (4, 1)  # 2 arms x 2 restarts, each window measured once
 
 
 def test_a_two_node_arm_runs_on_both_workers_and_a_dead_node_crashes_its_restart(

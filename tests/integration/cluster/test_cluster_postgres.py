@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections import defaultdict
 
 import duckdb
+import psutil
 import psycopg2
 import pytest
 
 from benchledger.cluster import commands as local_cluster
+from benchledger.cluster import supervisor
 from benchledger.cluster.airflow_api import ApiClient
 from benchledger.cluster.config import api_credentials
 from tests.cluster_helpers import (
@@ -31,6 +34,8 @@ from tests.cluster_helpers import (
     open_folder,
     readable_by_another_user,
     require_another_user,
+    start_run,
+    window_started,
 )
 from tests.postgres import postgres_server
 from tests.sweeps import cluster_sweep, write_sweep
@@ -152,6 +157,56 @@ def test_the_warehouse_shows_each_restart_on_one_worker(run):
         assert measured_on == [launched_on], (arm, launched_on, measured_on)
         assert launched_on in WORKERS[arm.removeprefix("on-")]
     assert published > 0
+
+
+def test_an_api_server_stalled_for_a_minute_leaves_every_worker_alive(deployment, tmp_path):
+    """The API server stopped (SIGSTOP, every process of it) for 60 s while both nodes
+    measure, then continued: no worker exits (the tokens they signed before the stall
+    are still good after it), no task fails for the heartbeats it could not send, and the
+    run succeeds with every window measured once.
+
+    On PostgreSQL, as production runs: an Edge worker starts a job fetch every
+    job_poll_interval without waiting for the last, so a stall piles up dozens of them,
+    answered together when the API resumes. On SQLite the claim locks nothing and a job
+    queued during the stall went to two of them (a CI run: measure_code received twice,
+    the duplicate's 409 'TI was not in a state where it could be marked as running'
+    failed the task); PostgreSQL's SELECT ... FOR UPDATE SKIP LOCKED gives it to one."""
+    state = local_cluster.Cluster.load(deployment)
+    # `up` returns once the workers registered; supervisord calls them RUNNING only after
+    # their startsecs (this test may be the module's first)
+    deadline = time.monotonic() + 60
+    while True:
+        workers = {w: state.pid_of(f"edge-worker-{w}") for node in NODES for w in WORKERS[node]}
+        if None not in workers.values() or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert None not in workers.values(), workers
+    starts = supervisor.history(deployment)
+    sweep = tmp_path / "stall.toml"
+    write_sweep(sweep, cluster_sweep("cl-stall", [("on-a", "node-a"), ("on-b", "node-b")],
+                                     requests=40, step_ms=15.0, sweep_keys={"retries": 0}))
+    warehouse = tmp_path / "wh.duckdb"
+    run = start_run(sweep, warehouse, deployment)
+    mark = window_started(run, tmp_path / "wh-data" / "raw", "*/*/r0/code-c1.started")
+    assert mark is not None, "no window started"
+    api_server = psutil.Process(state.pid_of("api-server"))
+    stalled = [api_server, *api_server.children(recursive=True)]
+    for proc in stalled:
+        proc.suspend()
+    try:
+        time.sleep(60)
+    finally:
+        for proc in stalled:
+            proc.resume()
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode == 0, output[-4000:]
+    assert {w: state.pid_of(f"edge-worker-{w}") for w in workers} == workers
+    after = supervisor.history(deployment)
+    for name in ("api-server", *(f"edge-worker-{w}" for w in workers)):
+        assert after[name]["starts"] == starts[name]["starts"], (name, after[name])
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        attempts = con.execute("SELECT count(*), max(attempt) FROM windows").fetchone()
+    assert attempts == (4, 1)  # 2 arms x 2 restarts, each window measured once
 
 
 def test_down_leaves_no_process(deployment, run):
