@@ -21,6 +21,10 @@ EndpointName = Literal["chat", "completions"]
 # (tokens listed in their logprobs, their output text, why the event fails its request).
 Counted = tuple[int | None, str | None, str | None]
 ReadCounted = Callable[[list[Any]], Counted]
+# What every event's choices say (Endpoint.read_choices): content-bearing and
+# reasoning-bearing choices, the finish_reason, why the event fails its request, and the
+# answer and reasoning texts as sent.
+Choices = tuple[int, int, str | None, str | None, str | None, str | None]
 
 
 # Where reasoning models stream their thinking in a chat delta (and put it in an answer's
@@ -79,37 +83,42 @@ class Endpoint(Variant, ABC):
         MalformedChoice. Only chat carries reasoning."""
         return self.choice_text(choice, index), None
 
-    def read_choices(self, choices: object) -> tuple[int, int, str | None, str | None]:
-        """(content-bearing choices, reasoning-bearing choices, finish_reason, problem) of an
-        event's `choices`. A choice whose reasoning field holds text bears reasoning, not
-        content (its content, if it also holds some, still counts as content)."""
+    def read_choices(self, choices: object) -> Choices:
+        """(content-bearing choices, reasoning-bearing choices, finish_reason, problem,
+        answer text, reasoning text) of an event's `choices`; the texts as sent, joined over
+        the choices in order (None: none). A choice whose reasoning field holds text bears
+        reasoning, not content (its content, if it also holds some, still counts as
+        content)."""
         if choices is None:
-            return 0, 0, None, None
+            return 0, 0, None, None, None, None
         if not isinstance(choices, list):
-            return 0, 0, None, f"choices is not a list: {show(choices)}"
+            return 0, 0, None, f"choices is not a list: {show(choices)}", None, None
         content, reasoning, finish = 0, 0, None
+        answer: str | None = None
+        thinking: str | None = None
         parts_of = self.choice_parts
         for index, choice in enumerate(choices):
             if not isinstance(choice, dict):
-                return 0, 0, None, f"choices[{index}] is not an object: {show(choice)}"
+                return _bad(f"choices[{index}] is not an object: {show(choice)}")
             try:
                 text, thought = parts_of(choice, index)
             except MalformedChoice as exc:
-                return 0, 0, None, str(exc)
+                return _bad(str(exc))
             if text is not None and not isinstance(text, str):
-                return 0, 0, None, (f"choices[{index}].{self.text_field} is not a string: "
-                                    f"{show(text)}")
+                return _bad(f"choices[{index}].{self.text_field} is not a string: "
+                            f"{show(text)}")
             if text:
                 content += 1
+                answer = text if answer is None else answer + text
             if thought:
                 reasoning += 1
+                thinking = thought if thinking is None else thinking + thought
             reason = choice.get("finish_reason")
             if reason is not None and not isinstance(reason, str):
-                return 0, 0, None, (f"choices[{index}].finish_reason is not a string: "
-                                    f"{show(reason)}")
+                return _bad(f"choices[{index}].finish_reason is not a string: {show(reason)}")
             if reason:
                 finish = safe_text(reason)
-        return content, reasoning, finish, None
+        return content, reasoning, finish, None, answer, thinking
 
     def logprob_tokens(self, choices: list[Any]) -> Counted:
         """(tokens in logprobs, None, problem) of choices read_choices accepted: what
@@ -148,12 +157,6 @@ class Endpoint(Variant, ABC):
         the reasoning tokens too, and the count must be of the same tokens."""
         return self._joined_text(choices, with_reasoning=True)
 
-    def content_text(self, choices: list[Any]) -> Counted:
-        """(None, output content, None) of choices read_choices accepted, without any
-        reasoning: the answer itself (what a multi-turn session sends back as the
-        assistant's turn; reasoning is not sent back)."""
-        return self._joined_text(choices, with_reasoning=False)
-
     def _joined_text(self, choices: list[Any], with_reasoning: bool) -> Counted:
         parts: list[str] = []
         for index, choice in enumerate(choices):
@@ -180,6 +183,10 @@ class Endpoint(Variant, ABC):
     def _answer_choice_reasoning(self, choice: dict[str, Any]) -> str | None:
         """The reasoning text of a non-streamed answer's choice (None: none, or not text)."""
         return None
+
+
+def _bad(problem: str) -> Choices:
+    return 0, 0, None, problem, None, None
 
 
 ENDPOINTS: Registry[Endpoint] = Registry("endpoint")

@@ -30,6 +30,10 @@ class Event(NamedTuple):
     # model's reasoning text included: usage counts those tokens too).
     tokens: int | None = None
     text: str | None = None
+    # The event's answer text and reasoning text as sent (every event: the record digests
+    # what came back, and keeps it where the sweep asks; None: none)
+    answer: str | None = None
+    thought: str | None = None
 
 
 DONE = Event(done=True)
@@ -57,15 +61,15 @@ def parse_event(data: bytes, endpoint: Endpoint = CHAT,
     if payload.get("error"):
         return Event(problem=f"error event: {show(payload['error'], 500)}")
     choices = payload.get("choices")
-    content, reasoning, finish, problem = endpoint.read_choices(choices)
+    content, reasoning, finish, problem, answer, thought = endpoint.read_choices(choices)
     if problem:
         return Event(problem=problem)
     usage = payload.get("usage")
     if usage == {}:  # an empty usage object reports nothing; it must not hide an earlier one
         usage = None
-    if counted is None or not isinstance(choices, list):
-        return Event(False, content, reasoning, finish, usage)  # positional: cheaper
+    if counted is None or not isinstance(choices, list):  # positional: cheaper
+        return Event(False, content, reasoning, finish, usage, None, None, None, answer, thought)
     tokens, output, problem = counted(choices)
     if problem:
         return Event(problem=problem)
-    return Event(False, content, reasoning, finish, usage, None, tokens, output)
+    return Event(False, content, reasoning, finish, usage, None, tokens, output, answer, thought)

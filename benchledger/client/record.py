@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,50 @@ class WindowSpec:
     items: Items | None = None
     # An open-loop window: the p99 of how late requests may be sent (arrivals_on_schedule).
     max_arrival_lag_ms: float | None = None
+    # Keep each answer's text (and reasoning text) in its row, beside their digests
+    # ([defaults] keep_output_text; off: a user's prompts and answers may be private).
+    keep_output_text: bool = False
+
+
+class Received:
+    """One kind of text a request got back (its answer, or its reasoning), read as the
+    events arrive: digested (sha256 of its UTF-8) and measured (characters) at once, so a
+    row never holds a long answer as hundreds of small strings; kept whole only where
+    asked (keep_output_text, or a multi-turn session that sends the answer back).
+
+    A worker process sends its records to the parent pickled: the digest is finished
+    then (a hash object cannot be pickled, and nothing arrives after the stream ended)."""
+
+    __slots__ = ("_hash", "_digest", "chars", "parts")
+
+    def __init__(self, keep: bool = False) -> None:
+        self._hash: Any = hashlib.sha256()
+        self._digest: str | None = None
+        self.chars = 0  # code points, as the server's text has them
+        self.parts: list[str] | None = [] if keep else None
+
+    def add(self, text: str) -> None:
+        # surrogatepass: JSON may carry a lone surrogate ("\ud800"); digested as sent
+        self._hash.update(text.encode("utf-8", "surrogatepass"))
+        self.chars += len(text)
+        if self.parts is not None:
+            self.parts.append(text)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest if self._digest is not None else self._hash.hexdigest()
+
+    @property
+    def text(self) -> str | None:
+        """The text, where kept (as valid UTF-8: safe_text)."""
+        return None if self.parts is None else safe_text("".join(self.parts))
+
+    def __getstate__(self) -> tuple[str, int, list[str] | None]:
+        return self.sha256, self.chars, self.parts
+
+    def __setstate__(self, state: tuple[str, int, list[str] | None]) -> None:
+        self._hash = None
+        self._digest, self.chars, self.parts = state
 
 
 # The start of the error of a stream that a server ended with [DONE] but no finish_reason:
@@ -92,16 +137,44 @@ class RequestRecord:
     requested_input_tokens: int | None = None
     dataset_answer: str | None = None
     t_scheduled_ns: int | None = None
-    # A multi-turn session that sends the server's answers back keeps this turn's answer.
+    # What came back: the answer and the reasoning, digested as they arrive; their text is
+    # kept where the sweep asks (keep_output_text) or a multi-turn session sends the
+    # server's answer back (its next turn's history).
     keep_answer: bool = False
-    answer_parts: list[str] = field(default_factory=list)
+    keep_text: bool = False
+    received: Received = field(init=False)
+    reasoning_received: Received | None = None  # made at the first reasoning event
     # The stream ended without a finish_reason ([DONE] too early, or no [DONE] at all): a
     # failed request the progress line counts as cut.
     cut: bool = False
 
+    def __post_init__(self) -> None:
+        self.received = Received(keep=self.keep_answer or self.keep_text)
+
+    def add_reasoning(self, text: str) -> None:
+        if self.reasoning_received is None:
+            self.reasoning_received = Received(keep=self.keep_text)
+        self.reasoning_received.add(text)
+
     @property
     def answer(self) -> str:
-        return "".join(self.answer_parts)
+        """The answer's text (kept: keep_answer or keep_text; else empty)."""
+        return self.received.text or ""
+
+    def answered(self) -> dict[str, Any]:
+        """The row's columns of what came back. NULL where nothing could have: no 200
+        answer (an error page is not an answer), or no reasoning event for the reasoning."""
+        answer, thought = self.received, self.reasoning_received
+        streamed = self.http_status == 200
+        return {
+            "answer_sha256": answer.sha256 if streamed else None,
+            "answer_chars": answer.chars if streamed else None,
+            "reasoning_sha256": thought.sha256 if thought is not None else None,
+            "reasoning_chars": thought.chars if thought is not None else None,
+            "answer_text": answer.text if streamed and self.keep_text else None,
+            "reasoning_text": thought.text if thought is not None and self.keep_text
+            else None,
+        }
 
     def sent_messages(self) -> list[dict[str, str]]:
         """The chat messages this request sent (a plain prompt as one user message)."""
@@ -162,6 +235,7 @@ class RequestRecord:
             "prefix_group": self.prefix_group,
             "requested_input_tokens": self.requested_input_tokens,
             "t_scheduled_ns": self.t_scheduled_ns,
+            **self.answered(),
         }
 
 
@@ -186,7 +260,7 @@ def new_record(spec: WindowSpec, is_warmup: bool, i: int, tally: Tally,
             temperature=spec.temperature, tally=tally, messages=item.messages,
             session=item.session, turn=item.turn, prefix_group=item.prefix_group,
             requested_input_tokens=item.requested_input_tokens, dataset_answer=item.answer,
-            keep_answer=keep_answer, prompt_prefix=prefix)
+            keep_answer=keep_answer, keep_text=spec.keep_output_text, prompt_prefix=prefix)
     return RequestRecord(
         request_id=request_id,
         window_id=spec.window_id,
@@ -197,4 +271,5 @@ def new_record(spec: WindowSpec, is_warmup: bool, i: int, tally: Tally,
         temperature=spec.temperature,
         prompt_prefix=prefix,
         tally=tally,
+        keep_text=spec.keep_output_text,
     )

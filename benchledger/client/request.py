@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from benchledger.client.endpoint import Counted, Endpoint, ReadCounted
+from benchledger.client.endpoint import Endpoint, ReadCounted
 from benchledger.client.events import parse_event
 from benchledger.client.record import STREAM_CUT, RequestRecord
 from benchledger.client.sse import SSEReader
@@ -108,6 +108,10 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
             elif event.content:
                 record.chunks += event.content
                 stamps.extend([now] * event.content)
+            if event.answer:  # what came back, digested (its text kept where asked)
+                record.received.add(event.answer)
+            if event.thought:
+                record.add_reasoning(event.thought)
             if event.reasoning:  # a reasoning model's thinking: stamped apart from content
                 record.reasoning_chunks += event.reasoning
                 if record.t_first_reasoning_ns is None:
@@ -128,21 +132,6 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord,
     unfinished = reader.leftover()
     record.cut_short("stream ended without [DONE] or a finish_reason"
                      + (f" ({unfinished})" if unfinished else ""))
-
-
-def _keeping_answer(counted: ReadCounted | None, endpoint: Endpoint,
-                    record: RequestRecord) -> ReadCounted:
-    """The arm's own reading of an event's choices (its tokens or text, or nothing), which
-    also keeps their answer text, reasoning left out, on `record`: what a multi-turn
-    session sends back as the assistant's turn."""
-    def read(choices: list[Any]) -> Counted:
-        tokens, text, problem = counted(choices) if counted is not None else (None, None, None)
-        if not problem:
-            answer = endpoint.content_text(choices)[1]
-            if answer:
-                record.answer_parts.append(answer)
-        return tokens, text, problem
-    return read
 
 
 def _reset(exc: BaseException) -> bool:
@@ -187,8 +176,6 @@ async def stream_one(http: aiohttp.ClientSession, target: Target, record: Reques
     path, body = request_body(target, record)
     url = target.base_url.rstrip("/") + path
     counted = target.token_count.event_reader(target.endpoint)
-    if record.keep_answer:  # a session sends this answer back: its text is kept too
-        counted = _keeping_answer(counted, target.endpoint, record)
     headers = request_headers(record.request_id)
     record.t_submit_ns = time.perf_counter_ns()
     try:

@@ -75,6 +75,18 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("prefix_group", pa.int64()),
         pa.field("requested_input_tokens", pa.int64()),
         pa.field("t_scheduled_ns", pa.int64()),
+        # What came back (issue #42): the sha256 of the answer's text as streamed (UTF-8),
+        # and its length in characters; NULL where no 200 answer came (an error page is not
+        # an answer). Failed and cut requests keep what they got: the equivalence of two
+        # arms compares completed answers only. The reasoning text apart (NULL: none came).
+        pa.field("answer_sha256", pa.string()),
+        pa.field("answer_chars", pa.int64()),
+        pa.field("reasoning_sha256", pa.string()),
+        pa.field("reasoning_chars", pa.int64()),
+        # The texts themselves, only where the sweep asks ([defaults] keep_output_text; off
+        # by default: a user's prompts and answers may be private).
+        pa.field("answer_text", pa.string()),
+        pa.field("reasoning_text", pa.string()),
     ]
 )
 

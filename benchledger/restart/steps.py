@@ -280,6 +280,7 @@ def _window_spec(plan: ArmPlan, sweep: Sweep, workload_name: str, window_id: str
                               if plan.arm.token_count == "server_tokenizer" else 0),
         workers=None if plan.client_workers == "auto" else plan.client_workers,
         items=items, max_arrival_lag_ms=plan.max_arrival_lag_ms,
+        keep_output_text=plan.keep_output_text,
     )
 
 

@@ -219,6 +219,10 @@ class Defaults(Strict):
     # send its requests before it counts as having fallen behind its schedule.
     max_arrival_lag_ms: Annotated[float, Field(gt=0, le=MAX_WAIT_S * 1000)] = \
         DEFAULT_MAX_ARRIVAL_LAG_MS
+    # Keep every answer's text (and reasoning text) in the raw rows and request_records,
+    # beside the digests and lengths always kept. Off: a user's prompts and answers may be
+    # private, and a digest is enough to tell whether two arms answered alike.
+    keep_output_text: bool = False
 
 
 # Metrics a comparison may name (see warehouse/metrics.py for what each one is).
@@ -291,6 +295,7 @@ class ArmPlan(BaseModel):
     max_client_lag_ms: float | None
     max_burst_fraction: float
     max_arrival_lag_ms: float
+    keep_output_text: bool
     arm: Arm
 
     @property

@@ -3,6 +3,8 @@ and the load path they measure keeps its guarantees (sha256 checks, no half file
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -17,6 +19,7 @@ from benchledger.raw.layout import read_json
 from benchledger.raw.records import file_sha256
 from benchledger.warehouse.db import WarehouseError, connect
 from benchledger.warehouse.load import load_run_dir
+from benchmarks.answer_digests import main as answer_digests
 from benchmarks.synthetic_run import write_scale_run
 from benchmarks.warehouse_scale import AUDIT_SECTION, README, STAGES, TABLES, audit_queries
 from tests.conftest import REPO
@@ -303,3 +306,21 @@ def test_client_fidelity_reports_plausible_errors_for_both_clients(tmp_path):
                            capture_output=True, text=True, cwd=REPO, timeout=60).stdout
     assert [line.split(" | ")[:2] for line in table.splitlines()[2:6]] == [
         ["| 1", "lean"], ["| 1", "benchledger"], ["| 4", "lean"], ["| 4", "benchledger"]]
+
+
+def test_answer_digests_measures_each_variant_against_none(tmp_path):
+    """benchmarks/answer_digests.py (issue #42): the new columns' bytes, greedy answers (a
+    digest per prompt) against sampled ones (a digest per row)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert answer_digests(["--requests", "3000", "--prompts", "50",
+                               "--dir", str(tmp_path)]) == 0
+    report = json.loads(out.getvalue())
+    assert report["requests"] == 3000
+    for variant in ("none", "greedy", "sampled"):
+        rows = duckdb.connect(str(tmp_path / f"{variant}.duckdb"), read_only=True).execute(
+            "SELECT count(*), count(DISTINCT answer_sha256) FROM request_records").fetchone()
+        assert rows == (3000, {"none": 0, "greedy": 50, "sampled": 3000}[variant]), variant
+    greedy, sampled = report["greedy"], report["sampled"]
+    assert 0 < greedy["parquet_bytes_per_request_added"] < sampled[
+        "parquet_bytes_per_request_added"]

@@ -162,6 +162,13 @@ SELECT
     r.requested_input_tokens,
     (r.t_submit_ns - r.t_scheduled_ns) / 1e6                                  AS arrival_lag_ms,
     r.t_scheduled_ns,
+    -- what came back (issue #42): digests and lengths always, texts where kept
+    r.answer_sha256,
+    r.answer_chars,
+    r.reasoning_sha256,
+    r.reasoning_chars,
+    r.answer_text,
+    r.reasoning_text,
     r.t_first_reasoning_ns,
     r.t_last_reasoning_ns,
     r.t_submit_ns,

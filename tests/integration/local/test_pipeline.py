@@ -136,6 +136,23 @@ def test_every_request_row_names_the_request_the_server_logged(passing_run, work
     assert all(re.search(r"/c\d{4}$", other) for other in logged - set(ids))
 
 
+def test_every_answer_is_digested_and_at_temperature_0_one_per_prompt(passing_run):
+    """Issue #42: what came back, loaded like every other column. The simulator's greedy
+    text is a function of the prompt, speculation or not (lossless): each prompt has one
+    answer across both arms and every restart. The texts stay out (keep_output_text off)."""
+    per_prompt = query(passing_run["warehouse"], """
+        SELECT r.prompt_sha256, count(DISTINCT r.answer_sha256), min(r.answer_chars),
+               count(r.answer_text), count(DISTINCT w.arm), count(*) - count(r.answer_sha256)
+        FROM requests r JOIN windows w USING (window_id)
+        WHERE w.run_id = ? AND r.status = 'completed' GROUP BY r.prompt_sha256""",
+                       [passing_run["run_id"]])
+    assert len(per_prompt) > 5
+    assert {(answers, kept, missing) for _, answers, _, kept, _, missing in per_prompt} == {
+        (1, 0, 0)}, per_prompt
+    assert min(chars for _, _, chars, _, _, _ in per_prompt) > 0
+    assert max(arms for *_, arms, _ in per_prompt) == 2  # the same prompts, both arms
+
+
 def test_every_rule_result_is_a_validation_row(passing_run):
     rules = query(passing_run["warehouse"],
                   "SELECT DISTINCT expectation FROM validations WHERE run_id = ?",

@@ -82,9 +82,10 @@ def test_a_reasoning_field_that_is_not_a_string_fails_the_request(field, bad):
 def test_read_choices_counts_each_choice():
     choices = [{"delta": {"reasoning": "a"}}, {"delta": {"content": "b"}},
                {"delta": {"reasoning_content": "c"}, "finish_reason": "length"}]
-    assert CHAT.read_choices(choices) == (1, 2, "length", None)
-    assert CHAT.read_choices(None) == (0, 0, None, None)
-    content, reasoning, finish, problem = CHAT.read_choices("x")
+    # the texts as sent, joined over the choices in order: reasoning apart from the answer
+    assert CHAT.read_choices(choices) == (1, 2, "length", None, "b", "ac")
+    assert CHAT.read_choices(None) == (0, 0, None, None, None, None)
+    content, reasoning, finish, problem, _, _ = CHAT.read_choices("x")
     assert (content, reasoning, finish) == (0, 0, None) and "not a list" in problem
     assert CHAT.read_choices([{"delta": {"reasoning": 3}}])[3] == (
         "choices[0].delta.reasoning is not a string: 3")
@@ -100,7 +101,7 @@ def test_completions_carry_no_reasoning(field):
     odd = json.dumps({"choices": [{"text": "", field: 5, "delta": {field: [1]}}]}).encode()
     event = parse_event(odd, COMPLETIONS)
     assert (event.content, event.reasoning, event.problem) == (0, 0, None)
-    assert COMPLETIONS.read_choices([{"text": "a", field: "b"}]) == (1, 0, None, None)
+    assert COMPLETIONS.read_choices([{"text": "a", field: "b"}]) == (1, 0, None, None, "a", None)
 
 
 def test_the_counted_path_keeps_the_reasoning_count_and_text():
@@ -108,18 +109,20 @@ def test_the_counted_path_keeps_the_reasoning_count_and_text():
     give the same chunks; the tokenizer's text holds the reasoning, which usage counts."""
     data = chat({"reasoning_content": " think", "content": " say"}, "stop")
     fast = parse_event(data)
-    assert fast == Event(content=1, reasoning=1, finish_reason="stop")
+    # every event carries its answer and reasoning texts apart (the row digests them)
+    assert fast == Event(content=1, reasoning=1, finish_reason="stop", answer=" say",
+                         thought=" think")
     counted = parse_event(data, CHAT, CHAT.streamed_text)
-    assert counted == Event(content=1, reasoning=1, finish_reason="stop", text=" think say")
+    assert counted == fast._replace(text=" think say")
     # the answer alone (a session's assistant turn) leaves the reasoning out
-    choices = json.loads(data)["choices"]
-    assert CHAT.content_text(choices) == (None, " say", None)
-    assert CHAT.content_text([{"delta": {"reasoning": " only"}}]) == (None, None, None)
-    assert COMPLETIONS.content_text([{"text": " t", "reasoning": " r"}]) == (None, " t", None)
+    assert parse_event(chat({"reasoning": " only"})).answer is None
+    assert parse_event(json.dumps({"choices": [{"text": " t", "reasoning": " r"}]}).encode(),
+                       COMPLETIONS)[-2:] == (" t", None)
     lp = json.dumps({"choices": [{"delta": {"reasoning": " a b"}, "logprobs": {
         "content": [{"token": " a"}, {"token": " b"}]}}]}).encode()
-    assert parse_event(lp, CHAT, CHAT.logprob_tokens) == Event(reasoning=1, tokens=2)
-    assert parse_event(lp) == Event(reasoning=1)
+    assert parse_event(lp, CHAT, CHAT.logprob_tokens) == Event(reasoning=1, tokens=2,
+                                                               thought=" a b")
+    assert parse_event(lp) == Event(reasoning=1, thought=" a b")
 
 
 def test_an_answer_text_holds_its_reasoning_first():

@@ -301,14 +301,15 @@ PER_ARM = {"requests": 30, "min_requests": 25, "warmup": 3, "restarts": 4, "max_
 SWEEP_WIDE = {"request_timeout_s": 30.0, "endpoint": "completions", "prompt_cache": "cold",
               "seed": 7, "reconcile_tolerance": 0.02, "clock_interval_s": 0.3,
               "client_workers": 4, "max_client_lag_ms": 0.5, "max_burst_fraction": 0.2,
-              "max_arrival_lag_ms": 250.0}
+              "max_arrival_lag_ms": 250.0, "keep_output_text": True}
 PLAN_FIELDS = ["arm", "requests", "min_requests_key", "warmup", "restarts", "max_tokens",
                "temperature", "concurrency", "drain_timeout_s", "request_timeout_s",
                "ready_timeout_s", "endpoint", "arrival", "rate_rps", "rate_search",
                "prompt_cache", "seed",
                "reconcile_tolerance", "clock_source", "clock_url", "clock_interval_s",
                "min_clock_ratio", "require_clock_check", "client_workers",
-               "max_client_lag_ms", "max_burst_fraction", "max_arrival_lag_ms"]
+               "max_client_lag_ms", "max_burst_fraction", "max_arrival_lag_ms",
+               "keep_output_text"]
 
 
 def _toml(values: dict) -> str:
