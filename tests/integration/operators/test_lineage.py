@@ -21,7 +21,11 @@ from tests.sweeps import defaults, simulator_arm, sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
-SWEEP = sweep("lineage", [simulator_arm("plain")], defaults=defaults(requests=5, max_tokens=16))
+# Windows of five short requests last a few tenths of a second: the clock is read often
+# enough that each has a reading under load (a CI run read none at the default 0.5 s, and
+# clock_under_load rightly blocked every entry: no charts to publish)
+SWEEP = sweep("lineage", [simulator_arm("plain")],
+              defaults=defaults(requests=5, max_tokens=16, clock_interval_s=0.1))
 NAMESPACE = "benchledger-lineage-test"
 
 
