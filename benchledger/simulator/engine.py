@@ -144,6 +144,15 @@ class SimRequest:
         digest = _digest(prompt)
         greedy = temperature == 0
         self._text_rng = random.Random(digest) if greedy else random.Random()
+        # lossy speculation (lossy_share): the prompts it changes, and from which token, are
+        # drawn from the prompt alone; the text after that token comes from another stream
+        self._digest = digest
+        self._texts = 0  # tokens whose text was drawn
+        self._diverge_at: int | None = None
+        if greedy and config.speculative and config.lossy_share > 0:
+            draw = random.Random(digest + b"lossy")
+            if draw.random() < config.lossy_share:
+                self._diverge_at = draw.randint(1, 32)
         self._accept_rng = random.Random(digest + b"accept") if greedy else random.Random()
         self._vocab = CODE_VOCAB if is_code_prompt(prompt) else PROSE_VOCAB
         self.p_accept = acceptance_probability(prompt, config)
@@ -185,13 +194,19 @@ class SimRequest:
             accepted += 1
         return accepted
 
+    def _next_text(self) -> str:
+        if self._texts == self._diverge_at:  # a lossy speculation changes the rest
+            self._text_rng = random.Random(self._digest + b"diverged")
+        self._texts += 1
+        return self._text_rng.choice(self._vocab)
+
     def produce(self, accepted: int) -> Chunk:
         """Generate 1 + accepted tokens (already capped by the caller) as one chunk."""
         n = 1 + accepted
         reasoning_before = self.reasoning_generated
         self.generated += n
         self.steps += 1
-        pieces = tuple(self._text_rng.choice(self._vocab) for _ in range(n))
+        pieces = tuple(self._next_text() for _ in range(n))
         if self.generated >= self.limit:
             self.finish_reason = self._final_reason
         chunk = Chunk("".join(pieces), n, accepted, self.finish_reason, pieces,

@@ -205,6 +205,14 @@ class SimConfig:
                "X-Request-Id header (a random id without one), the id its answer carries "
                "too; the prompt's text is never logged", sweep=True,
         flag="--enable-log-requests")
+    lossy_share: float = setting(
+        0.0, "a speculative decoder that is not lossless: at temperature 0, the share of "
+             "prompts (chosen by the prompt's text alone, so every restart and every arm "
+             "with the same share changes the same ones) whose answer departs, under "
+             "speculation, from the one the model gives without it, from a token position "
+             "also drawn from the prompt (1 to 32); the speed and the token counts stay "
+             "the same. 0: lossless",
+        ge=0, le=1, sweep=True)
 
     def __post_init__(self) -> None:
         # Checks between settings; each field's own range comes from its Setting.

@@ -75,6 +75,7 @@ EVERY_KEY = sweep(
                 "num_gpus": 4,
                 "low_clock_gpu": 2,
                 "log_requests": True,
+                "lossy_share": 0.2,
             },
             model="m1",
         ),
@@ -102,7 +103,7 @@ def _all_flags(low_clock: bool) -> list[str]:
             "--stall-every", "4", "--stall-s", "2.0", "--log-interval-s", "0.5",
             "--num-gpus", "4", *(["--low-clock"] if low_clock else []), "--low-clock-gpu", "2",
             "--metrics-generation-scale", "0.9", "--metrics-family", "llamacpp", "--no-health",
-            "--enable-log-requests"]
+            "--enable-log-requests", "--lossy-share", "0.2"]
 
 
 EVERY_KEY_ARGV = {
@@ -156,6 +157,7 @@ SWEEP_KEYS = {
     "low_clock_restarts": [], "metrics_generation_scale": 1.0,
     "metrics_family": "vllm", "health": True, "num_gpus": 1, "low_clock_gpu": 0,
     "reasoning_tokens": 0, "reasoning_field": "reasoning_content", "log_requests": False,
+    "lossy_share": 0.0,
 }
 
 

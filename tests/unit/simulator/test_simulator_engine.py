@@ -120,6 +120,30 @@ def test_positive_temperature_uses_fresh_randomness() -> None:
     assert [c.text for c in first[0]] != [c.text for c in second[0]]
 
 
+def _texts(config: SimConfig, prompts: list[str], max_tokens: int = 48) -> list[str]:
+    return ["".join(c.text for c in chunks) for chunks in _run(config, prompts, max_tokens)[1]]
+
+
+def test_speculation_is_lossless_by_default_and_lossy_for_the_share_asked() -> None:
+    """Issue #42: at temperature 0 speculation gives the text the model gives without it;
+    with lossy_share, that share of the prompts (the same ones on every run and restart,
+    whatever the seed) departs from a drawn token on, with the same token count."""
+    prompts = [f"{p} (variant {i})" for i in range(40) for p in (CODE_PROMPTS[i % 6],)]
+    plain = _texts(PLAIN, prompts)
+    assert _texts(SPEC, prompts) == plain
+    lossy = SimConfig(speculative=True, lossy_share=0.25)
+    changed = _texts(lossy, prompts)
+    assert _texts(SimConfig(speculative=True, lossy_share=0.25, seed=9), prompts) == changed
+    assert _texts(SimConfig(speculative=False, lossy_share=0.25), prompts) == plain
+    differ = [i for i, (a, b) in enumerate(zip(plain, changed, strict=True)) if a != b]
+    assert 4 <= len(differ) <= 18, differ  # a quarter of 40, drawn per prompt
+    for i in differ:
+        a, b = tokenize(plain[i]), tokenize(changed[i])
+        assert len(a) == len(b) == 48  # the same speed and counts: only the text moved
+        first = next(k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+        assert 1 <= first <= 32 + 1  # from the drawn position on (a token may repeat)
+
+
 def test_speculation_delivers_several_tokens_per_step() -> None:
     _, spec = _run(SPEC, CODE_PROMPTS, max_tokens=100)
     _, plain = _run(PLAIN, CODE_PROMPTS, max_tokens=100)
