@@ -155,13 +155,10 @@ class Endpoint(Variant, ABC):
         token_count = "server_tokenizer" reads of an event. A reasoning model's reasoning
         text is part of it (before the choice's content): usage's completion_tokens counts
         the reasoning tokens too, and the count must be of the same tokens."""
-        return self._joined_text(choices, with_reasoning=True)
-
-    def _joined_text(self, choices: list[Any], with_reasoning: bool) -> Counted:
         parts: list[str] = []
         for index, choice in enumerate(choices):
             text, thought = self.choice_parts(choice, index)
-            if thought and with_reasoning:
+            if thought:
                 parts.append(thought)
             if isinstance(text, str):
                 parts.append(text)
