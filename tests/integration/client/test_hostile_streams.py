@@ -18,9 +18,9 @@ process (Airflow dag.test, DuckDB), one `server = "command"` arm per case
   `no counter`, the label of a server without /metrics, and published).
 - interrupted (issue #39): llama-cpp-python's default at concurrency 4: each arriving
   request ends the stream in progress with `[DONE]` and no finish_reason; the cut requests
-  (as many as the server's log says it cut) are `failed` with a "stream cut" error (they were `completed` with 0 tokens, and the
-  window's success fraction 1.0 published), the progress line counts them, nothing of the
-  window publishes.
+  (as many as the server's log says it cut) are `failed` with a "stream cut" error (they
+  were `completed` with 0 tokens, and the window's success fraction 1.0 published), the
+  progress line counts them, nothing of the window publishes.
 
 Request numbering (the fault server counts POSTs from 1): one warm-up, so request 1 is
 `w0000` and request n >= 2 is `m{n-2:04d}`.
