@@ -46,12 +46,26 @@ def test_timing_values_are_held_within_their_spread_and_counts_exactly():
     entry["value"] *= 3
     assert any(f"{rate}: value" in line for line in differences(fixture, found))
     latency = next(k for k, e in fixture["entries"].items()
-                   if e["unit"] == "s" and e["value"] is not None and e["statistic"] == "p99")
+                   if e["unit"] == "s" and e["value"] is not None and e["statistic"] == "p50"
+                   and e["publishable"])
     found = copy.deepcopy(fixture)
     found["entries"][latency]["value"] += 0.02  # scheduling on a loaded machine
     assert differences(fixture, found) == []
     found["entries"][latency]["value"] += 1.0  # a second more is no longer noise
     assert any(f"{latency}: value" in line for line in differences(fixture, found))
+    # a blocked tail (a p99 of 45 requests: their slowest) is no claim: its value may move
+    # with one stall, but it must stay there and stay blocked
+    tail = next(k for k, e in fixture["entries"].items()
+                if e["unit"] == "s" and e["value"] is not None and e["statistic"] == "p99"
+                and not e["publishable"])
+    found = copy.deepcopy(fixture)
+    found["entries"][tail]["value"] += 1.0
+    assert differences(fixture, found) == []
+    found["entries"][tail]["value"] = None
+    assert any(f"{tail}: value" in line for line in differences(fixture, found))
+    found = copy.deepcopy(fixture)
+    found["entries"][tail]["publishable"] = True
+    assert any(f"{tail}: publishable" in line for line in differences(fixture, found))
     tokens = next(k for k, e in fixture["entries"].items()
                   if e.get("mean_output_tokens") is not None)
     found = copy.deepcopy(fixture)
