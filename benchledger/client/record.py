@@ -124,6 +124,9 @@ class RequestRecord:
     reasoning_chunks: int = 0
     t_first_reasoning_ns: int | None = None
     t_last_reasoning_ns: int | None = None
+    # The longest lag of the client's event loop while the decode span ran (the measured
+    # part only; benchledger.client.ruler.lag_during): its stamps were late by up to this.
+    client_lag_ns: int | None = None
     # What the arm's token count keeps of the events; it gives the row's output_tokens.
     tally: Tally = field(default_factory=UsageTally)
     # A prepared workload's request (issue #26; None for the built-in prompt sets): the chat
@@ -229,6 +232,7 @@ class RequestRecord:
             "t_first_reasoning_ns": self.t_first_reasoning_ns,
             "t_last_reasoning_ns": self.t_last_reasoning_ns,
             "content_event_ns": list(events),
+            "client_lag_ms": None if self.client_lag_ns is None else self.client_lag_ns / 1e6,
             "content_event_tokens": self.tally.per_event_tokens(len(events)),
             "session": self.session,
             "turn": self.turn,

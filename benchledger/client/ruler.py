@@ -14,6 +14,12 @@ measures it (docs/protocol.md, trap T17):
   to a stamp taken then. An idle loop answers in tens of microseconds. (A timer in the
   loop itself would not do: a timer due during a blocked callback runs right after it,
   its own lateness lost in the timers' millisecond rounding.)
+- lag during a request: the longest wait of a probe that was waiting at any moment of the
+  request's decode span (from one probe period before its first content event, whose
+  stamp a stall that just ended delayed, to its last): `lag_during`. A stall delays the
+  stamps taken while it lasts, not the whole window's: a request whose span is shorter
+  than the lag during it is a burst (docs/protocol.md, Bursts), one measured while the
+  loop kept time is not, whatever the window's p99.
 - CPU share: the loop thread's CPU time over the part's wall time (thread_time, so the
   other threads of a measure task, such as counter scrapes, do not count). Near 1 the core
   was saturated and every stamp waited for the work before it.
@@ -33,7 +39,7 @@ import asyncio
 import threading
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +51,7 @@ class Reading:
     """One event loop's measure of itself over one part (picklable: a worker sends it)."""
 
     lags_ns: array = field(default_factory=lambda: array("q"))
+    asked_ns: array = field(default_factory=lambda: array("q"))  # when each probe asked
     cpu_ns: int = 0  # the loop thread's CPU time over the part
     wall_ns: int = 0
 
@@ -75,6 +82,9 @@ class Ruler:
 
     def _ran(self, asked_ns: int) -> None:
         if not self._stop.is_set():
+            # callbacks run in the order asked: both arrays stay sorted, and so does
+            # asked + lag, when each probe was answered
+            self._reading.asked_ns.append(asked_ns)
             self._reading.lags_ns.append(time.perf_counter_ns() - asked_ns)
 
     def stop(self) -> Reading:
@@ -96,6 +106,39 @@ def _quantile(ordered: list[int], q: float) -> float:
 def bunched_events(stamps: list[int]) -> int:
     """Content events of one request that arrived in one read with an earlier one."""
     return len(stamps) - len(set(stamps))
+
+
+def lag_during(reading: Reading, first_ns: Sequence[int], last_ns: Sequence[int],
+               margin_ns: int = int(PROBE_PERIOD_S * 1e9)) -> list[int | None]:
+    """Per span [first, last] (perf_counter_ns of one request's first and last content
+    events): the longest lag of the probes whose wait overlapped [first - margin, last]
+    (None: no probe waited then; the window's p99 stands in). The margin takes in a stall
+    that ended just before the first stamp: the probes it held are answered in the same
+    turn of the loop as the read it delayed, sometimes just before it. Vectorised: a
+    window's 10^5 requests are one searchsorted and one reduceat."""
+    import numpy as np
+
+    lags = np.frombuffer(reading.lags_ns, dtype=np.int64) if len(reading.lags_ns) else \
+        np.zeros(0, dtype=np.int64)
+    asked = np.frombuffer(reading.asked_ns, dtype=np.int64) if len(reading.asked_ns) else \
+        np.zeros(0, dtype=np.int64)
+    first = np.asarray(first_ns, dtype=np.int64) - margin_ns
+    last = np.asarray(last_ns, dtype=np.int64)
+    # probes overlapping the span: answered at or after its start, asked at or before its
+    # end; both sorted, so they are one contiguous run [lo, hi)
+    lo = np.searchsorted(asked + lags, first, side="left")
+    hi = np.searchsorted(asked, last, side="right")
+    found = lo < hi
+    out: list[int | None] = [None] * len(first)
+    if found.any():
+        # reduceat over the pairs (lo, hi): the even slots are max(lags[lo:hi]); a zero at
+        # the end makes hi == len(lags) a valid index
+        padded = np.append(lags, 0)
+        bounds = np.column_stack((lo[found], hi[found])).ravel()
+        maxima = np.maximum.reduceat(padded, bounds)[::2]
+        for i, value in zip(np.flatnonzero(found).tolist(), maxima.tolist(), strict=True):
+            out[i] = value
+    return out
 
 
 def summarise(readings: Iterable[Reading], stamps: Iterable[list[int]]) -> dict[str, Any]:

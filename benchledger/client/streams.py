@@ -30,7 +30,7 @@ import aiohttp
 from benchledger.client.progress import PartCounter
 from benchledger.client.record import RequestRecord, WindowSpec, new_record
 from benchledger.client.request import stream_one
-from benchledger.client.ruler import Reading, Ruler
+from benchledger.client.ruler import Reading, Ruler, lag_during
 from benchledger.client.target import Target
 
 CONNECT_TIMEOUT_S = 30.0
@@ -171,6 +171,12 @@ async def drive_part(http: aiohttp.ClientSession, target: Target, spec: WindowSp
         if ruler is not None:
             reading = ruler.stop()
             gc.unfreeze()
+    if reading is not None:
+        spans = [r for r in records if len(r.content_event_ns) >= 2]
+        for record, lag in zip(spans, lag_during(
+                reading, [r.content_event_ns[0] for r in spans],
+                [r.content_event_ns[-1] for r in spans]), strict=True):
+            record.client_lag_ns = lag
     return PartOutcome(records, deadline, reading)
 
 

@@ -53,6 +53,10 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("t_done_ns", pa.int64()),
         # perf_counter_ns of every content-bearing event: per-event gaps derive from it.
         pa.field("content_event_ns", pa.list_(pa.int64())),
+        # How late the client's event loop was, at most, while the decode span ran (T17:
+        # a span shorter than it is a burst); NULL: not measured (warm-up, fewer than 2
+        # content events, no probe then, imports: the window's client_lag_p99_ms stands in).
+        pa.field("client_lag_ms", pa.float64()),
         # The tokens each of those events carried (token_source 'logprobs': the entries of
         # its logprobs), parallel to content_event_ns; NULL where unknown. Per-token gaps
         # derive from both.

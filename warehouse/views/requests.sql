@@ -48,10 +48,15 @@ WITH sessions AS (
     -- the first fill at most 2 reads has two equal neighbours at its start or end: only
     -- those requests (few) pay for counting their distinct reads. CASE, not AND: DuckDB
     -- evaluates only the rows a branch selects.
-    SELECT r.*, w.client_lag_p99_ms,
+    -- The lag that judges a span: the client's lag while that span ran (client_lag_ms), or
+    -- where it was not measured (older raw files, imports) the window's p99.
+    SELECT r.*, coalesce(r.client_lag_ms, w.client_lag_p99_ms) AS span_lag_ms,
+           r.client_lag_ms IS NOT NULL AS span_lag_measured,
            CASE WHEN r.status IS DISTINCT FROM 'completed'
                      OR coalesce(len(r.content_event_ns), 0) < 2 THEN false
-                WHEN (r.t_last_ns - r.t_first_ns) < w.client_lag_p99_ms * 1e6 THEN true
+                WHEN (r.t_last_ns - r.t_first_ns) < coalesce(r.client_lag_ms,
+                                                             w.client_lag_p99_ms) * 1e6
+                     THEN true
                 WHEN len(r.content_event_ns) >= 4
                      AND (r.content_event_ns[2] = r.content_event_ns[1]
                           OR r.content_event_ns[2] = r.content_event_ns[3]
@@ -146,11 +151,12 @@ SELECT
                               THEN format('{:.0f}', (r.t_last_ns - r.t_first_ns) / 1e6)
                               ELSE format('{:.3g}', (r.t_last_ns - r.t_first_ns) / 1e6) END
         || ' ms'
-        || CASE WHEN r.client_lag_p99_ms IS NULL THEN ''
-                ELSE ' (client lag p99 '
-                     || CASE WHEN r.client_lag_p99_ms >= 100
-                             THEN format('{:.0f}', r.client_lag_p99_ms)
-                             ELSE format('{:.3g}', r.client_lag_p99_ms) END || ' ms)' END
+        || CASE WHEN r.span_lag_ms IS NULL THEN ''
+                ELSE CASE WHEN r.span_lag_measured THEN ' (client lag during it '
+                          ELSE ' (client lag p99 ' END
+                     || CASE WHEN r.span_lag_ms >= 100
+                             THEN format('{:.0f}', r.span_lag_ms)
+                             ELSE format('{:.3g}', r.span_lag_ms) END || ' ms)' END
     END                                                                       AS rate_withheld,
     r.delivered_in_one_read,
     r.has_reasoning,

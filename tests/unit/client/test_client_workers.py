@@ -15,13 +15,14 @@ import pytest
 from benchledger.client import Target, WindowSpec, measure_window, worker_count
 from benchledger.client import streams as client_streams
 from benchledger.client import workers as client_workers
-from benchledger.client.ruler import Reading, bunched_events, summarise
+from benchledger.client.ruler import Reading, bunched_events, lag_during, summarise
 from benchledger.client.streams import Share
 from benchledger.prompts import cold_prefix, load_prompt_set
 from benchledger.raw.records import requests_table
 from tests.conftest import Script, chat_chunk, good_stream, usage_event
 
-TIMING = ("t_submit_ns", "t_first_ns", "t_last_ns", "t_done_ns", "content_event_ns")
+TIMING = ("t_submit_ns", "t_first_ns", "t_last_ns", "t_done_ns", "content_event_ns",
+          "client_lag_ms")
 RULER = ("client_workers", "client_lag_p50_ms", "client_lag_p99_ms", "client_lag_max_ms",
          "client_lag_samples", "client_cpu_share", "bunched_event_fraction")
 
@@ -193,6 +194,29 @@ def test_a_starved_event_loop_shows_in_the_ruler(server, monkeypatch):
     assert hungry.accounting["bunched_event_fraction"] > \
         calm.accounting["bunched_event_fraction"] + 0.1
     assert hungry.accounting["client_cpu_share"] > calm.accounting["client_cpu_share"]
+    # each measured request carries the lag while its decode span ran: the starved loop's
+    # are tens of ms, and none exceeds the window's worst probe
+    lags = [row["client_lag_ms"] for row in hungry.rows if not row["is_warmup"]]
+    assert lags and all(lag is not None for lag in lags), hungry.rows
+    assert max(lags) > 10 and max(lags) <= hungry.accounting["client_lag_max_ms"] + 1e-9
+
+
+def test_the_lag_during_a_span_is_the_worst_probe_waiting_then():
+    """Probes asked every 5 ms: one held 40 ms by a stall from 100 to 140 ms, the rest
+    answered in 0.1 ms. A span that ran through the stall, one that began just after it
+    ended (its first stamp delayed by it), one well after it, and one before any probe."""
+    ms = 1_000_000
+    asked = [a * 5 * ms for a in range(60)]
+    lags = [(140 * ms - a) if 100 * ms <= a < 140 * ms else ms // 10 for a in asked]
+    reading = Reading(lags_ns=__import__("array").array("q", lags),
+                      asked_ns=__import__("array").array("q", asked))
+    first = [90 * ms, 142 * ms, 200 * ms, -50 * ms]
+    last = [150 * ms, 143 * ms, 210 * ms, -40 * ms]
+    got = lag_during(reading, first, last)
+    assert got[0] == 40 * ms and got[1] == 40 * ms  # within a probe period of the stall
+    assert got[2] == ms // 10
+    assert got[3] is None  # no probe waited then: the window's p99 stands in
+    assert lag_during(Reading(), [1], [2]) == [None]
 
 
 def test_the_ruler_summary():

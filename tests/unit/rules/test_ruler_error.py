@@ -239,6 +239,27 @@ def test_what_is_and_is_not_a_burst(tmp_path):
                          "output_tokens")].n_burst == 3
 
 
+def test_a_span_is_judged_by_the_lag_while_it_ran(tmp_path):
+    """One stall raises the window's p99 (50 ms here), but it delayed only the stamps taken
+    while it lasted: a 3 ms span measured while the loop kept time (its own lag 0.2 ms)
+    keeps its rate; one that ran during the stall (its lag 50 ms) is a burst; a row without
+    its own lag (older raw files) is judged by the window's p99 as before."""
+    def rows_of(wid):
+        quick = [0.001, 0.002, 0.003]
+        return [{**request_row(wid, 0, reads=quick), "client_lag_ms": 0.2},
+                {**request_row(wid, 1, reads=quick), "client_lag_ms": 50.0},
+                request_row(wid, 2, reads=quick)]
+
+    con, layout = warehouse(tmp_path, [ruler(50.0), None], rows_of)
+    got = [row for _, row in con.execute(
+        "SELECT seq, rate_withheld FROM requests WHERE window_id = ? ORDER BY seq",
+        [layout.window_id("a", 0, "code", 1)]).fetchall()]
+    assert got == [
+        None,
+        "burst: 3 events after the first in 3 read(s) within 3 ms (client lag during it 50 ms)",
+        "burst: 3 events after the first in 3 read(s) within 3 ms (client lag p99 50 ms)"]
+
+
 # --- the sweep's keys ---------------------------------------------------------------------
 
 
