@@ -55,8 +55,12 @@ def slo_sweep() -> dict:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("slo")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("slo")
+
+
+@pytest.fixture(scope="module")
+def run(workdir):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         run_id, state, con = run_sweep_text(workdir, slo_sweep())
     yield run_id, state, con
@@ -207,7 +211,15 @@ def test_unfinished_requests_are_slo_misses_and_labelled(run):
     assert point["saturated"] and "unresolved" in point["saturation_reason"]
 
 
-def test_a_rate_search_stops_past_saturation_and_every_restart_repeats_it(run):
+def search_steps(workdir, arm: str) -> list[dict]:
+    """What restart 0's search saw and chose, step by step (its search record)."""
+    import json
+
+    record, = workdir.rglob(f"{arm}/r0/prose.search")
+    return json.loads(record.read_text())["steps"]
+
+
+def test_a_rate_search_stops_past_saturation_and_every_restart_repeats_it(run, workdir):
     windows = frame(run, "SELECT arm, restart_id, load_point FROM windows WHERE run_id = ? "
                          "AND arm LIKE '%-search'")
     points = frame(run, "SELECT arm, requested_rate_rps, sustained, meets_target, saturated,"
@@ -220,10 +232,15 @@ def test_a_rate_search_stops_past_saturation_and_every_restart_repeats_it(run):
         assert 2 <= len(per_restart.iloc[0]) <= POINTS
         measured = points[points["arm"] == arm]
         assert (measured["n_restarts"] == 2).all()  # every searched point, both restarts
-        failed = measured.loc[~measured["meets_target"].astype(bool)
-                              | measured["saturated"].astype(bool), "requested_rate_rps"]
-        if len(failed):  # it never went more than one doubling past the first failure
-            assert measured["requested_rate_rps"].max() <= 2 * failed.min() + 1e-9
+        # the search steers by restart 0's own judgement (the frontier judges the points
+        # again over both restarts: a loaded machine may fail a rate in restart 1 that
+        # restart 0 sustained, as a CI run did): it never went more than one doubling
+        # past the first rate restart 0 did not sustain
+        steps = search_steps(workdir, arm)
+        assert {s["load_point"] for s in steps} == set(per_restart.iloc[0])
+        failed = [s["rate_rps"] for s in steps if not s["sustained"]]
+        if failed:
+            assert max(s["rate_rps"] for s in steps) <= 2 * min(failed) + 1e-9, steps
 
     def sustained(arm: str) -> float:
         mine = points[(points["arm"] == arm) & points["sustained"]]
