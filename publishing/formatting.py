@@ -228,3 +228,21 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "thousands": thousands,
     "person_unit": person_unit,
 }
+
+
+def answers_said(row: Any) -> str:
+    """A comparison's answers in words (issue #42), '' where it did not compare them:
+    'answers: the same on 30 of 30 prompts (A/A control: 30 of 30)'. `row` is a pandas row
+    or itertuples record of `comparisons`."""
+    def get(name: str) -> Any:
+        return row.get(name) if hasattr(row, "get") else getattr(row, name, None)
+
+    prompts, same = get("equivalence_prompts"), get("equivalence_identical")
+    if missing(prompts):
+        return ""
+    said = f"answers: the same on {int(same)} of {int(prompts)} prompts"
+    control_prompts = get("control_equivalence_prompts")
+    if not missing(control_prompts):
+        said += (f" (A/A control: {int(get('control_equivalence_identical'))} of "
+                 f"{int(control_prompts)})")
+    return said

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from benchledger.publishing.formatting import (
+    answers_said,
     count,
     missing,
     percent,
@@ -183,7 +184,9 @@ def format_comparisons(comparisons: pd.DataFrame) -> str:
             detectable = getattr(c, "detectable_relative", None)
             if detectable is not None and not pd.isna(detectable):
                 numbers += f", could detect >= {100 * detectable:.3g}%"
-        lines.append(f"{head}{numbers}\n      ({c.reason}){_undecided(c)}")
+        answers = answers_said(c)
+        lines.append(f"{head}{numbers}\n      ({c.reason}){_undecided(c)}"
+                     + (f"\n      {answers}" if answers else ""))
     return "\n".join(lines)
 
 

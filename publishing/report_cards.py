@@ -10,6 +10,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from benchledger.publishing.formatting import (
+    answers_said,
     cell,
     interval,
     person_unit,
@@ -81,6 +82,8 @@ def _comparison_item(row: pd.Series) -> Verdict:
     numbers = (f"difference (b - a) {signed(shown(row['difference']), person_unit(unit))}, "
                f"95% CI {interval(shown(row['ci95_low']), shown(row['ci95_high']))}{df} "
                f"({restarts}){control}{_design(row)}")
+    if answers := answers_said(row):
+        numbers += f"; {answers}"
     return Verdict(css, word, cell(row["reason"]), cell(row["b"]), cell(row["a"]),
                    f", {cell(row['workload'])}, {cell(row['metric'])}{numerator} at "
                    f"{load_point(row)}", numbers, css != "finding")

@@ -42,6 +42,13 @@ from benchledger.warehouse.design import (
     sequential_values,
     significant_drift,
 )
+from benchledger.warehouse.equivalence import (
+    NAMED,
+    Equivalence,
+    applies,
+    equivalence,
+    run_answers,
+)
 from benchledger.warehouse.validate import store_results
 
 # Which entry a comparison reads for a metric: request-level where there is one.
@@ -236,6 +243,7 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
     """
     sweep = sweep or recorded_sweep(con, run_id)
     entries, restart_means, restarts = comparison_frames(con, run_id)
+    answers = run_answers(con, run_id)
     pending = []
     for comparison in expanded(sweep, entries):
         pairs = [("ab", comparison)]
@@ -246,8 +254,17 @@ def derive_comparisons(con: duckdb.DuckDBPyConnection, run_id: str,
             pairs.insert(0, ("control", control))
         for role, pair in pairs:
             for workload in sweep.workloads:
-                pending.append(_measure(sweep, pair, role, workload.name, entries,
-                                        restart_means, restarts, run_id))
+                measured = _measure(sweep, pair, role, workload.name, entries,
+                                    restart_means, restarts, run_id)
+                if applies(sweep, pair):
+                    _compare_answers(measured, pair, answers, workload.name)
+                pending.append(measured)
+    # two A/Bs held to one control (spec-off -> spec-on and spec-off -> spec-lossy, both
+    # against spec-on's twin) measure that control once: its row is the same
+    unique: dict[str, Measured] = {}
+    for m in pending:
+        unique.setdefault(m.record["comparison_id"], m)
+    pending = list(unique.values())
     ids = [m.record["comparison_id"] for m in pending]
     known = {r[0] for r in con.execute("SELECT comparison_id FROM comparisons "
                                        "WHERE list_contains(?, comparison_id)", [ids]).fetchall()}
@@ -307,6 +324,9 @@ class Measured:
     early: dict | None = None  # a verdict decided before any rule (no concurrency, blocked)
     design: dict = field(default_factory=dict)  # warehouse/design.py's columns
     sequential: dict | None = None  # a sequential sweep's (design.sequential_values)
+    # the arms' answers where the comparison checks them (warehouse/equivalence.py)
+    equivalence: Equivalence | None = None
+    control_equivalence: Equivalence | None = None
 
     @property
     def measured(self) -> bool:
@@ -325,7 +345,23 @@ class Measured:
                 "difference": self.diff.difference if self.diff else None,
                 "control_difference": self.control_difference,
                 "relative_difference": self.relative_difference,
-                "significant_drift": significant_drift(self.design)}
+                "significant_drift": significant_drift(self.design),
+                "divergent_share": (self.equivalence.divergent_share
+                                    if self.equivalence else None),
+                "divergence_bound": self.record.get("equivalence_bound"),
+                "equivalence_found": self.equivalence_said()}
+
+    def equivalence_said(self) -> str | None:
+        """The answers in words: the A/B's divergence and its control's."""
+        if self.equivalence is None:
+            return None
+        said = self.equivalence.said(self.b_name, self.record["workload"])
+        control = self.control_equivalence
+        if control is None:
+            return f"{said}; no A/A control measured how much the server diverges from itself"
+        return (f"{said}; the A/A control changes {control.prompts - control.identical} of "
+                f"{control.prompts} (95% bound "
+                f"{100 * float(self.record.get('equivalence_bound') or 0):.3g}%)")
 
     @property
     def relative_difference(self) -> float | None:
@@ -367,6 +403,8 @@ class Measured:
         verdict, reason = designed_verdict(
             verdict, reason, self.design, self.diff, self.relative_difference,
             beyond_drift=passed.get(R.AB_BEYOND_DRIFT.name, True))
+        if not passed.get(R.OUTPUTS_EQUIVALENT.name, True):
+            verdict, reason = equivalence_verdict(verdict, reason, self.equivalence_said())
         return {**values, **self.design, "control_difference": self.control_difference,
                 "verdict": verdict, "reason": reason}
 
@@ -400,6 +438,36 @@ def designed_verdict(verdict: str, reason: str, design: dict, diff: Difference |
         reason += ("; restarts ran arm by arm (restart_order = \"arm_by_arm\"): a drift "
                    "during the sweep reads as a difference of the arms (T19)")
     return verdict, reason
+
+
+def equivalence_verdict(verdict: str, reason: str, said: str | None) -> tuple[str, str]:
+    """Answers that changed beyond the control's own divergence (outputs_equivalent): a
+    faster or slower b is not the same computation, and the divergence is said whatever
+    the verdict (docs/protocol.md, "Output equivalence")."""
+    if verdict in (IMPROVEMENT, REGRESSION):
+        return NO_FINDING, (f"the answers differ: {said}; a configuration that answers "
+                            f"differently is not the same computation, so its {verdict} "
+                            f"is no finding (outputs_equivalent); it was: {reason}")
+    return verdict, f"{reason}; the answers differ: {said} (outputs_equivalent)"
+
+
+def _compare_answers(measured: Measured, comparison: Comparison, answers: pd.DataFrame,
+                     workload: str) -> None:
+    """The arms' answers to the workload's prompts, and an A/B's bound from its control."""
+    same = measured.equivalence = equivalence(answers, comparison.a, comparison.b, workload)
+    record = measured.record
+    record.update(equivalence_prompts=same.prompts, equivalence_identical=same.identical,
+                  equivalence_divergent=json.dumps(same.divergent[:NAMED]))
+    if measured.role != "ab":
+        return
+    if not comparison.control:
+        record["equivalence_bound"] = 0.0  # no control: the bar is no divergence
+        return
+    control = measured.control_equivalence = equivalence(
+        answers, comparison.control[0], comparison.control[1], workload)
+    record.update(control_equivalence_prompts=control.prompts,
+                  control_equivalence_identical=control.identical,
+                  equivalence_bound=control.bound() if control.prompts else None)
 
 
 def sequential_verdict(verdict: str, reason: str, values: dict) -> tuple[str, str]:

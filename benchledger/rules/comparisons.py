@@ -34,7 +34,9 @@ SUITE = SuiteFrame(
     "comparisons", frame="comparisons", subject="comparison_id",
     required=("comparison_id", "a_config", "b_config", "a_restarts", "b_restarts",
               "difference", "control_difference", "relative_difference",
-              "significant_drift"))
+              "significant_drift"),
+    optional=("equivalence_found",),
+    numeric=("divergent_share", "divergence_bound"))
 
 
 def _configs_identical(frame: Frame) -> pd.Series:
@@ -140,3 +142,28 @@ AB_BEYOND_DRIFT = Rule(
              column_A="relative_difference", column_B="significant_drift",
              or_equal=False, ignore_row_if="either_value_is_missing",
              observe=_observe_drift))
+
+
+def _observe_equivalence(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
+    checked = [row for row in rows
+               if frame.loc[row, ["divergent_share", "divergence_bound"]].notna().all()]
+    found = "; ".join(str(frame.at[row, "equivalence_found"]) for row in checked)
+    return ("answers changed on a share of prompts <= the A/A control's 95% upper bound "
+            "(no control: none changed)",
+            found or f"{NOT_APPLICABLE} (answers not compared)")
+
+
+OUTPUTS_EQUIVALENT = Rule(
+    name="outputs_equivalent", traps=("T11",), applies_to="comparison", effect=LIMIT_VERDICT,
+    summary="where a comparison checks answers (both arms at temperature 0, or equivalence "
+            "= true), b may change the answers of no larger a share of the prompts both "
+            "arms answered than the A/A control's own divergence allows (the upper end of "
+            "its 95% interval; without a control, none); otherwise a faster or slower b is "
+            "not the same computation and the verdict is 'no finding', naming the prompts",
+    threshold="changed prompts / prompts <= upper 95% bound of the control's share",
+    threshold_source="the A/A control named in the sweep's [[comparisons]] (exact binomial "
+                     "interval); without one, zero",
+    check=gx(SUITE, "ExpectColumnPairValuesAToBeGreaterThanB",
+             column_A="divergence_bound", column_B="divergent_share",
+             or_equal=True, ignore_row_if="either_value_is_missing",
+             observe=_observe_equivalence))

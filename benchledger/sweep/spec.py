@@ -254,6 +254,10 @@ class Comparison(Strict):
     # `underpowered`, not `no finding`. None: every "no finding" says what it could have
     # detected, and none is called underpowered.
     smallest_effect: float | None = Field(None, gt=0, lt=10)
+    # Whether the arms' answers must be the same (issue #42, rule outputs_equivalent): None
+    # checks them where both arms decode greedily (temperature 0); false for arms meant to
+    # answer differently (another model, a quantisation), true to check them regardless.
+    equivalence: bool | None = None
 
 
 # An ArmPlan field named apart from its [defaults] key: plan.min_requests is the n the gate

@@ -175,3 +175,27 @@ def test_the_ab_and_its_aa_control_are_decided_by_the_protocol(run):
             *_, verdict, reason, na, nb = roles[(role, c)]
             assert (na, nb) == (RESTARTS, RESTARTS), (role, c)
             assert verdict in ("improvement", "regression", "no finding"), (role, c, reason)
+
+
+def test_ngram_speculation_answers_as_spec_off_does(run):
+    """Issue #42: vLLM's n-gram speculation is lossless at temperature 0: at concurrency 1
+    each prompt gets from spec-on the answer spec-off gives it, and the comparisons
+    (every load point pooled) find the same answers and pass outputs_equivalent. If
+    vLLM's CPU build were not deterministic, the divergent prompts and positions would be
+    in equivalence_divergent: the assertion message prints them."""
+    per_prompt = rows(run, """
+        SELECT r.prompt_sha256, count(DISTINCT r.answer_sha256) AS answers,
+               count(DISTINCT w.arm) AS arms
+        FROM request_records r JOIN windows w USING (window_id)
+        WHERE w.run_id = ? AND w.concurrency = 1 AND NOT r.is_warmup
+          AND r.status = 'completed' AND w.arm IN ('off', 'on')
+        GROUP BY 1""")
+    assert per_prompt and all(arms == 2 for _, _, arms in per_prompt), per_prompt
+    assert all(answers == 1 for _, answers, _ in per_prompt), per_prompt
+    found = rows(run, "SELECT role, concurrency, equivalence_prompts, equivalence_identical, "
+                      "equivalence_divergent FROM comparisons WHERE run_id = ?")
+    for role, c, prompts, same, divergent in found:
+        assert prompts and same == prompts, (role, c, divergent)
+    passed = rows(run, "SELECT bool_and(success), count(*) FROM validations "
+                       "WHERE run_id = ? AND expectation = 'outputs_equivalent'")
+    assert passed == [(True, len(CONCURRENCY))]

@@ -147,13 +147,43 @@ def test_comparison_rules_decide_the_verdicts(demo_run):
         [run_id]).fetchall()
     assert {workload for _, workload, *_ in rows} == {"code", "prose"}
     for _, workload, verdict, low, high, rules_passed, rules in rows:
-        assert rules == 4  # ab_arms_differ, ab_restarts_replicated, ab_beyond_control, _drift
+        # ab_arms_differ, ab_restarts_replicated, ab_beyond_control, _drift, outputs_equivalent
+        assert rules == 5
         # A claim only where every comparison rule passed and the interval excludes 0.
         claim = rules_passed and (low > 0 or high < 0)
         assert (verdict in ("improvement", "regression")) == claim, (workload, verdict)
     # Speculation's ~2.8 tokens per step on code is far beyond instance noise.
     verdicts = {workload: verdict for _, workload, verdict, *_ in rows}
     assert verdicts["code"] == "improvement", rows
+
+
+def test_speculation_gives_the_answers_it_gives_without(demo_run, demo):
+    """Issue #42: the simulator's speculation is lossless by default, so at temperature 0
+    spec-on answers every prompt as spec-off does (and as its twin does), the rule
+    outputs_equivalent passes, and the report and comparisons.json say so."""
+    import json
+
+    run_id, con = demo_run
+    rows = con.execute(
+        "SELECT comparison_id, role, workload, equivalence_prompts, equivalence_identical, "
+        "control_equivalence_prompts, control_equivalence_identical, equivalence_divergent "
+        "FROM comparisons WHERE run_id = ?", [run_id]).fetchall()
+    assert {(role, workload) for _, role, workload, *_ in rows} == {
+        (role, workload) for role in ("ab", "control") for workload in ("code", "prose")}
+    for _, role, workload, prompts, same, control_prompts, control_same, divergent in rows:
+        assert prompts and same == prompts and json.loads(divergent) == [], (role, workload)
+        if role == "ab":
+            assert control_prompts and control_same == control_prompts, workload
+    checked = con.execute(
+        "SELECT bool_and(success), count(*) FROM validations WHERE run_id = ? "
+        "AND expectation = 'outputs_equivalent'", [run_id]).fetchone()
+    assert checked == (True, 2)
+    published = next((demo["data"] / "published").iterdir())
+    exported = json.loads((published / "comparisons.json").read_text())
+    assert all(c["equivalence_identical"] == c["equivalence_prompts"] > 0 for c in exported)
+    html = (published / "report.html").read_text()
+    code = next(p for _, r, w, p, *_ in rows if (r, w) == ("ab", "code"))
+    assert f"answers: the same on {code} of {code} prompts (A/A control: " in html
 
 
 def test_published_entries_say_their_counters_were_checked(demo_run):

@@ -34,7 +34,7 @@ ENTRY_RULES = ["entry_has_validated_value", "incomplete_rate_labelled",
                "rate_denominator_stated", "request_counts_balance", "server_log_kept_apart",
                "burst_share_bounded", "energy_source_labelled", "percentile_n_sufficient"]
 COMPARISON_RULES = ["ab_arms_differ", "ab_restarts_replicated", "ab_beyond_control",
-                    "ab_beyond_drift"]
+                    "ab_beyond_drift", "outputs_equivalent"]
 
 
 def make_run(

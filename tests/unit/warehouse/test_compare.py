@@ -107,3 +107,26 @@ def test_decide(diff, control, replicated, beyond, verdict):
 def test_lower_latency_is_the_improvement():
     assert decide(Difference(-0.2, -0.3, -0.1, 3.0, 0.8), False, None, False,
                   True, None)[0] == "improvement"
+
+
+def test_two_abs_held_to_one_control_write_the_control_once(tmp_path):
+    """spec-off -> spec-on and spec-off -> spec-lossy, both against spec-on's twin: the
+    control's row is one (it was written twice, and the second broke its primary key)."""
+    layout = RunLayout(tmp_path / "data", RUN_ID)
+    decode = {**FAST, "other": [0.45, 0.46]}
+    windows = {}
+    for arm, per_restart in decode.items():
+        for k, seconds in enumerate(per_restart):
+            wid = layout.window_id(arm, k, "code", 1)
+            windows[(arm, k, "code")] = (
+                [request_row(wid, i, decode_s=seconds * (1 + 0.01 * i)) for i in range(5)], {})
+    doc = sweep("cmp", [command_arm(name, f"serve --flavour {name} --port {{port}}")
+                        for name in decode],
+                defaults={"requests": 5, "restarts": 2},
+                comparisons=[{"a": "base", "b": b, "metric": "decode_rate",
+                              "control": ["fast", "fast-again"]} for b in ("fast", "other")])
+    write_synthetic_run(tmp_path, doc, windows)
+    con = derived_warehouse(layout.run_dir)
+    assert derive_comparisons(con, RUN_ID) == 3
+    assert sorted(verdicts(con)) == [("ab", "base", "fast"), ("ab", "base", "other"),
+                                     ("control", "fast", "fast-again")]
