@@ -26,8 +26,9 @@ from scipy.stats import binomtest
 from benchledger.sweep.spec import Comparison, Sweep
 from benchledger.warehouse.db import query_frame
 
-# how many divergent prompts a comparison row names (the count is always whole)
-NAMED = 20
+# how many divergent prompts a comparison row names (the count is always whole), and how
+# many its reason names
+NAMED, SHOWN = 20, 5
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,19 @@ class Equivalence:
                      .proportion_ci(confidence_level=0.95, method="exact").high)
 
     def said(self, b: str, workload: str) -> str:
-        """In words: 'spec-on changes the answer of 7 of 30 code prompts (first at
-        characters 12, 40, ...)'."""
+        """In words: 'spec-on changes the answer of 7 of 30 code prompts: code-03 from
+        character 12, code-07 from character 40, ...' (the first SHOWN, by prompt id)."""
         changed = self.prompts - self.identical
-        where = [d["first_divergent_char"] for d in self.divergent
-                 if d["first_divergent_char"] is not None]
-        at = ""
-        if where:
-            shown = ", ".join(str(w) for w in where[:5]) + (", ..." if len(where) > 5 else "")
-            at = f" (first at character{'s' if len(where) > 1 else ''} {shown})"
-        elif changed:
-            at = " (positions unknown: keep_output_text is off)"
-        return f"{b} changes the answer of {changed} of {self.prompts} {workload} prompts{at}"
+        if not changed:
+            return f"{b} changes the answer of 0 of {self.prompts} {workload} prompts"
+        named = [f"{d['prompt_id']}" + ("" if d["first_divergent_char"] is None
+                                        else f" from character {d['first_divergent_char']}")
+                 for d in self.divergent[:SHOWN]]
+        more = ", ..." if changed > len(named) else ""
+        unknown = ("" if any(d["first_divergent_char"] is not None for d in self.divergent)
+                   else " (where they part is unknown: keep_output_text is off)")
+        return (f"{b} changes the answer of {changed} of {self.prompts} {workload} prompts: "
+                f"{', '.join(named)}{more}{unknown}")
 
 
 def applies(sweep: Sweep, comparison: Comparison) -> bool:

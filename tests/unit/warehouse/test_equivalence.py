@@ -93,8 +93,9 @@ def test_changed_answers_block_the_improvement_and_name_the_prompts(tmp_path):
     ab = row(con)
     assert ab["verdict"] == "no finding"
     assert ab["reason"].startswith(
-        "the answers differ: fast changes the answer of 4 of 10 code prompts (first at "
-        "characters 19, 19, 19, 19); the A/A control changes 0 of 10 (95% bound 30.8%)"), \
+        "the answers differ: fast changes the answer of 4 of 10 code prompts: code-01 from "
+        "character 19, code-04 from character 19, code-06 from character 19, code-08 from "
+        "character 19; the A/A control changes 0 of 10 (95% bound 30.8%)"), \
         ab["reason"]
     assert "its improvement is no finding (outputs_equivalent)" in ab["reason"]
     named = json.loads(ab["equivalence_divergent"])
@@ -121,8 +122,8 @@ def test_without_a_control_any_changed_answer_blocks(tmp_path):
     con = run(tmp_path, {"fast": {3}}, control=False, keep_text=False)
     ab = row(con)
     assert ab["verdict"] == "no finding"
-    assert "fast changes the answer of 1 of 10 code prompts (positions unknown: " \
-        "keep_output_text is off); no A/A control" in ab["reason"], ab["reason"]
+    assert "fast changes the answer of 1 of 10 code prompts: code-03 (where they part is " \
+        "unknown: keep_output_text is off); no A/A control" in ab["reason"], ab["reason"]
     assert ab["equivalence_bound"] == 0.0
 
 
