@@ -7,12 +7,21 @@ not change their speed (a draft acceptance rate, on arms that do not speculate) 
 decided and run to their maximum, 10 restarts each, without a finding. (A first version
 used `batch_penalty`: at concurrency 1 it still slowed the flagged arm by a little, and
 the looks' |t| grew block by block, as they should for a real difference.) Every interim look
-is a row of `interim_looks`."""
+is a row of `interim_looks`.
+
+An A/A's looks cross their boundary by chance in about 4% of experiments (the design's
+false-finding rate, measured over 10,000 simulated ones: benchmarks/README.md, "The design,
+simulated"); a test that asserted it never does would fail in one CI run of 25 (it did, on
+the stop-53 submission: the A/A stopped after 7 blocks). So the A/A's test holds what must
+be true in every run: a look stops the sweep exactly where it crossed its boundary, the
+blocks after a stop are skipped, and a sweep that never crossed runs to its maximum with no
+finding; the rare chance stop is reported as a warning, never asserted away."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 
 import pytest
 
@@ -62,38 +71,57 @@ def _restarts_per_arm(con, run_id) -> dict[str, int]:
                             [run_id]).fetchall())
 
 
+def _looks(con, run_id) -> list[tuple]:
+    return con.execute("SELECT blocks, decision, decided, crossed, statistic, boundary "
+                       "FROM interim_looks WHERE run_id = ? ORDER BY blocks",
+                       [run_id]).fetchall()
+
+
+def _stopped_at(looks: list[tuple]) -> int | None:
+    """The block the sweep stopped after, holding every look to its boundary: looks after
+    blocks 2, 3, ... in turn (the maximum, 10, is judged when the run is derived), each
+    `continue` until the one that crossed, which is the last."""
+    assert [blocks for blocks, *_ in looks] == list(range(2, 2 + len(looks))), looks
+    for blocks, decision, decided, crossed, statistic, boundary in looks[:-1]:
+        assert (decision, decided) == ("continue", False), looks
+    blocks, decision, decided, crossed, statistic, boundary = looks[-1]
+    if decision == "stop":
+        assert decided and crossed and abs(statistic) >= boundary, looks
+        return blocks
+    assert not decided and blocks == 9, looks
+    return None
+
+
 def test_a_large_effect_stops_after_few_blocks_and_an_aa_runs_to_the_maximum(run):
     kind, run_id, state, con = run
     assert state == "success"
-    looks = con.execute("SELECT blocks, decision, decided, crossed, statistic, boundary "
-                        "FROM interim_looks WHERE run_id = ? ORDER BY blocks",
-                        [run_id]).fetchall()
+    looks = _looks(con, run_id)
+    stopped = _stopped_at(looks)
     per_arm = _restarts_per_arm(con, run_id)
     if kind == "large":
-        stopped = [blocks for blocks, decision, *_ in looks if decision == "stop"]
-        assert len(stopped) == 1 and stopped[0] < 10, looks
-        assert set(per_arm.values()) == {stopped[0]}, per_arm  # the rest was skipped
-        assert looks[-1][2] and looks[-1][3] and abs(looks[-1][4]) >= looks[-1][5]
-    else:
-        # looks after blocks 2 to 9 (the maximum is judged when the run is derived)
-        assert [(b, d) for b, d, *_ in looks] == [(n, "continue") for n in range(2, 10)]
-        assert not any(decided for _, _, decided, *_ in looks)
-        assert set(per_arm.values()) == {10}, per_arm
+        assert stopped is not None and stopped < 10, looks
+    elif stopped is not None:
+        warnings.warn(f"the A/A crossed its boundary by chance after {stopped} blocks "
+                      f"(about 4% of A/As do): {looks}", stacklevel=1)
+    # the blocks after a stop are skipped; a sweep never decided runs to its maximum
+    assert set(per_arm.values()) == {stopped or 10}, per_arm
 
 
 def test_the_verdict_is_the_sequential_designs(run):
     kind, run_id, _, con = run
+    stopped = _stopped_at(_looks(con, run_id))
     verdict, reason, decided_at, looked, maximum = con.execute(
         "SELECT verdict, reason, decided_at_blocks, sequential_looks, max_restarts "
         "FROM comparisons WHERE run_id = ? AND role = 'ab'", [run_id]).fetchone()
-    if kind == "large":
-        assert verdict == "improvement", reason
-        assert maximum == 10 and decided_at is not None and decided_at < 10
-        assert f"decided after {decided_at} blocks" in reason, reason
+    assert maximum == 10 and decided_at == stopped, (decided_at, stopped, reason)
+    if stopped is not None:
+        assert verdict in ("improvement", "regression"), reason
+        assert f"decided after {stopped} blocks" in reason, reason
     else:
         assert verdict == "no finding", reason
-        assert decided_at is None and looked == 9 and maximum == 10
-        assert "no look of the sequential design" in reason, reason
+        assert looked == 9 and "no look of the sequential design" in reason, reason
+    if kind == "large":
+        assert verdict == "improvement", reason
 
 
 def test_skipped_blocks_are_no_missing_windows(run):
