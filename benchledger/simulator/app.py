@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -52,7 +53,10 @@ def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | 
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         started_at[0] = time.monotonic()
         ready_at[0] = started_at[0] + config.startup_delay_s
-        tasks = [asyncio.create_task(engine.run()), asyncio.create_task(engine.log_loop())]
+        tasks = [asyncio.create_task(engine.run(), name="engine"),
+                 asyncio.create_task(engine.log_loop(), name="stats logger")]
+        for task in tasks:
+            task.add_done_callback(_log_death)
         try:
             yield
         finally:
@@ -150,6 +154,16 @@ def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | 
     app.state.engine = engine
     app.state.head = head
     return app
+
+
+def _log_death(task: asyncio.Task[None]) -> None:
+    """A background task that ends with an error says so in the server's log: asyncio
+    keeps such an error to itself until the task is collected, and a stats logger that
+    died silently once left a restart's windows without log lines."""
+    if task.cancelled() or task.exception() is None:
+        return
+    error = "".join(traceback.format_exception(task.exception())).rstrip()
+    log_line("api_server.py:1", f"ERROR the {task.get_name()} task died: {error}")
 
 
 def _reasoning(config: SimConfig, parsed: ParsedRequest) -> int:

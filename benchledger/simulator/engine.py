@@ -452,14 +452,24 @@ class Engine:
     async def log_loop(self) -> None:
         """Every log_interval_s (fractions allowed, e.g. 0.25), log throughput lines if
         anything happened. Ticks follow a fixed cadence, so sleep overshoot does not add up
-        (rates use the measured interval either way)."""
+        (rates use the measured interval either way).
+
+        The interval is measured with time.monotonic(), not loop.time(): under uvloop (which
+        uvicorn picks) loop.time() counts whole milliseconds and is read once per loop
+        iteration, so after a stall longer than one interval the catch-up tick woke in the
+        same millisecond it started and divided by an interval of 0.0. That killed this task
+        without a word and the server logged no throughput line for the rest of its life (CI,
+        stop 53: one demo restart's windows held no log lines). An interval too short to
+        measure is folded into the next."""
         loop = asyncio.get_running_loop()
-        previous, since = copy.deepcopy(self.counters), loop.time()
-        tick = since
+        previous, since = copy.deepcopy(self.counters), time.monotonic()
+        tick = loop.time()
         while True:
             tick = max(tick + self.config.log_interval_s, loop.time())
             await asyncio.sleep(tick - loop.time())
-            current, now = copy.deepcopy(self.counters), loop.time()
+            current, now = copy.deepcopy(self.counters), time.monotonic()
+            if now <= since:
+                continue
             self.report(previous, current, now - since)
             previous, since = current, now
 

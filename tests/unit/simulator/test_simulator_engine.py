@@ -624,3 +624,47 @@ def test_generation_scale_applies_only_to_the_metrics_text() -> None:
     engine = Engine(SimConfig(metrics_generation_scale=1.1))
     engine.counters.generation_tokens_total = 7
     assert _metric_value(render_metrics(engine), "vllm:generation_tokens_total") == 8  # 7.7
+
+
+def test_the_stats_logger_outlives_a_stall_longer_than_its_interval() -> None:
+    """Under uvloop (uvicorn's loop) loop.time() counts whole milliseconds, read once per
+    loop iteration: after a stall past one interval, the catch-up tick used to measure an
+    interval of 0.0 and die dividing by it, silently, and the server logged nothing more
+    (CI, stop 53). The logger must go on logging after the stall."""
+    uvloop = pytest.importorskip("uvloop")
+    lines: list[str] = []
+
+    async def go() -> None:
+        engine = Engine(SimConfig(log_interval_s=0.02), log=lambda _source, msg: lines.append(msg))
+        runner, logger = asyncio.create_task(engine.run()), asyncio.create_task(engine.log_loop())
+        request = engine.submit(PROSE_PROMPTS[0], 100_000)
+        await asyncio.sleep(0.1)
+        before = len(lines)
+        assert before > 0
+        time.sleep(0.2)  # the whole process stalls for ten intervals
+        await asyncio.sleep(0.2)
+        assert not logger.done(), logger.exception()
+        assert len(lines) >= before + 3, lines[before:]
+        engine.abort(request)
+        for task in (runner, logger):
+            task.cancel()
+        await asyncio.gather(runner, logger, return_exceptions=True)
+
+    uvloop.run(go())
+
+
+def test_a_dead_background_task_is_logged(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchledger.simulator.app import _log_death
+
+    async def fail() -> None:
+        raise ZeroDivisionError("float division by zero")
+
+    async def go() -> None:
+        task = asyncio.create_task(fail(), name="stats logger")
+        await asyncio.gather(task, return_exceptions=True)
+        _log_death(task)
+
+    asyncio.run(go())
+    err = capsys.readouterr().err
+    assert "ERROR the stats logger task died: Traceback" in err
+    assert "ZeroDivisionError: float division by zero" in err
