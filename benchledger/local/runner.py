@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import hashlib
 import json
@@ -32,13 +33,14 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchledger.operators import FAILURES_ENV
 from benchledger.settings import settings
 from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
 
 if TYPE_CHECKING:  # Airflow is imported after airflow_env() has set its environment
+    from airflow.models.dagrun import DagRun
     from airflow.sdk import DAG
 
 EXIT_CODES = {"success": 0, "failed": 1}
@@ -90,6 +92,40 @@ class RunResult:
     tasks: dict[str, str]  # task_id -> final state
     # Failed tasks in the order they failed: {"task_id", "error", ...} (FAILURES_ENV).
     failures: list[dict] = field(default_factory=list)
+    # The run of the `Then` DAG, where the runner ran one after this run.
+    then: RunResult | None = None
+    # Why a `Then` DAG did not run (state `skipped`) or could not (`failed`, no run id).
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Then:
+    """A second DAG of the same file the runner runs after the first, in the same process:
+    the sweep's publish DAG. A runner of its own would import Airflow, parse the file and
+    build the in-process execution API again, some 8 s on 2 cores for a task of a second
+    or two. It runs only where the first run derived entries into `warehouse` (what the
+    caller checks again afterwards), with `conf_key` set to the first run's id."""
+
+    dag_id: str
+    conf_key: str
+    warehouse: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+def entry_counts(warehouse: Path, run_id: str,
+                 wait_s: float | None = None) -> dict[str, int] | None:
+    """The run's derived and publishable entry counts, None when the run is not in the
+    warehouse (or there is no warehouse); readers wait `wait_s` for a writer (default:
+    the reader's wait, which run_in_subprocess's `env` sets for the runner)."""
+    from benchledger.publishing.read import run_entry_counts
+    from benchledger.warehouse.db import connect
+
+    if not Path(warehouse).exists():
+        return None
+    with connect(warehouse, read_only=True, wait_s=wait_s) as con:
+        return run_entry_counts(con, run_id)
 
 
 class RunnerDied(RuntimeError):
@@ -105,8 +141,10 @@ class RunnerDied(RuntimeError):
 def run_in_subprocess(
     dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
     keep_fds: tuple[int, ...] = (), env: dict[str, str] | None = None,
+    then: Then | None = None,
 ) -> RunResult:
-    """Run the DAG in a fresh interpreter; return its state, run id and task states.
+    """Run the DAG in a fresh interpreter; return its state, run id and task states (and,
+    with `then`, the second DAG's run as `.then` where it ran).
 
     The child's stdout (the task summary) and stderr are inherited; `keep_fds` are passed
     on to it (a lock the run must hold for as long as the runner lives); `env` is added to
@@ -117,8 +155,9 @@ def run_in_subprocess(
     dag_file = Path(dag_file).resolve()
     result_file = Path(log_file).resolve().with_suffix(".result.json")
     failures_file = Path(log_file).resolve().with_suffix(".failures.jsonl")
-    result_file.unlink(missing_ok=True)
-    failures_file.unlink(missing_ok=True)
+    then_file = result_file.with_suffix(".then.json")
+    for stale in (result_file, failures_file, then_file):
+        stale.unlink(missing_ok=True)
     child_env = {**os.environ, **(env or {}), **airflow_env(airflow_home, dag_file.parent)}
     child_env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(PROJECT_ROOT), child_env.get("PYTHONPATH")]))
@@ -130,20 +169,28 @@ def run_in_subprocess(
         "--conf", json.dumps(conf or {}), "--log-file", str(Path(log_file).resolve()),
         "--result-file", str(result_file), "--parent-pid", str(os.getpid()),
     ]  # fmt: skip
+    if then is not None:
+        cmd += ["--then", then.to_json(), "--then-result-file", str(then_file)]
     # No pipes on purpose: servers spawned by tasks could inherit them and then a
     # communicate() would block until those servers exit.
     rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode
     failures = read_failures(failures_file)
     if rc in EXIT_CODES.values() and result_file.exists():
-        result = json.loads(result_file.read_text())
-        return RunResult(result["state"], result["run_id"], result["tasks"],
-                         [f for f in failures if f.get("run_id") == result["run_id"]])
+        return _result(result_file, failures,
+                       _result(then_file, failures) if then_file.exists() else None)
     if rc == SETUP_ERROR:
         raise RuntimeError(f"runner could not run DAG {dag_id!r} (exit {rc}); see {log_file}")
     how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.valid_signals()
            else f"exit {rc}")
     raise RunnerDied(f"the runner of DAG {dag_id!r} died ({how}) before the run finished; "
                      f"see {log_file}", rc, failures)
+
+
+def _result(path: Path, failures: list[dict], then: RunResult | None = None) -> RunResult:
+    result = json.loads(path.read_text())
+    return RunResult(result["state"], result["run_id"], result["tasks"],
+                     [f for f in failures if result["run_id"]
+                      and f.get("run_id") == result["run_id"]], then, result.get("error"))
 
 
 def read_failures(path: Path) -> list[dict]:
@@ -237,7 +284,7 @@ def _ensure_db_and_pool(airflow_home: Path) -> None:
                                   POOL_DESCRIPTION, False)
 
 
-def _load_dag(dag_file: Path, dag_id: str) -> DAG:
+def _load_dags(dag_file: Path, dag_ids: list[str]) -> list[DAG]:
     from airflow.configuration import conf as airflow_conf
     from airflow.dag_processing.dagbag import BundleDagBag
 
@@ -251,16 +298,19 @@ def _load_dag(dag_file: Path, dag_id: str) -> DAG:
             print(err)  # full traceback to the log; just its last line to stderr
         last_lines = [err.strip().splitlines()[-1] for err in bag.import_errors.values()]
         raise RuntimeError(f"cannot import {dag_file}: {'; '.join(last_lines)}")
-    if dag_id not in bag.dags:
-        raise RuntimeError(f"no DAG {dag_id!r} in {dag_file} (found {sorted(bag.dags)})")
-    return bag.dags[dag_id]
+    for dag_id in dag_ids:
+        if dag_id not in bag.dags:
+            raise RuntimeError(f"no DAG {dag_id!r} in {dag_file} (found {sorted(bag.dags)})")
+    return [bag.dags[dag_id] for dag_id in dag_ids]
 
 
 def run_dag(
     dag_file: Path, dag_id: str, airflow_home: Path, conf: dict, log_file: Path,
-    result_file: Path | None = None,
+    result_file: Path | None = None, then: Then | None = None,
+    then_result_file: Path | None = None,
 ) -> str:
-    """Run the DAG in *this* process and return the DagRun state.
+    """Run the DAG in *this* process and return the DagRun state; then, with `then`, its
+    second DAG where the first run derived entries (its outcome in then_result_file).
 
     The environment from airflow_env() must be in place before Airflow is first imported.
     Prints ``task_id: state`` lines (in execution order) to stdout.
@@ -279,22 +329,15 @@ def run_dag(
         try:
             t0 = time.monotonic()
             _ensure_db_and_pool(Path(airflow_home))
-            dag = _load_dag(Path(dag_file), dag_id)
+            dags = _load_dags(Path(dag_file), [dag_id] + ([then.dag_id] if then else []))
             t1 = time.monotonic()
-            dr = dag.test(run_conf=conf or {})
+            dr = dags[0].test(run_conf=conf or {})
             t2 = time.monotonic()
             print(f"[runner] setup {t1 - t0:.1f}s, dag.test {t2 - t1:.1f}s", flush=True)
-            # Execution order; TIs that never started (no start_date) go last.
-            tis = sorted(
-                dr.get_task_instances(), key=lambda ti: (ti.start_date is None, ti.start_date or 0)
-            )
-            summary = "\n".join(f"{ti.task_id}: {ti.state}" for ti in tis)
-            if result_file is not None:  # what the caller (benchledger run) reads back
-                Path(result_file).write_text(json.dumps({
-                    "run_id": dr.run_id, "state": str(dr.state),
-                    "tasks": {ti.task_id: str(ti.state) for ti in tis}}))
-            print(summary)
+            summary = _record(dr, result_file)
             state = str(dr.state)
+            if then is not None:
+                summary += _run_then(dags[1], then, conf, dr.run_id, then_result_file)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -304,6 +347,46 @@ def run_dag(
                 os.close(fd)
     print(summary, flush=True)
     return state
+
+
+def _record(dr: DagRun, result_file: Path | None) -> str:
+    """Write the run's outcome where the caller reads it back; its task summary."""
+    # Execution order; TIs that never started (no start_date) go last.
+    tis = sorted(dr.get_task_instances(),
+                 key=lambda ti: (ti.start_date is None, ti.start_date or 0))
+    if result_file is not None:  # what the caller (benchledger run) reads back
+        Path(result_file).write_text(json.dumps({
+            "run_id": dr.run_id, "state": str(dr.state),
+            "tasks": {ti.task_id: str(ti.state) for ti in tis}}))
+    summary = "\n".join(f"{ti.task_id}: {ti.state}" for ti in tis)
+    print(summary)
+    return summary
+
+
+def _run_then(dag: DAG, then: Then, conf: dict, run_id: str | None,
+              result_file: Path | None) -> str:
+    """The second DAG, where the first run derived entries. Whatever happens, result_file
+    says it (ran: its state; `skipped` or `failed` with an `error`), so the caller never
+    mistakes a second DAG that did not run, or could not, for the first run's failure."""
+    outcome: dict[str, Any]
+    try:
+        counts = entry_counts(Path(then.warehouse), run_id) if run_id else None
+        if not counts or not counts["entries"]:
+            outcome = {"run_id": None, "state": "skipped", "tasks": {},
+                       "error": f"run {run_id} derived no entries"}
+        else:
+            t0 = time.monotonic()
+            second = dag.test(run_conf={**conf, then.conf_key: run_id})
+            print(f"[runner] {then.dag_id}: dag.test {time.monotonic() - t0:.1f}s", flush=True)
+            return "\n" + _record(second, result_file)
+    except Exception as exc:  # the first run stands: its result is written already
+        traceback.print_exc()
+        outcome = {"run_id": None, "state": "failed", "tasks": {},
+                   "error": f"{type(exc).__name__}: {exc}"}
+    if result_file is not None:
+        Path(result_file).write_text(json.dumps(outcome))
+    print(f"[runner] {then.dag_id}: {outcome['state']}: {outcome['error']}", flush=True)
+    return ""
 
 
 _abandoning = threading.Lock()
@@ -367,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result-file", type=Path, help="write run id, state and task states here")
     p.add_argument("--parent-pid", type=int, help="stop this run's servers and exit when "
                                                    "this process is gone")
+    p.add_argument("--then", type=lambda text: Then(**json.loads(text)),
+                   help="JSON of a Then: a second DAG to run after the first")
+    p.add_argument("--then-result-file", type=Path, help="the second DAG's outcome")
     args = p.parse_args(argv)
     log_file = args.log_file or args.airflow_home / "runner.log"
     if args.parent_pid:
@@ -376,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         state = run_dag(
             args.dag_file, args.dag_id, args.airflow_home, json.loads(args.conf), log_file,
-            args.result_file,
+            args.result_file, args.then, args.then_result_file,
         )
     except Exception as exc:  # keep stderr to one line; the traceback goes to the log
         with open(log_file, "a") as log:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchledger.local.runner import FAILURES_ENV, RunnerDied, run_in_subprocess
+from benchledger.local.runner import FAILURES_ENV, RunnerDied, Then, run_in_subprocess
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +127,25 @@ def test_a_fresh_home_copies_the_first_migration(dag_file, tmp_path, runner_env)
     assert result.state == "success", log.read_text()[-2000:]
     assert f"[runner] metadata DB copied from {template} in" in log.read_text()
     assert list(cache.iterdir()) == [template]  # no partial copy left beside it
+
+
+def test_a_second_dag_without_entries_to_publish_is_skipped_and_said(airflow_home, dag_file,
+                                                                     tmp_path, runner_env):
+    """`benchledger run` runs the publish DAG in the sweep's runner (runner.Then) only
+    where the sweep's run derived entries: here there is no warehouse, so the second DAG
+    does not run, the first run's outcome stands, and the reason comes back. (Every
+    publishing run of the integration suite, the demo's included, takes the other path.)"""
+    marker, log = tmp_path / "teardown.json", tmp_path / "run.log"
+    then = Then("tiny", "publish_run_id", str(tmp_path / "no-warehouse.duckdb"))
+
+    result = run_in_subprocess(dag_file, "tiny", airflow_home, {"marker": str(marker)}, log,
+                               env=runner_env, then=then)
+
+    assert result.state == "success" and result.tasks["stop"] == "success"
+    assert result.then is not None and result.then.state == "skipped", result.then
+    assert result.then.run_id is None and result.then.tasks == {}
+    assert result.then.error == f"run {result.run_id} derived no entries"
+    assert f"[runner] tiny: skipped: run {result.run_id} derived no entries" in log.read_text()
 
 
 def test_the_failures_file_is_the_one_the_tasks_write():
