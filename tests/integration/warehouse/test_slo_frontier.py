@@ -17,12 +17,12 @@ from tests.sweeps import defaults, simulator_arm, sweep
 
 pytestmark = pytest.mark.integration
 
-# The TPOT SLO sits between the two arms at the compared rate, 128 rps (fast about 7 ms,
-# slow about 32 ms), with room on both sides for one window slowed twofold by a loaded
-# machine: at 12 ms a fast restart whose server was starved (TPOT 13.7 ms, CI stop 54) met
-# 7 of 24 and, one of three restarts, made the A/B's interval include 0. At 16 ms that
-# window is still mostly met, and the slow arm still meets it at 8 rps (10 ms) and not at
-# 32 (22 ms) or 128.
+# The goodput and attainment A/Bs are compared at 32 rps, where the arms' TPOTs are far
+# apart (fast about 4 ms, slow about 22 ms) and the TPOT SLO of 16 ms leaves the fast arm
+# room for a window slowed fourfold. At 128 rps (fast about 7 ms) a loaded machine starved
+# one fast restart in each of two CI runs (TPOT 13.7 ms, then 15.2 ms: the suite's first
+# minutes, when its Airflow clusters start), and with one of three restarts missing the
+# SLO the A/B's interval included 0 (stop 54, ci28 and ci29).
 TTFT_S, TPOT_S, ITL_S = 0.25, 0.016, 0.2
 FAST_MS, SLOW_MS = 2.0, 8.0  # the simulator's decode step of one running request
 RATES = [8, 32, 128]
@@ -56,8 +56,8 @@ def slo_sweep() -> dict:
         slos=[{"name": "ttft", "metric": "ttft", "max_ms": TTFT_S * 1000, "percentile": 90},
               {"name": "tpot", "metric": "tpot", "max_ms": TPOT_S * 1000},
               {"name": "itl", "metric": "itl", "max_ms": ITL_S * 1000}],
-        comparisons=[compared("frontier"), compared("slo_attainment", rate_rps=128),
-                     compared("goodput", rate_rps=128)])
+        comparisons=[compared("frontier"), compared("slo_attainment", rate_rps=32),
+                     compared("goodput", rate_rps=32)])
 
 
 @pytest.fixture(scope="module")
@@ -262,9 +262,9 @@ def test_goodput_and_attainment_compare_like_any_entry(run):
                       "AND metric IN ('goodput', 'slo_attainment')")
     ab = rows[rows["role"] == "ab"].set_index("metric")
     assert set(ab.index) == {"goodput", "slo_attainment"}
-    assert set(ab["load_point"]) == {"c64-r128"}
+    assert set(ab["load_point"]) == {"c64-r32"}
     assert ab.loc["goodput", "numerator"] == "output_tokens"
-    # at 128 rps the slow arm meets almost no SLO and the fast one nearly all
+    # at 32 rps the slow arm meets almost no SLO and the fast one nearly all
     assert ab.loc["slo_attainment", "difference"] > 0.5
     assert ab.loc["slo_attainment", "verdict"] == "improvement"
     assert ab.loc["goodput", "verdict"] == "improvement"
