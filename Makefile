@@ -7,10 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-real lint browser postgres clean
 
+# uv installs what pip would (same resolution, same versions here) in about 25 s instead
+# of about 60 s on 2 cores; --compile-bytecode because this machine's image sets
+# PYTHONDONTWRITEBYTECODE: without .pyc files every process (each embedded run, each
+# client worker, each Airflow task) would compile Airflow, pandas and GX from source.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet 'uv>=0.9,<1'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
