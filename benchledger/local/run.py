@@ -186,6 +186,29 @@ def _progress_interval_s() -> float | None:
         raise CliError(str(exc)) from exc
 
 
+def _check_external_servers(sweep: Sweep) -> None:
+    """Each external arm's server answers HTTP at its base_url from here, before Airflow
+    starts (benchledger.server.preflight): a wrong port, a stopped server, TLS against plain
+    HTTP are named with their fix in seconds, not after the readiness wait. Only for runs
+    on this machine: a deployment's workers may reach servers this machine cannot. An
+    external arm is measured once whatever [defaults] restarts says: said here."""
+    from benchledger.server.preflight import why_not_answering
+
+    problems = []
+    for arm in sweep.arms:
+        if arm.starts_processes or arm.base_url is None:
+            continue
+        if sweep.defaults.restarts > 1:
+            print(f"arm {arm.name!r} is external: measured once, as one server instance "
+                  f"([defaults] restarts = {sweep.defaults.restarts} applies to the servers "
+                  "benchledger starts)", flush=True)
+        if (why := why_not_answering(arm.base_url, arm.health_path)) is not None:
+            problems.append(f"arm {arm.name!r} (base_url {arm.base_url}): {why}")
+    if problems:
+        raise CliError("the sweep's external servers cannot be reached, nothing was run:\n  "
+                       + "\n  ".join(problems))
+
+
 @contextlib.contextmanager
 def _progress_shown(data_dir: Path, sweep_name: str, every: float | None) -> Iterator[None]:
     """While the body waits on the runner: the progress its measure tasks report, from
@@ -219,6 +242,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
 
     sweep = load_sweep(sweep_path)  # fails here, before Airflow starts, on a bad file
     _check_workloads(sweep, sweep_path)  # and on a bad dataset or trace
+    _check_external_servers(sweep)  # and on a server that cannot be reached
     name = sweep.sweep.name
     every = _progress_interval_s()
     warehouse = warehouse.resolve()

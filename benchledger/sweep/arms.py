@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from benchledger.sweep.slos import RateSearch
@@ -154,6 +154,18 @@ class ArmBase(_PerArmKeys):
             if key not in data:
                 raise ValueError(message)
         return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _not_the_api_prefix(cls, url: str | None) -> str | None:
+        # The client asks base_url + /v1/chat/completions (and /v1/models, /health): a
+        # base_url ending in /v1 (as OpenAI's SDKs want it) would ask /v1/v1/... and be
+        # refused as a 404 after the readiness wait.
+        if url is not None and url.rstrip("/").endswith("/v1"):
+            raise ValueError(f"{url!r} ends in /v1, which benchledger adds itself "
+                             "(/v1/chat/completions): give the server's root, "
+                             f"{url.rstrip('/').removesuffix('/v1')!r}")
+        return url
 
     @model_validator(mode="after")
     def _processes_fit(self) -> ArmBase:

@@ -4,8 +4,9 @@ user runs a sweep (`benchledger run` in a child process, Airflow dag.test, DuckD
 One sweep holds one `server = "command"` arm per fault (tests/faults/fault_server.py in
 a mode), a clean arm as the control, and two external arms: one at a fault server the test
 started itself, which exits in the middle of a stream (benchledger cannot watch its
-process), one at a closed port. One Airflow run covers them all. A second, small run
-holds the warehouse's file lock from another process while the run loads.
+process), one whose server answers the run's preflight and is gone when its restart
+starts. One Airflow run covers them all. A second, small run holds the warehouse's file
+lock from another process while the run loads.
 docs/faults.md is the table of what each fault leaves in the warehouse and what the
 operator sees; these tests are its evidence.
 
@@ -31,6 +32,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -134,7 +136,9 @@ BY_ARM = {fault.arm: fault for fault in FAULTS}
 # An independent (external) server that exits in the middle of request 8, started by the
 # test: benchledger has no process to watch, only what the server answers.
 EXTERNAL_DIES = Fault("extdies", "exit-mid-stream", hits=(8,), requests=8, damaged=True)
-REFUSED_ARM = "refused"  # external, base_url on a closed loopback port
+# External: a server that answers `benchledger run`'s preflight and then stops listening, so
+# its restart meets a refused connection (a server gone between the check and the restart).
+REFUSED_ARM = "refused"
 EXTERNAL_ARMS = (EXTERNAL_DIES.arm, REFUSED_ARM)
 NO_WINDOW_ARMS = ("notfound", "unauthorized", REFUSED_ARM)
 WINDOW_FAULTS = [f for f in (*FAULTS, EXTERNAL_DIES) if f.arm not in NO_WINDOW_ARMS]
@@ -150,6 +154,26 @@ USAGE_VALUES = {"negusage": -CLEAN_OUTPUT_TOKENS, "hugeusage": 10**9,
 
 
 # --- running sweeps the way a user does --------------------------------------------------
+
+
+def answers_once_then_closes() -> int:
+    """A loopback port that answers one HTTP request (404, as a server without /health
+    would: the preflight only asks whether HTTP is spoken) and then listens no more."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_once() -> None:
+        with listener:
+            listener.settimeout(120)
+            with contextlib.suppress(OSError):
+                conn, _ = listener.accept()
+                with conn:
+                    conn.settimeout(10)
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+
+    threading.Thread(target=answer_once, daemon=True).start()
+    return int(listener.getsockname()[1])
 
 
 def closed_port() -> int:
@@ -271,7 +295,7 @@ def fault_run(tmp_path_factory) -> CliRun:
     proc, base_url = start_fault_server(EXTERNAL_DIES, f"{tag}-external",
                                         workdir / "extdies.log")
     external = {EXTERNAL_DIES.arm: {"base_url": base_url, "requests": EXTERNAL_DIES.requests},
-                REFUSED_ARM: {"base_url": f"http://127.0.0.1:{closed_port()}",
+                REFUSED_ARM: {"base_url": f"http://127.0.0.1:{answers_once_then_closes()}",
                               "ready_timeout_s": REFUSED_READY_TIMEOUT_S}}
     try:
         return run_cli(workdir, "faults", FAULTS, tag, external)
