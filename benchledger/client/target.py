@@ -46,6 +46,10 @@ class TokenCounter(Variant, ABC):
     per request and counts after the window."""
 
     name: ClassVar[TokenCountName]
+    # Whether a request's count is known when its stream ends (usage, logprobs), so that one
+    # request can show whether the server gives it (benchledger.client.probe); a count made
+    # after the window (the server's tokenizer) needs the window.
+    counted_by_the_stream: ClassVar[bool] = True
 
     def request_fields(self, endpoint: Endpoint) -> dict[str, Any]:
         """What a request asks for besides the usage of a streamed request (always)."""

@@ -214,6 +214,7 @@ class ServerTokenizerCounter(TokenCounter):
     """The received text, counted by the server's tokenizer endpoint (tokenize_path)."""
 
     name = "server_tokenizer"
+    counted_by_the_stream = False  # counted after the window, by the tokenizer endpoint
 
     def event_reader(self, endpoint: Endpoint) -> ReadCounted:
         return endpoint.streamed_text

@@ -13,7 +13,8 @@ Serves GET /health and GET /v1/models, and streams POST /v1/chat/completions and
 without counters, so nothing but the rules can catch a lie in its usage.
 
 Every POST to a completions endpoint is numbered from 1 in arrival order (warm-up
-included; GETs, and POSTs refused for their API key or a body that is not JSON, are not
+included; GETs, POSTs refused for their API key or a body that is not JSON, and the
+preflight probe `benchledger run` sends an external server, answered clean, are not
 counted). The mode's fault hits the requests picked by `--nth` (a list of those numbers)
 or else every `--every`-th one; the other requests are served cleanly. Modes that are
 about the server as a whole (health-*) hit everything, `clean` nothing. A clean stream is
@@ -330,6 +331,12 @@ class FaultHandler(BaseHTTPRequestHandler):
         except (ValueError, json.JSONDecodeError) as exc:
             return self._error(400, f"request body is not JSON: {exc}")
         if not self._authorized():
+            return None
+        if self.headers.get("X-Request-Id", "").startswith("preflight/"):
+            # `benchledger run`'s probe of an external server (benchledger.client.probe):
+            # answered clean and not numbered, so --nth numbers the run's own requests
+            log("preflight probe: clean, not numbered")
+            self._stream(body, self.path.endswith("/chat/completions"), "clean", None)
             return None
         number, ordinal = self.server.plan.next_request()
         mode = self.server.plan.mode

@@ -156,26 +156,6 @@ USAGE_VALUES = {"negusage": -CLEAN_OUTPUT_TOKENS, "hugeusage": 10**9,
 # --- running sweeps the way a user does --------------------------------------------------
 
 
-def answers_once_then_closes() -> int:
-    """A loopback port that answers one HTTP request (404, as a server without /health
-    would: the preflight only asks whether HTTP is spoken) and then listens no more."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def answer_once() -> None:
-        with listener:
-            listener.settimeout(120)
-            with contextlib.suppress(OSError):
-                conn, _ = listener.accept()
-                with conn:
-                    conn.settimeout(10)
-                    conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
-                                 b"Connection: close\r\n\r\n")
-
-    threading.Thread(target=answer_once, daemon=True).start()
-    return int(listener.getsockname()[1])
-
-
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as sock:
@@ -294,15 +274,33 @@ def fault_run(tmp_path_factory) -> CliRun:
     # Its own tag: the servers benchledger started are the ones that must not be left.
     proc, base_url = start_fault_server(EXTERNAL_DIES, f"{tag}-external",
                                         workdir / "extdies.log")
+    gone_log = workdir / "refused.log"
+    gone, gone_url = start_fault_server(Fault(REFUSED_ARM, "clean"), f"{tag}-gone", gone_log)
+    stopper = threading.Thread(target=_stop_after_the_probe, args=(gone, gone_log), daemon=True)
+    stopper.start()
     external = {EXTERNAL_DIES.arm: {"base_url": base_url, "requests": EXTERNAL_DIES.requests},
-                REFUSED_ARM: {"base_url": f"http://127.0.0.1:{answers_once_then_closes()}",
-                              "ready_timeout_s": REFUSED_READY_TIMEOUT_S}}
+                REFUSED_ARM: {"base_url": gone_url, "ready_timeout_s": REFUSED_READY_TIMEOUT_S}}
     try:
         return run_cli(workdir, "faults", FAULTS, tag, external)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # it should have exited by itself
-        proc.wait(timeout=30)
+        for server in (proc, gone):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)  # it should have exited by itself
+            server.wait(timeout=30)
+        stopper.join(timeout=5)
+
+
+def _stop_after_the_probe(server: subprocess.Popen, log_path: Path) -> None:
+    """Kill the refused arm's server once `benchledger run`'s preflight has probed it (its
+    log says so): the run found it answering, and its restart, seconds later, finds
+    nothing listening."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and server.poll() is None:
+        if "preflight probe" in log_path.read_text(errors="replace"):
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
 
 
 def restart(run: CliRun, arm: str) -> dict:

@@ -166,16 +166,6 @@ def test_a_base_url_ending_in_v1_is_refused_when_the_file_is_read(tmp_path):
             "'http://127.0.0.1:8000'") in str(refused.value)
 
 
-def test_an_external_arm_is_said_to_run_once_when_defaults_ask_for_restarts(
-        tmp_path, plain_port, capsys):
-    _check_external_servers(load_sweep(_sweep_file(
-        tmp_path, f"http://127.0.0.1:{plain_port}", restarts=3)))
-    assert capsys.readouterr().out == (
-        "arm 'mine' is external: measured once, as one server instance ([defaults] "
-        "restarts = 3 applies to the servers benchledger starts)\n")
-    _check_external_servers(load_sweep(_sweep_file(
-        tmp_path, f"http://127.0.0.1:{plain_port}", restarts=1)))
-    assert capsys.readouterr().out == ""
 
 
 def test_every_unreachable_arm_is_listed_at_once(tmp_path, plain_port):
@@ -189,3 +179,111 @@ def test_every_unreachable_arm_is_listed_at_once(tmp_path, plain_port):
     assert len(lines) == 3, lines
     assert lines[1].startswith("  arm 'down' ") and "connection refused" in lines[1], lines
     assert lines[2].startswith("  arm 'tls' ") and "does not speak TLS" in lines[2], lines
+
+
+# --- the probe request: the arm's model and token count, before anything runs -----------
+
+
+@pytest.fixture(scope="module")
+def no_stream_usage():
+    """A server that streams no usage, as llama-cpp-python's does (the simulator's mode)."""
+    from tests.conftest import start_simulator, stop_process_group
+
+    proc, base = start_simulator("--no-stream-usage", "--step-ms", "1")
+    yield base
+    stop_process_group(proc)
+
+
+def _probed(tmp_path: Path, base_url: str, **arm_keys: object) -> Path:
+    return write_sweep(tmp_path / "probe.toml", sweep(
+        "probed", [external_arm("mine", base_url, **NO_CLOCK, **arm_keys)],
+        defaults=defaults(restarts=1)))
+
+
+def test_an_arm_counting_usage_on_a_server_without_it_is_refused_with_the_advice(
+        tmp_path, no_stream_usage, capsys):
+    started = time.monotonic()
+    code = main(["run", str(_probed(tmp_path, no_stream_usage)),
+                 "--warehouse", str(tmp_path / "wh.duckdb")])
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and elapsed < SAID_WITHIN_S, (code, elapsed, err)
+    assert "arm 'mine'" in err and "the server reported no usage" in err, err
+    assert 'Set the arm\'s token_count = "logprobs"' in err, err
+    assert not (tmp_path / "wh-data").exists()
+
+
+def test_the_same_server_counted_from_logprobs_passes(tmp_path, no_stream_usage, capsys):
+    _check_external_servers(load_sweep(_probed(tmp_path, no_stream_usage,
+                                               token_count="logprobs")))
+    assert capsys.readouterr().out == ""
+
+
+def test_a_model_the_server_does_not_serve_is_named(tmp_path, no_stream_usage):
+    with pytest.raises(CliError) as refused:
+        _check_external_servers(load_sweep(_probed(tmp_path, no_stream_usage,
+                                                   model="llama-3-typo")))
+    assert ("arm 'mine' (base_url " in str(refused.value)
+            and "a probe request to /v1/chat/completions failed: HTTP 404" in str(refused.value)
+            and "llama-3-typo" in str(refused.value)), refused.value
+
+
+def test_an_external_arm_is_said_to_run_once_when_defaults_ask_for_restarts(
+        tmp_path, no_stream_usage, capsys):
+    for restarts in (3, 1):
+        _check_external_servers(load_sweep(write_sweep(tmp_path / "r.toml", sweep(
+            "probed", [external_arm("mine", no_stream_usage, token_count="logprobs",
+                                    **NO_CLOCK)], defaults=defaults(restarts=restarts)))))
+        assert capsys.readouterr().out == ("" if restarts == 1 else (
+            "arm 'mine' is external: measured once, as one server instance ([defaults] "
+            "restarts = 3 applies to the servers benchledger starts)\n"))
+
+
+def test_an_error_page_is_said_in_one_line(tmp_path, plain_port):
+    """A server that speaks HTTP but not the API (http.server answers POST with a 501
+    page of HTML): the run is refused in one line, the page cut."""
+    with pytest.raises(CliError) as refused:
+        _check_external_servers(load_sweep(_sweep_file(
+            tmp_path, f"http://127.0.0.1:{plain_port}", restarts=1)))
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 2 and "failed: HTTP 501: <!DOCTYPE HTML>" in lines[1], lines
+    assert lines[1].endswith("..."), lines
+
+
+def test_a_missing_api_key_is_named_before_anything_runs(tmp_path, no_stream_usage,
+                                                         monkeypatch):
+    monkeypatch.delenv("PREFLIGHT_TEST_KEY", raising=False)
+    with pytest.raises(CliError, match="arms.api_key_env names the environment variable "
+                                       "PREFLIGHT_TEST_KEY, which is not set"):
+        _check_external_servers(load_sweep(_probed(tmp_path, no_stream_usage,
+                                                   api_key_env="PREFLIGHT_TEST_KEY")))
+
+
+class _HostileAnswer(_Answers404):
+    """Answers the probe with an error that would clear the terminal and repeats the key."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        body = f"refused \x1b[2J\x1b[31m for key {key}".encode()
+        self.send_response(500)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_what_the_server_answers_is_shown_not_obeyed_and_never_shows_the_key(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_TEST_KEY", "sk-very-secret-value")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostileAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(CliError) as refused:
+            _check_external_servers(load_sweep(_probed(
+                tmp_path, f"http://127.0.0.1:{server.server_port}",
+                api_key_env="PREFLIGHT_TEST_KEY")))
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = str(refused.value)
+    assert "HTTP 500: refused \\x1b[2J\\x1b[31m for key" in said, said
+    assert "\x1b" not in said and "sk-very-secret-value" not in said, said
