@@ -9,6 +9,8 @@ benchledger/local/run.py (run, demo), publishing/ (publish, sql, explain), wareh
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +19,9 @@ from benchledger.sweep.spec import SweepError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_SWEEPS = REPO_ROOT / "dags" / "sweeps"
+# The exit status of a command whose reader closed stdout: what a shell reports for a
+# writer ended by SIGPIPE (`yes | head` under pipefail).
+CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -57,11 +62,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from benchledger.publishing.export import publish_run
+    from benchledger.publishing.read import run_to_publish
     from benchledger.warehouse.db import connect
 
     with connect(Path(args.warehouse), read_only=True) as con:
-        # refuses unknown or empty runs
-        done = publish_run(con, args.run, Path(args.out))
+        # refuses unknown or empty runs, and a choice among sweeps nobody made
+        done = publish_run(con, run_to_publish(con, args.run, args.sweep), Path(args.out))
     counts = done.counts
     print(f"written to {done.out}: " + ", ".join(sorted(p.name for p in done.out.iterdir())))
     if counts["published"] == 0:
@@ -84,9 +90,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         rows = read_query(Path(args.warehouse), args.query, limits)
     except QueryRefused as exc:
         raise CliError(str(exc)) from exc
-    frame = rows.frame
-    print(frame.to_string(index=False, max_colwidth=args.max_width)
-          if len(frame) else f"{' | '.join(frame.columns)}\n(0 rows)")
+    print(rows.text(args.max_width))
     if rows.cut:  # never a silent cut; on stderr, so the table on stdout stays a table
         print(f"benchledger sql: showed {rows.cut}", file=sys.stderr)
     return 0
@@ -115,6 +119,7 @@ def _request_count(text: str) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Two entries side by side: a difference, never a finding; refused (exit 2, saying
     why) across evidence kinds or profiles, which were never a controlled experiment."""
+    from benchledger.publishing.report import format_compared
     from benchledger.warehouse.compare_by_hand import ComparisonRefused, compare_entries
     from benchledger.warehouse.db import connect
 
@@ -123,9 +128,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             result = compare_entries(con, args.a, args.b)
         except ComparisonRefused as exc:
             raise CliError(str(exc)) from exc
-    for key in ("a", "b", "evidence", "profile", "metric", "a_value", "b_value",
-                "difference", "ratio", "verdict", "reason"):
-        print(f"{key:>10}: {result[key]}")
+    print(format_compared(result))
     return 0
 
 
@@ -327,12 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
     publish = sub.add_parser("publish", help="export validated entries only")
     publish.add_argument("--warehouse", required=True)
     publish.add_argument("--out", required=True, help="output folder")
-    publish.add_argument("--run", help="run id (default: the latest run)")
+    publish.add_argument("--run", help="run id, or its folder name (default: the newest "
+                         "run of --sweep, or of the warehouse's one sweep)")
+    publish.add_argument("--sweep", help="publish this sweep's newest run")
     publish.set_defaults(func=cmd_publish)
 
     sql = sub.add_parser("sql", help="read-only SQL over the warehouse")
     sql.add_argument("--warehouse", required=True)
-    sql.add_argument("--max-width", type=int, default=60, help="widest column shown")
+    sql.add_argument("--max-width", type=int, default=None,
+                     help="cut columns wider than this (default: every value whole)")
     sql.add_argument("--timeout-s", type=float, help="stop the query after this many "
                                                      "seconds (default 30, or "
                                                      "BENCHLEDGER_SQL_TIMEOUT_S)")
@@ -427,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as exc:
         print(f"benchledger {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # Whoever read stdout stopped (`benchledger sql ... | head`): nothing to say, and
+        # the exit status a shell gives a writer SIGPIPE ended. stdout goes to /dev/null
+        # so the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
     except (LookupError, OSError, RuntimeError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"benchledger {args.command}: {message}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
+from benchledger.raw.layout import folder_name
 from benchledger.rules import BY_NAME, CATALOGUE, CLIENT_LAG_WITHIN_BOUND
 from benchledger.warehouse.db import first_row, only_row, query_frame
 
@@ -29,6 +30,36 @@ def unknown_run_message(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
         return f"no run {run_id!r} in the warehouse: it holds no runs yet"
     more = f" (newest first; {total - len(runs)} older not shown)" if total > len(runs) else ""
     return (f"no run {run_id!r} in the warehouse; known runs: {', '.join(runs)}{more}")
+
+
+def run_to_publish(con: duckdb.DuckDBPyConnection, run: str | None,
+                   sweep: str | None) -> str:
+    """The run `benchledger publish` exports: `run` by its id or by its folder name (as the
+    raw and published folders spell it: ':' and '+' become '_'), else the newest run of
+    `sweep`, else the newest run where the warehouse holds one sweep. LookupError, naming
+    what there is, for an unknown run or sweep, or several sweeps and none named."""
+    runs = query_frame(con, "runs_to_publish")
+    if run is not None:
+        if run in set(runs["run_id"]):
+            return run
+        by_folder = runs.loc[runs["run_id"].map(folder_name) == run, "run_id"]
+        if len(by_folder) == 1:
+            return str(by_folder.iloc[0])
+        raise LookupError(unknown_run_message(con, run))
+    if runs.empty:
+        raise LookupError("the warehouse holds no runs yet")
+    sweeps = list(dict.fromkeys(runs["sweep_name"].fillna("(imported)")))  # newest first
+    if sweep is not None:
+        of_sweep = runs.loc[runs["sweep_name"] == sweep, "run_id"]
+        if of_sweep.empty:
+            raise LookupError(f"no run of sweep {sweep!r} in the warehouse; its sweeps: "
+                              f"{', '.join(sweeps)}")
+        return str(of_sweep.iloc[0])
+    if len(sweeps) > 1:
+        raise LookupError(f"the warehouse holds runs of {len(sweeps)} sweeps ("
+                          f"{', '.join(sweeps)}, newest first): name one with --sweep NAME "
+                          "(its newest run), or a run with --run RUN_ID")
+    return str(runs["run_id"].iloc[0])
 
 
 def run_entry_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int] | None:

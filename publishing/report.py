@@ -11,6 +11,10 @@ from benchledger.publishing.formatting import (
     count,
     missing,
     percent,
+    person_frame,
+    person_unit,
+    person_value,
+    signed,
     significant,
     text_interval,
     text_number,
@@ -59,6 +63,9 @@ def format_entries(entries: pd.DataFrame) -> str:
     # scipy, behind it, is imported only when entries are shown (the CLI starts fast)
     from benchledger.stats import restart_interval_meaning
 
+    # latencies in ms, as a person reads them (the warehouse and exports keep seconds)
+    entries = person_frame(entries, ["value", "ci95_low", "ci95_high", "restart_mean",
+                                     "restart_ci95_low", "restart_ci95_high"])
     rows = []
     df, reaches_zero, needed = restart_interval_meaning(
         entries["restart_mean"], entries["restart_ci95_high"], entries["n_restarts"])
@@ -319,3 +326,40 @@ def run_tables(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     if findings:
         parts += [f"\n{findings}"]
     return "\n".join(parts)
+
+
+def format_compared(result: dict) -> str:
+    """`benchledger compare`'s answer for people: which entry each side is (arm, workload,
+    load point, run), the quantity and its unit, the two values, their difference and
+    ratio at the terminal's precision (latencies in ms), each side's interval over its
+    restarts where it has one, and the verdict with its reason."""
+    a, b = result["a_entry"], result["b_entry"]
+    unit = a.get("unit")
+    shown_unit = person_unit(unit)
+    suffix = f" {shown_unit}" if isinstance(shown_unit, str) and shown_unit else ""
+
+    def number(value: Any) -> str:
+        return text_number(person_value(value, unit)) + suffix if _known(value) else "-"
+
+    def side(entry: dict) -> str:
+        where = " / ".join(str(entry.get(k)) for k in ("arm", "workload") if entry.get(k))
+        point = load_point(pd.Series(entry)) if _known(entry.get("concurrency")) else ""
+        low, high = entry.get("restart_ci95_low"), entry.get("restart_ci95_high")
+        spread = ""
+        if _known(low) and _known(high):
+            bounds = text_interval(person_value(low, unit), person_value(high, unit))
+            spread = f", {bounds} over {count(entry.get('n_restarts'))} restarts"
+        place = ", ".join(part for part in (where, point) if part)
+        return (f"{number(entry.get('value'))}{spread}  ({place or 'no arm'}; run "
+                f"{entry.get('run_id')}, entry {entry.get('entry_id')})")
+
+    quantity = " ".join(str(a.get(k)) for k in ("metric", "statistic") if a.get(k))
+    lines = [f"quantity: {quantity} ({a.get('scope') or 'no scope'}; {result['evidence']} "
+             f"evidence, profile {result['profile']}), in {shown_unit or 'no unit'}",
+             f"       a: {side(a)}",
+             f"       b: {side(b)}",
+             f"   b - a: {signed(person_value(result['difference'], unit), shown_unit)}",
+             f"   b / a: {significant(result['ratio'])}x" if _known(result["ratio"])
+             else "   b / a: -",
+             f" verdict: {result['verdict']}: {result['reason']}"]
+    return "\n".join(lines)

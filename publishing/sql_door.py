@@ -135,6 +135,26 @@ class DoorRows:
     frame: pd.DataFrame
     cut: str | None = None  # why rows beyond the frame were not fetched (None: all were)
 
+    def text(self, max_width: int | None = None) -> str:
+        """The rows as the terminal shows them: every value whole (unless `max_width`
+        cuts a column), NULL as NULL and a float NaN as NaN (pandas would print both as
+        NaN), the column names over an empty result."""
+        if self.frame.empty:
+            return f"{' | '.join(map(str, self.frame.columns))}\n(0 rows)"
+        return shown(self.frame).to_string(index=False, max_colwidth=max_width)
+
+
+def shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (as to_pandas(types_mapper=pd.ArrowDtype) keeps it: NULL apart from NaN)
+    with each NULL written NULL; the numbers keep pandas' own formatting."""
+    out = {}
+    for name in frame.columns:
+        column = frame[name]
+        if column.isna().any():
+            column = column.astype(object).where(column.notna(), "NULL")
+        out[name] = column
+    return pd.DataFrame(out, columns=frame.columns)
+
 
 def read_query(warehouse: Path, text: str, limits: DoorLimits | None = None) -> DoorRows:
     """The rows of the one read statement `text`, from the warehouse opened read-only,
@@ -147,7 +167,8 @@ def read_query(warehouse: Path, text: str, limits: DoorLimits | None = None) -> 
         try:
             with watcher:
                 table, cut = _fetch(con, query, limits)
-            return DoorRows(table.to_pandas(), cut)
+            # ArrowDtype: a NULL stays a NULL (pd.NA), apart from a float NaN
+            return DoorRows(table.to_pandas(types_mapper=pd.ArrowDtype), cut)
         except duckdb.InterruptException as exc:
             raise QueryRefused(watcher.why_stopped()) from exc
         except duckdb.OutOfMemoryException as exc:

@@ -39,7 +39,7 @@ def compare_entries(con: duckdb.DuckDBPyConnection, a_entry_id: str,
     return {"a": a_entry_id, "b": b_entry_id, "evidence": a["evidence"],
             "profile": _profile(a), "metric": a["metric"], "a_value": a["value"],
             "b_value": b["value"], "difference": difference, "ratio": ratio,
-            "verdict": NOT_DECIDABLE,
+            "verdict": NOT_DECIDABLE, "a_entry": a, "b_entry": b,
             "reason": "two entries compared by hand: a difference, not a finding (no interval "
                       "over restarts and no A/A control; a sweep's [[comparisons]] gives one)"}
 

@@ -147,3 +147,43 @@ def test_a_second_run_of_a_sweep_is_refused_at_once_naming_the_holder(tmp_path):
         done.stderr)
     assert "two runs of one sweep never measure at once" in done.stderr
     assert not (tmp_path / "wh-data" / "airflow").exists()  # refused before Airflow
+
+
+# Issue #43, item 4: `sql` for people. A request id is about 90 characters: cut to 60 (the
+# old default) it lost its window and request, the part an auditor greps for.
+LONG_ID = ("manual__2026-12-07T07:00:00.123456+00:00/spec-on-with-a-long-name/r12/"
+           "prose-c64/m000123")
+
+
+def test_sql_prints_whole_values_and_null_apart_from_nan(tmp_path, capsys):
+    from benchledger.warehouse.db import connect
+
+    path = tmp_path / "w.duckdb"
+    connect(path).close()
+    query = (f"SELECT '{LONG_ID}' AS request_id, NULL::DOUBLE AS missing, "
+             "'nan'::DOUBLE AS not_a_number, 1.5 AS value, NULL::VARCHAR AS label")
+    assert main(["sql", "--warehouse", str(path), query]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["request_id", "missing", "not_a_number", "value", "label"]
+    assert row.split() == [LONG_ID, "NULL", "NaN", "1.5", "NULL"]
+    assert main(["sql", "--warehouse", str(path), "--max-width", "20", query]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == LONG_ID[:17] + "..."
+
+
+def test_sql_ends_quietly_when_its_reader_stops(tmp_path):
+    """`benchledger sql ... | head -1`: head exits after its line; the writer's next write
+    meets a closed pipe. It ends without a word, with a shell's status for SIGPIPE."""
+    from benchledger.warehouse.db import connect
+
+    path = tmp_path / "w.duckdb"
+    connect(path).close()
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "benchledger.cli", "sql", "--warehouse", str(path),
+         "--max-rows", "50000", "SELECT range AS n FROM range(50000)"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert writer.stdout is not None and writer.stderr is not None
+    first = writer.stdout.readline()
+    writer.stdout.close()  # the reader stops, as head does
+    err = writer.stderr.read().decode()
+    assert writer.wait(timeout=120) == 141, err
+    assert first.split() == [b"n"] and err == "", err

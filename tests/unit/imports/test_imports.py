@@ -258,7 +258,13 @@ def test_the_compare_command_refuses_across_evidence_kinds_saying_why(warehouse,
                   for record in ("ladder-c1", "ladder-c8"))
     assert main(["compare", c1, c8, "--warehouse", str(warehouse)]) == 0
     out = capsys.readouterr().out
-    assert "verdict: not decidable" in out and "difference: 500.7" in out
+    lines = out.splitlines()
+    # each side named; the difference and ratio at the terminal's precision, with the unit
+    assert lines[0].startswith("quantity: throughput") and lines[0].endswith("in tok/s"), out
+    assert lines[1].startswith("       a: 102.2 tok/s") and f"entry {c1})" in lines[1], out
+    assert lines[2].startswith("       b: 602.9 tok/s") and f"entry {c8})" in lines[2], out
+    assert lines[3:5] == ["   b - a: +500.7 tok/s", "   b / a: 5.9x"], out
+    assert lines[5].startswith(" verdict: not decidable: two entries compared by hand"), out
 
 
 def test_report_counts_that_do_not_add_up_block_the_row(tmp_path, capsys):
