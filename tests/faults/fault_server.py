@@ -335,8 +335,8 @@ class FaultHandler(BaseHTTPRequestHandler):
         if self.headers.get("X-Request-Id", "").startswith("preflight/"):
             # `benchledger run`'s probe of an external server (benchledger.client.probe):
             # answered clean and not numbered, so --nth numbers the run's own requests
-            log("preflight probe: clean, not numbered")
             self._stream(body, self.path.endswith("/chat/completions"), "clean", None)
+            log("preflight probe: answered clean, not numbered")
             return None
         number, ordinal = self.server.plan.next_request()
         mode = self.server.plan.mode

@@ -291,12 +291,12 @@ def fault_run(tmp_path_factory) -> CliRun:
 
 
 def _stop_after_the_probe(server: subprocess.Popen, log_path: Path) -> None:
-    """Kill the refused arm's server once `benchledger run`'s preflight has probed it (its
-    log says so): the run found it answering, and its restart, seconds later, finds
-    nothing listening."""
+    """Kill the refused arm's server once it has answered `benchledger run`'s preflight
+    probe (its log says so, after the answer's last byte): the run found it answering, and
+    its restart, seconds later, finds nothing listening."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and server.poll() is None:
-        if "preflight probe" in log_path.read_text(errors="replace"):
+        if "preflight probe: answered" in log_path.read_text(errors="replace"):
             break
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
