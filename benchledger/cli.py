@@ -1,9 +1,10 @@
-"""`benchledger`: demo, run, publish, sql, explain, compare, history, plan, import, cluster,
-simulator (docs/protocol.md, command line).
+"""`benchledger`: demo, init, run, publish, sql, explain, compare, history, plan, import,
+cluster, simulator (docs/protocol.md, command line).
 
 argparse and one thin function per command; what a command does lives below it:
-benchledger/local/run.py (run, demo), publishing/ (publish, sql, explain), warehouse/
-(compare, import), benchledger/cluster/commands.py (cluster). This process never imports Airflow.
+benchledger/local/run.py (run, demo), benchledger/local/starter.py (init), publishing/ (publish,
+sql, explain), warehouse/ (compare, import), benchledger/cluster/commands.py (cluster). This
+process never imports Airflow.
 """
 
 from __future__ import annotations
@@ -46,6 +47,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         outcome = execute_sweep(Path(args.sweep), warehouse, data_dir, publish=True,
                                 store_url=store_url)
     return finish_run(outcome, warehouse)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """A sweep file for the server at URL, from what it says about itself."""
+    from benchledger.local.starter import StarterError, examine, sweep_text
+    from benchledger.server.lifecycle import ApiKeyMissing, api_key_from
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CliError(f"{out} exists: choose another --out, or --force to replace it")
+    try:
+        api_key = api_key_from(args.api_key_env, "--api-key-env", "this shell")
+        found = examine(args.url, args.model, api_key)
+        text = sweep_text(found, out.name, args.name, args.api_key_env)
+    except (StarterError, ApiKeyMissing) as exc:
+        raise CliError(f"{args.url}: {exc}") from exc
+    for line in found.lines:
+        print(f"  {line}")
+    out.write_text(text)
+    print(f"wrote {out}; run it with:\n  benchledger run {out} --warehouse bench.duckdb")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -283,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
                       help="which bundled sweep of dags/sweeps/ (default: %(default)s; "
                            "four_nodes: one model across four pretend nodes)")
     demo.set_defaults(func=cmd_demo)
+
+    init = sub.add_parser("init", help="write a sweep file for a server that is already "
+                                       "running, from what it says about itself")
+    init.add_argument("url", help="the server's address, e.g. http://127.0.0.1:8000")
+    init.add_argument("--out", default="sweep.toml", help="the file to write (sweep.toml)")
+    init.add_argument("--name", help="the sweep's name (default: from the model's)")
+    init.add_argument("--model", help="the model to ask for (default: /v1/models' first)")
+    init.add_argument("--api-key-env", metavar="VAR",
+                      help="the environment variable holding the server's API key")
+    init.add_argument("--force", action="store_true", help="replace --out if it exists")
+    init.set_defaults(func=cmd_init)
 
     run = sub.add_parser("run", help="run one sweep through its Airflow DAG on this machine")
     run.add_argument("sweep", help="sweep file (TOML)")

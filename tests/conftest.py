@@ -220,8 +220,9 @@ def scripted_server():
     server.server_close()
 
 
-def start_simulator(*flags: str, log_path: Path | None = None):
-    """Start `python -m benchledger.simulator` on a free loopback port; wait for health."""
+def start_simulator(*flags: str, log_path: Path | None = None, ready_path: str = "/health"):
+    """Start `python -m benchledger.simulator` on a free loopback port; wait until
+    `ready_path` answers 200 (/v1/models for one started with --no-health)."""
     from benchledger.server.lifecycle import free_port
 
     port = free_port()
@@ -233,7 +234,7 @@ def start_simulator(*flags: str, log_path: Path | None = None):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if httpx.get(base + "/health", timeout=1).status_code == 200:
+            if httpx.get(base + ready_path, timeout=1).status_code == 200:
                 return proc, base
         except httpx.HTTPError:
             pass

@@ -81,15 +81,21 @@ class ApiKeyMissing(ServerNotReady):
 def resolve_api_key(arm: Arm) -> str | None:
     """The arm's API key, read from the environment variable arms.api_key_env names (at
     run time, in the task that needs it: the value never travels in XCom or raw files)."""
-    if not arm.api_key_env:
+    return api_key_from(arm.api_key_env, f"arm {arm.name!r}: arms.api_key_env",
+                        "the environment of this task")
+
+
+def api_key_from(variable: str | None, named_by: str, where: str) -> str | None:
+    """The value of the environment variable `variable` (None: no key); ApiKeyMissing,
+    saying who named it and where it was looked for, when it is unset or empty."""
+    if not variable:
         return None
-    value = os.environ.get(arm.api_key_env)
+    value = os.environ.get(variable)
     if not value:
         state = "is empty" if value == "" else "is not set"
         raise ApiKeyMissing(
-            f"arm {arm.name!r}: arms.api_key_env names the environment variable "
-            f"{arm.api_key_env}, which {state} in the environment of this task; set it to "
-            "the server's API key before the run")
+            f"{named_by} names the environment variable {variable}, which {state} in "
+            f"{where}; set it to the server's API key before the run")
     return value
 
 
