@@ -85,16 +85,17 @@ def resolve_api_key(arm: Arm) -> str | None:
                         "the environment of this task")
 
 
-def api_key_from(variable: str | None, named_by: str, where: str) -> str | None:
-    """The value of the environment variable `variable` (None: no key); ApiKeyMissing,
-    saying who named it and where it was looked for, when it is unset or empty."""
-    if not variable:
+def api_key_from(api_key_env: str | None, named_by: str, where: str) -> str | None:
+    """The value of the environment variable the user named, `api_key_env` (None: no key);
+    ApiKeyMissing, saying who named it and where it was looked for, when it is unset or
+    empty. (Not a setting: the variable's name is the user's.)"""
+    if not api_key_env:
         return None
-    value = os.environ.get(variable)
+    value = os.environ.get(api_key_env)
     if not value:
         state = "is empty" if value == "" else "is not set"
         raise ApiKeyMissing(
-            f"{named_by} names the environment variable {variable}, which {state} in "
+            f"{named_by} names the environment variable {api_key_env}, which {state} in "
             f"{where}; set it to the server's API key before the run")
     return value
 
@@ -329,6 +330,10 @@ def _wait_ready(handle: ServerHandle, health_path: str, timeout_s: float,
                     f"(last: {redact(last, api_key)})", asked)
 
 
+# How long a server that stopped answering is given to be seen ending (server_gone).
+EXIT_SETTLE_S = 1.0
+
+
 def server_gone(handle: ServerHandle, health_path: str, api_key: str | None = None,
                 api_key_env: str | None = None,
                 timeout_s: float = ALIVE_PROBE_TIMEOUT_S) -> str | None:
@@ -341,6 +346,15 @@ def server_gone(handle: ServerHandle, health_path: str, api_key: str | None = No
                             api_key, api_key_env)
     if probe.state == "ready":
         return None
+    if handle.pid is not None:
+        # A process that is exiting closes its sockets before it can be reaped: refused
+        # connections can come a moment before its end is known. Wait that moment, so the
+        # evidence names the process's end (its exit status) rather than only the silence.
+        deadline = time.monotonic() + EXIT_SETTLE_S
+        while time.monotonic() < deadline:
+            if (state := process_state(handle.pid)) != "running":
+                return f"server process {handle.pid} ended ({state}); see {handle.log_path}"
+            time.sleep(0.05)
     return f"the server no longer answers its readiness path ({redact(probe.detail, api_key)})"
 
 

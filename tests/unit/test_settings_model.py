@@ -24,7 +24,7 @@ _NAME = re.compile(r"\bBENCHLEDGER_[A-Z0-9_]+")
 # command, and the API key an arm names by a variable of the sweep's choosing.
 _ENVIRON_USE = re.compile(r"\{\*\*os\.environ\b|os\.environ\.(items|copy)\(\)|"
                           r"os\.environ\.update\(|dict\(os\.environ\)|"
-                          r"os\.environ\.get\((arm\.api_key_env|\"AIRFLOW_HOME\")")
+                          r"os\.environ\.get\(((arm\.)?api_key_env|\"AIRFLOW_HOME\")")
 _ENVIRON = re.compile(r"\bos\.environ\b|\bgetenv\(")
 
 

@@ -265,6 +265,30 @@ def test_server_gone_is_one_bounded_probe(readiness_server):
     assert f"{handle.base_url}/health" in evidence
 
 
+def test_a_server_seen_dying_is_named_by_its_end_not_only_its_silence(tmp_path):
+    """ci37: a server that exits mid-stream had closed its sockets (refused) before its
+    exit could be reaped, and the crash was reported as silence, without its exit status.
+    Here a process closes its listening socket, lives 0.3 s more, and exits 3."""
+    import subprocess
+
+    code = ("import socket, sys, time; s = socket.create_server(('127.0.0.1', 0)); "
+            "print(s.getsockname()[1], flush=True); sys.stdin.readline(); s.close(); "
+            "time.sleep(0.3); sys.exit(3)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    port = int(proc.stdout.readline())
+    handle = launchers.ServerHandle(base_url=f"http://127.0.0.1:{port}", pid=proc.pid,
+                                    port=port, command=None, command_template=None,
+                                    log_path=str(tmp_path / "server.log"))
+    proc.stdin.write("close\n")
+    proc.stdin.flush()
+    time.sleep(0.05)  # its socket is closed; it has not exited
+    evidence = lifecycle.server_gone(handle, "/health", timeout_s=0.5)
+    assert evidence == (f"server process {proc.pid} ended (exited:3); see "
+                        f"{tmp_path / 'server.log'}"), evidence
+
+
 # --- API keys and what is recorded ------------------------------------------------------
 
 def test_a_missing_or_empty_api_key_variable_fails_naming_the_variable(monkeypatch):
