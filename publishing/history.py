@@ -149,7 +149,14 @@ def history_chart(frame: pd.DataFrame) -> Chart | None:
                        facecolors="none",
                        edgecolors=["tab:red" if c == REGRESSION else "tab:green"
                                    for c in flagged["change"]])
-        ax.set_title(f"{workload}: {metric} {statistic} at {point}", fontsize=8)
+        # From 0, as people read a bar: an axis cut just below the values magnifies a
+        # 3% change into half the panel. Only where nothing drawn goes below 0; a panel
+        # that does says so in its title.
+        from_zero = bool((panel[["value", "low"]].min(skipna=True).fillna(0) >= 0).all())
+        if from_zero:
+            ax.set_ylim(bottom=0)
+        ax.set_title(f"{workload}: {metric} {statistic} at {point}"
+                     + ("" if from_zero else " (axis not from 0)"), fontsize=8)
         ax.set_xlabel("run (oldest first)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # runs are counted
         ax.set_ylabel(panel["unit"].iloc[0])
