@@ -228,8 +228,8 @@ def _check_external_servers(sweep: Sweep) -> None:
         if why is not None:
             problems.append(f"arm {arm.name!r} (base_url {arm.base_url}): {why}")
     if problems:
-        raise CliError("the sweep's external servers cannot be reached, nothing was run:\n  "
-                       + "\n  ".join(problems))
+        raise CliError("an external server is not ready to be measured as the sweep says; "
+                       "nothing was run:\n  " + "\n  ".join(problems))
 
 
 @contextlib.contextmanager

@@ -150,8 +150,8 @@ def test_run_refuses_an_unreachable_server_before_airflow_starts(tmp_path, capsy
     elapsed = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 2 and elapsed < SAID_WITHIN_S, (code, elapsed)
-    assert err.startswith("benchledger run: the sweep's external servers cannot be "
-                          "reached, nothing was run:"), err
+    assert err.startswith("benchledger run: an external server is not ready to be "
+                          "measured as the sweep says; nothing was run:"), err
     assert (f"arm 'mine' (base_url http://127.0.0.1:{port}): nothing listens at "
             f"127.0.0.1:{port} (connection refused)") in err, err
     assert not (tmp_path / "wh.duckdb").exists()
