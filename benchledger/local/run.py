@@ -265,7 +265,7 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
 
     sweep = load_sweep(sweep_path)  # fails here, before Airflow starts, on a bad file
     _check_workloads(sweep, sweep_path)  # and on a bad dataset or trace
-    _check_external_servers(sweep)  # and on a server that cannot be reached
+    _check_external_servers(sweep)  # and on an external server not ready to be measured
     name = sweep.sweep.name
     every = _progress_interval_s()
     warehouse = warehouse.resolve()
