@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from benchledger.client.probe import count_problem
 from benchledger.client.target import Target
+from benchledger.server.lifecycle import probe_readiness
 from benchledger.server.observe import bounded_get, detect_family, error_text
 from benchledger.server.preflight import why_not_answering
 from benchledger.sweep.spec import SweepError, parse_sweep
@@ -91,7 +93,7 @@ def examine(url: str, model: str | None = None, api_key: str | None = None) -> F
         raise StarterError(why)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     found.model = _model(base, model, headers, found.lines)
-    found.health_path = _health_path(base, headers, found.lines)
+    found.health_path = _health_path(base, api_key, found.lines)
     family, how = detect_family(base + "/metrics", headers)
     found.lines.append(f"/metrics: {family} counters ({how})" if family else
                        f"/metrics: no counters to reconcile with ({how}): entries say so")
@@ -124,17 +126,14 @@ def _model(base: str, asked: str | None, headers: dict[str, str] | None,
     return served[0]
 
 
-def _health_path(base: str, headers: dict[str, str] | None, lines: list[str]) -> str | None:
-    try:
-        status = bounded_get(base + "/health", 10.0, headers, max_bytes=65_536).status_code
-    except Exception as exc:  # noqa: BLE001
-        status, text = None, error_text(exc)
-    else:
-        text = f"HTTP {status}"
-    if status == 200:
+def _health_path(base: str, api_key: str | None, lines: list[str]) -> str | None:
+    """None where /health answers 200 (the default health_path), else /v1/models: the
+    readiness wait's own probe (lifecycle.probe_readiness) says which path answered."""
+    probe = probe_readiness(base, "/health", time.monotonic() + 10.0, api_key)
+    if probe.state == "ready" and probe.path == "/health":
         lines.append("readiness: /health answers 200")
         return None
-    lines.append(f"readiness: /health answers {text}; /v1/models is asked instead")
+    lines.append(f"readiness: {probe.detail}; /v1/models is asked instead")
     return "/v1/models"
 
 
