@@ -18,13 +18,16 @@ from tests.sweeps import defaults, simulator_arm, sweep
 pytestmark = pytest.mark.integration
 
 # The goodput and attainment A/Bs are compared at 32 rps, where the arms' TPOTs are far
-# apart (fast about 4 ms, slow about 22 ms) and the TPOT SLO of 16 ms leaves the fast arm
-# room for a window slowed fourfold. At 128 rps (fast about 7 ms) a loaded machine starved
-# one fast restart in each of two CI runs (TPOT 13.7 ms, then 15.2 ms: the suite's first
-# minutes, when its Airflow clusters start), and with one of three restarts missing the
-# SLO the A/B's interval included 0 (stop 54, ci28 and ci29).
-TTFT_S, TPOT_S, ITL_S = 0.25, 0.016, 0.2
-FAST_MS, SLOW_MS = 2.0, 8.0  # the simulator's decode step of one running request
+# apart (fast about 3 ms, slow about 45 ms). The SLOs leave the fast arm room for what a
+# loaded 2-core machine does to a process, which is not a slower server but a frozen one:
+# in ci41 one fast restart's window at 32 rps froze for about 0.57 s (the suite's first
+# minutes, when its Airflow clusters start), its TTFTs reached 573 ms and its TPOT 35 ms,
+# and the then 250 ms TTFT and 16 ms TPOT SLOs failed it (as 13.7 and 15.2 ms TPOTs at
+# 128 rps had in ci28 and ci29). A freeze of up to about 0.6 s inside a 24-token answer
+# adds under 26 ms to its TPOT and under 0.6 s to its first token or a gap: the SLOs
+# below hold through it, and the slow arm (step 16 ms) still misses TPOT at 32 rps.
+TTFT_S, TPOT_S, ITL_S = 1.0, 0.032, 0.8
+FAST_MS, SLOW_MS = 2.0, 16.0  # the simulator's decode step of one running request
 RATES = [8, 32, 128]
 POINTS = 6  # at most this many rates per searching arm
 LADDER = ("fast", "fast-twin", "slow", "stalling")
@@ -50,6 +53,11 @@ def slo_sweep() -> dict:
          *(arm(f"{name}-search", step, rate_search={"min": 4, "max": 512, "points": POINTS})
            for name, step in (("fast", FAST_MS), ("slow", SLOW_MS)))],
         sweep={"retries": 0},
+        # 24 requests under a 64-stream cap never queue at the server: a first-token wait
+        # that grows over such a window is a process frozen by the loaded machine (ci41:
+        # 41x, the fast arm's 32 rps "saturated"), so the queue-growth bound is set out of
+        # reach here; these loads saturate by their SLOs, schedule and unresolved requests.
+        slo_target={"max_queue_growth": 1000},
         defaults=defaults(requests=24, warmup=2, concurrency=[64], arrival="constant",
                           rate_rps=RATES, clock_interval_s=0.1, max_arrival_lag_ms=1000),
         workloads=["prose"],
