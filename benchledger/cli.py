@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         outcome = execute_sweep(Path(args.sweep), warehouse, data_dir, publish=True,
                                 store_url=store_url)
-    return finish_run(outcome, warehouse)
+    return finish_run(outcome, warehouse, verbose=args.verbose)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -79,7 +79,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     home = Path(args.dir).resolve()
     warehouse = home / "warehouse.duckdb"
     outcome = execute_sweep(sweep, warehouse, home, publish=True)
-    return finish_run(outcome, warehouse)
+    return finish_run(outcome, warehouse, verbose=args.verbose)
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -304,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--sweep", default="demo", metavar="NAME",
                       help="which bundled sweep of dags/sweeps/ (default: %(default)s; "
                            "four_nodes: one model across four pretend nodes)")
+    demo.add_argument("--verbose", action="store_true",
+                      help="print every table of the run, not the summary")
     demo.set_defaults(func=cmd_demo)
 
     init = sub.add_parser("init", help="write a sweep file for a server that is already "
@@ -325,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cluster", metavar="DIR",
                      help="run on the Airflow deployment of this folder (benchledger "
                           "cluster up) instead of embedded on this machine")
+    run.add_argument("--verbose", action="store_true",
+                     help="print every table of the run (delivered beside the server, the "
+                          "ruler, the frontier, variance), not the summary")
     run.set_defaults(func=cmd_run)
 
     cluster = sub.add_parser("cluster", help="a local Airflow deployment: API server, "

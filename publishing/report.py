@@ -111,9 +111,11 @@ def _reaches_zero_label(needed: float) -> str:
     return f"restart CI reaches 0 (too few restarts for t; {more})"
 
 
-def format_blocked(blocks: pd.DataFrame, width: int = 150) -> str:
+def format_blocked(blocks: pd.DataFrame, width: int = 150, *, advice: bool = False,
+                   examples: bool = True) -> str:
     """Blocked entries grouped by the rule that blocked them (entry_blocks rows), with one
-    example each. An entry blocked by two rules is counted under both."""
+    example each (`examples`) and what to do (`advice`: the catalogue's fix). An entry
+    blocked by two rules is counted under both."""
     lines = []
     for rule, members in blocks.groupby(blocks["rule"].fillna("(not recorded)"), sort=True):
         cells = sorted({f"{m.arm}/{m.workload}/{m.metric}" for m in members.itertuples()})
@@ -123,9 +125,17 @@ def format_blocked(blocks: pd.DataFrame, width: int = 150) -> str:
         if len(example) > width:
             example = example[: width - 3] + "..."
         shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
-        lines.append(f"  {rule}: {members['entry_id'].nunique()} entries ({shown})\n"
-                     f"      e.g. {example}")
+        lines.append(f"  {rule}: {members['entry_id'].nunique()} entries ({shown})"
+                     + (f"\n      e.g. {example}" if examples else "")
+                     + (_fix(rule) if advice else ""))
     return "\n".join(lines)
+
+
+def _fix(rule: str) -> str:
+    """The catalogue's advice for a rule, as a line under it ('' for a name it lacks)."""
+    from benchledger.rules.fixes import FIXES
+
+    return f"\n      fix: {FIXES[rule]}" if rule in FIXES else ""
 
 
 # What each kind of subject is called when counting the subjects a rule failed on.
@@ -133,10 +143,11 @@ _SUBJECTS = {"restarts": "restarts", "coverage": "planned cells", "windows": "wi
              "measured_requests": "windows"}
 
 
-def format_rules_behind(rules: pd.DataFrame, width: int = 150) -> str:
+def format_rules_behind(rules: pd.DataFrame, width: int = 150, *,
+                        advice: bool = False) -> str:
     """The rules that failed beneath the entries (restarts left out, windows failed), with
-    counts and one example each: the cause where the entries fail only for want of a
-    validated window (entry_has_validated_value)."""
+    counts, one example each and (`advice`) what to do: the cause where the entries fail
+    only for want of a validated window (entry_has_validated_value)."""
     lines = []
     for r in rules.itertuples():
         what = "left out" if r.effect == "exclude_restart" else f"failed ({r.effect})"
@@ -145,7 +156,8 @@ def format_rules_behind(rules: pd.DataFrame, width: int = 150) -> str:
         if len(example) > width:
             example = example[: width - 3] + "..."
         lines.append(f"  {r.rule}: {int(r.n_failed)} of {int(r.n_checked)} "
-                     f"{_SUBJECTS.get(r.suite, r.suite)} {what}\n      e.g. {example}")
+                     f"{_SUBJECTS.get(r.suite, r.suite)} {what}\n      e.g. {example}"
+                     + (_fix(str(r.rule)) if advice else ""))
     return "\n".join(lines)
 
 

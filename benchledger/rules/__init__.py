@@ -87,6 +87,7 @@ from benchledger.rules.entries import (
     REQUEST_COUNTS_BALANCE,
     SERVER_LOG_KEPT_APART,
 )
+from benchledger.rules.fixes import FIXES
 from benchledger.rules.requests import (
     LOGPROBS_MATCH_USAGE,
     TEMPERATURE_IS_ZERO,
@@ -135,7 +136,7 @@ __all__ = [
     "SERVER_LOG_KEPT_APART", "STREAMS_NOT_BUFFERED", "SUITE_FRAMES", "TEMPERATURE_IS_ZERO",
     "TOKENIZER_CALIBRATED",
     "TOKEN_SOURCE_IS_USAGE", "TTFT_NOT_ABOVE_E2E", "USAGE_PLAUSIBLE", "WINDOWS_PRESENT",
-    "AppliesTo", "Effect", "GxCheck", "QueryCheck", "Rule", "SuiteFrame", "markdown_table",
+    "FIXES", "AppliesTo", "Effect", "GxCheck", "QueryCheck", "Rule", "SuiteFrame", "markdown_table",
     "names_with_effect", "ruleset_version", "rules_of_suite",
 ]
 
@@ -158,6 +159,9 @@ CATALOGUE: tuple[Rule, ...] = (
 BY_NAME: Mapping[str, Rule] = MappingProxyType({rule.name: rule for rule in CATALOGUE})
 if len(BY_NAME) != len(CATALOGUE):  # pragma: no cover (a declaration mistake)
     raise RuntimeError("two rules share a name in the catalogue")
+if set(FIXES) != set(BY_NAME):  # pragma: no cover (a declaration mistake)
+    raise RuntimeError("rules/fixes.py must advise on exactly the catalogue's rules: "
+                       f"{sorted(set(FIXES) ^ set(BY_NAME))}")
 
 # The frames of the GX suites, by suite name.
 SUITE_FRAMES: Mapping[str, SuiteFrame] = MappingProxyType({
@@ -198,14 +202,15 @@ RULESET_VERSION = ruleset_version(CATALOGUE)
 
 def markdown_table() -> str:
     """The rule table of docs/protocol.md (a test keeps the two in sync)."""
-    lines = ["| rule | traps | applies to | effect | must hold | threshold (source) | check |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| rule | traps | applies to | effect | must hold | threshold (source) | check "
+             "| when it fails |",
+             "|---|---|---|---|---|---|---|---|"]
     for rule in CATALOGUE:
         threshold = "-" if rule.threshold is None else (
             rule.threshold + (f" ({rule.threshold_source})" if rule.threshold_source else ""))
         lines.append(f"| `{rule.name}` | {', '.join(rule.traps) or '-'} | {rule.applies_to} "
                      f"| `{rule.effect}` | {rule.summary} | {threshold} "
-                     f"| {rule.check.describe()} |")
+                     f"| {rule.check.describe()} | {FIXES[rule.name]} |")
     return "\n".join(lines) + "\n"
 
 
