@@ -214,10 +214,14 @@ def _check_external_servers(sweep: Sweep) -> None:
     (a server that streams no usage: the advice to count from logprobs). Only for runs
     on this machine: a deployment's workers may reach servers this machine cannot. An
     external arm is measured once whatever [defaults] restarts says: said here."""
-    from benchledger.server.preflight import why_not_answering
+    from benchledger.server.preflight import unreadable_clock, why_not_answering
 
     problems = []
     for arm in sweep.arms:
+        plan = sweep.plan(arm)
+        unreadable = unreadable_clock(plan.clock_source, plan.require_clock_check)
+        if unreadable:
+            problems.append(f"arm {arm.name!r}: {unreadable}")
         if arm.starts_processes or arm.base_url is None:
             continue
         if sweep.defaults.restarts > 1:
@@ -228,8 +232,9 @@ def _check_external_servers(sweep: Sweep) -> None:
         if why is not None:
             problems.append(f"arm {arm.name!r} (base_url {arm.base_url}): {why}")
     if problems:
-        raise CliError("an external server is not ready to be measured as the sweep says; "
-                       "nothing was run:\n  " + "\n  ".join(problems))
+        raise CliError("the sweep cannot be measured as it says on this machine (a server "
+                       "not ready, a clock that cannot be read); nothing was run:\n  "
+                       + "\n  ".join(problems))
 
 
 @contextlib.contextmanager
@@ -421,32 +426,57 @@ def publication_line(outcome: SweepOutcome) -> str:
 
 
 
-def finish_run(outcome: SweepOutcome, warehouse: Path) -> int:
-    """The run's tables, then its last lines: what was published (or why nothing was) and
-    the DAG run's state, first failure included. 0 only when both went well."""
+def published_nothing(outcome: SweepOutcome) -> bool:
+    """Whether the run ends without one published entry: publishing failed or was not
+    reached, or every entry is blocked."""
+    return bool(outcome.not_published) or outcome.published is None \
+        or outcome.published["published"] == 0
+
+
+def finish_run(outcome: SweepOutcome, warehouse: Path, verbose: bool = False) -> int:
+    """The run's outcome for a person. A run that published: its summary (at most about
+    40 lines; every table with `verbose`), then what was published and the DAG run's
+    state, exit 0. A run that published nothing, or whose DAG run failed: those two lines
+    first, then why (each blocking rule, an example and its fix), then the tables behind
+    `verbose`, exit 1."""
+    ok = outcome.state == "success" and not published_nothing(outcome)
+    ending = [publication_line(outcome), _dag_run_line(outcome)]
+    if not ok:
+        print("\n".join(ending), flush=True)
     if outcome.run_id and warehouse.exists():
-        _print_run(warehouse, outcome.run_id)
-    print(publication_line(outcome))
+        _print_run(warehouse, outcome.run_id, verbose=verbose, why_first=not ok)
+    if ok:
+        print("\n".join(ending), flush=True)
+    return 0 if ok else 1
+
+
+def _dag_run_line(outcome: SweepOutcome) -> str:
     first = (outcome.failures[0] if outcome.failures else None)
     cause = ""
     if first:
         text = (str(first.get("error") or "").strip().splitlines() or [""])[0]
         cause = f" (first failure: {first.get('task_id')}: {text})"
-    print(f"DAG run {outcome.run_id}: {outcome.state}{cause}", flush=True)
-    return 0 if outcome.state == "success" and not outcome.not_published else 1
+    return f"DAG run {outcome.run_id}: {outcome.state}{cause}"
 
 
-def _print_run(warehouse: Path, run_id: str) -> None:
+def _print_run(warehouse: Path, run_id: str, *, verbose: bool, why_first: bool) -> None:
     from benchledger.publishing.report import run_tables
+    from benchledger.publishing.summary import run_summary, why_blocked
     from benchledger.warehouse.db import connect
 
     with connect(warehouse, read_only=True, wait_s=_pipeline_wait_s()) as con:
-        tables = run_tables(con, run_id)
+        why = why_blocked(con, run_id) if why_first else None
+        tables = run_tables(con, run_id) if verbose else \
+            run_summary(con, run_id, with_blocked=not why_first)
     if tables is None:
         print(f"\nrun {run_id} is not in the warehouse {warehouse}: nothing to show")
         return
+    if why:
+        print(f"\n{why}")
     print(f"\n{tables}")
-    print(f"\nwarehouse: {warehouse}")
+    if not verbose:
+        print("\n(every table of the run: benchledger run --verbose, or the report)")
+    print(f"\nwarehouse: {warehouse}", flush=True)
 
 
 def execute_on_cluster(sweep_path: Path, warehouse: Path, data_dir: Path | None,

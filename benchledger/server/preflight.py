@@ -1,4 +1,5 @@
-"""Before a run: does something speak HTTP where each external server should be?
+"""Before a run: does something speak HTTP where each external server should be, and can
+each arm's clock be read here?
 
 An external arm's server is not benchledger's to start, so it must already answer when the
 run begins. Without this check a wrong port or a stopped server cost a new user the whole
@@ -16,8 +17,10 @@ answers is judged where it always was, by the readiness wait and the rules.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import ssl
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
@@ -95,3 +98,20 @@ def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
             return True
     except (OSError, ValueError):
         return False
+
+
+def unreadable_clock(clock_source: str, require_clock_check: bool,
+                     which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """Why an arm's clock check cannot run on this machine, or None: `clock_source =
+    "nvidia-smi"` (the default) with no nvidia-smi here fails every restart's
+    clock_under_load (T10), so the run would measure for nothing and publish nothing.
+    A check the sweep waived (require_clock_check = false), or one read over HTTP (http,
+    dcgm: the readiness wait and the rule judge those), is not refused here."""
+    if clock_source != "nvidia-smi" or not require_clock_check or which("nvidia-smi"):
+        return None
+    return ("clock_source is \"nvidia-smi\" (the default) and this machine has no "
+            "nvidia-smi, so every restart would fail clock_under_load and nothing would "
+            "publish: a GPU server's clocks over HTTP need clock_source = \"dcgm\" or "
+            "\"http\" with a clock_url; a server without GPU clocks to read (a CPU "
+            "server, a remote one) needs clock_source = \"none\" and "
+            "require_clock_check = false (its entries are labelled clock-unchecked)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchledger.cli import main
-from tests.sweeps import simulator_arm, sweep, write_sweep
+from tests.sweeps import HTTP_CLOCK, simulator_arm, sweep, variant, write_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -127,7 +127,8 @@ def test_a_second_run_of_a_sweep_is_refused_at_once_naming_the_holder(tmp_path):
     """The sweep lock, held by another process, refuses `benchledger run` before Airflow
     starts (the end-to-end case with two real runs is in tests/integration)."""
     sweep = tmp_path / "s.toml"
-    write_sweep(sweep, SWEEP)
+    # the clock read over HTTP: nvidia-smi (the default) would be refused first here
+    write_sweep(sweep, variant(SWEEP, {"defaults": HTTP_CLOCK}))
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
          "from benchledger.local.run import sweep_lock\n"

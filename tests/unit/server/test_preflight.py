@@ -20,7 +20,7 @@ import pytest
 
 from benchledger.cli import main
 from benchledger.local.run import CliError, _check_external_servers
-from benchledger.server.preflight import why_not_answering
+from benchledger.server.preflight import unreadable_clock, why_not_answering
 from benchledger.sweep.spec import SweepError, load_sweep
 from tests.sweeps import NO_CLOCK, defaults, external_arm, sweep, write_sweep
 
@@ -150,12 +150,45 @@ def test_run_refuses_an_unreachable_server_before_airflow_starts(tmp_path, capsy
     elapsed = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 2 and elapsed < SAID_WITHIN_S, (code, elapsed)
-    assert err.startswith("benchledger run: an external server is not ready to be "
-                          "measured as the sweep says; nothing was run:"), err
+    assert err.startswith("benchledger run: the sweep cannot be measured as it says on "
+                          "this machine (a server not ready, a clock that cannot be read); "
+                          "nothing was run:"), err
     assert (f"arm 'mine' (base_url http://127.0.0.1:{port}): nothing listens at "
             f"127.0.0.1:{port} (connection refused)") in err, err
     assert not (tmp_path / "wh.duckdb").exists()
     assert not (tmp_path / "wh-data").exists()  # no lock, no Airflow home, no raw folder
+
+
+def test_a_clock_this_machine_cannot_read_is_refused_naming_the_two_keys(tmp_path, capsys,
+                                                                        plain_port,
+                                                                        monkeypatch):
+    """Issue #43, item 2: a first sweep against a CPU server that says nothing of clocks
+    reads them with nvidia-smi (the default), which this machine lacks (PATH holds no
+    nvidia-smi here, whatever the machine has): refused in seconds, naming the keys,
+    instead of a run that measures for minutes and publishes nothing."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on it
+    path = write_sweep(tmp_path / "cpu.toml", sweep(
+        "cpu-server", [external_arm("mine", f"http://127.0.0.1:{plain_port}")],
+        defaults=defaults(restarts=1, clock=None)))
+    started = time.monotonic()
+    code = main(["run", str(path), "--warehouse", str(tmp_path / "wh.duckdb")])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - started < SAID_WITHIN_S, (code, err)
+    assert ("arm 'mine': clock_source is \"nvidia-smi\" (the default) and this machine has "
+            "no nvidia-smi") in err, err
+    assert 'clock_source = "none" and require_clock_check = false' in err
+    assert not (tmp_path / "wh-data").exists()
+
+
+def test_a_clock_check_is_refused_only_where_it_cannot_run():
+    def nowhere(name: str) -> None:
+        return None
+
+    assert unreadable_clock("nvidia-smi", True, which=nowhere) is not None
+    assert unreadable_clock("nvidia-smi", True, which=lambda name: f"/usr/bin/{name}") is None
+    assert unreadable_clock("nvidia-smi", False, which=nowhere) is None  # waived
+    for read_over_http in ("dcgm", "http", "none"):
+        assert unreadable_clock(read_over_http, True, which=nowhere) is None
 
 
 def test_a_base_url_ending_in_v1_is_refused_when_the_file_is_read(tmp_path):
