@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import duckdb
 
+from benchledger.rules.frame import NOT_APPLICABLE
 from benchledger.warehouse.db import query_frame
 
 LABELS = ("entry_id", "run_id", "arm", "workload", "metric", "statistic", "phase", "scope",
@@ -42,11 +44,26 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
     lines.append(f"\nRaw files ({len(files)}):")
     lines += [f"  sha256 {f.sha256}  {f.kind:<12} rows={f.rows}  {f.path}"
               for f in files.itertuples()]
-    passed = int(validations["success"].sum()) if len(validations) else 0
-    lines.append(f"\nExpectation results ({len(validations)}, {passed} passed):")
-    lines += [f"  [{'pass' if v.success else 'FAIL'}] {v.suite}/{v.expectation} on "
-              f"{v.subject}: {v.observed}" for v in validations.itertuples()]
+    states = [("FAIL" if not v.success else "not run" if not_run(v.observed) else "pass")
+              for v in validations.itertuples()]
+    lines.append(f"\nExpectation results ({len(validations)}: {states.count('pass')} passed, "
+                 f"{states.count('not run')} not run, {states.count('FAIL')} failed):")
+    lines += [f"  [{state}] {v.suite}/{v.expectation} on {v.subject}: {v.observed}"
+              for state, v in zip(states, validations.itertuples(), strict=True)]
     return "\n".join(lines)
+
+
+# What a check that held without judging anything says it found (issue #43: such checks
+# were printed as passes): nothing it applies to (rules/frame.py NOT_APPLICABLE), a clock
+# not read where the sweep allowed it, a counter not reconciled (warehouse/reconcile.py).
+_NOT_RUN = re.compile(rf"^(?:{re.escape(NOT_APPLICABLE)}|unchecked\b|not reconciled\b"
+                      r"|[^;]*: not reconciled \()")
+
+
+def not_run(observed: str) -> bool:
+    """Whether a passing result's observation says the check did not run."""
+    found = observed.partition(", found ")[2] or observed
+    return bool(_NOT_RUN.match(found))
 
 
 def _workload_lines(con: duckdb.DuckDBPyConnection, entry_id: str) -> list[str]:

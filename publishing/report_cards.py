@@ -89,6 +89,18 @@ def _comparison_item(row: pd.Series) -> Verdict:
                    f"{load_point(row)}", numbers, css != "finding")
 
 
+def _controls_item(controls: pd.DataFrame) -> Verdict:
+    """Every A/A control (an arm against its twin) with its own verdict, in one line: what
+    each A/B above is held to, and whether it could decide at all."""
+    words = [str(row["verdict"]) for _, row in controls.iterrows()]  # the control's own
+    said = [f"{cell(row['b'])} vs {cell(row['a'])}, {cell(row['workload'])}, "
+            f"{cell(row['metric'])} at {load_point(row)}: {word.upper()}"
+            for word, (_, row) in zip(words, controls.iterrows(), strict=True)]
+    css = "undecidable" if NOT_DECIDABLE in words else "nofinding"
+    return Verdict(css, "A/A controls", "an arm against its twin: the noise each A/B above "
+                   "is held to", "", "", "", " · ".join(said), False)
+
+
 def _design(row: pd.Series) -> str:
     """What the comparison could have detected, its drift and its order (issue #41)."""
     parts = []
@@ -126,6 +138,11 @@ def verdicts_section(comparisons: pd.DataFrame, frontier_findings: pd.DataFrame)
     ab = comparisons[comparisons["role"] == "ab"]
     items = [_comparison_item(row) for _, row in ab.iterrows()]
     items += [_frontier_item(row) for _, row in frontier_findings.iterrows()]
+    # every A/A control's own verdict in view, decidable or not: a control that cannot
+    # decide limits every A/B held to it, and a reader must see that first
+    controls = comparisons[comparisons["role"] == "control"]
+    if len(controls):
+        items.append(_controls_item(controls))
     return fragment("report_verdicts.html", title=VERDICTS_TITLE, items=items)
 
 

@@ -194,6 +194,21 @@ def _entry_table(entries: pd.DataFrame) -> Markup:
                     table=table(shown, list(shown.columns), css="sortable"))
 
 
+# How the simulator names itself in restarts.server_version (benchledger/simulator/engine.py
+# VERSION; a test keeps the two together: publishing does not import the simulator).
+SIMULATOR_VERSION = "benchledger-sim"
+
+
+def simulated_arms(servers: pd.DataFrame) -> list[str]:
+    """The arms whose server was benchledger's simulator (an arm of kind simulator, or a
+    command that started it: its version says so), for the page's first lines: their
+    GPUs, clocks and energy are pretend, and a reader must know before reading a number."""
+    kind = servers["server_kind"].fillna("").astype(str)
+    version = servers["server_version"].fillna("").astype(str)
+    mask = kind.str.contains("simulator") | version.str.startswith(SIMULATOR_VERSION)
+    return [str(arm) for arm in servers.loc[mask, "arm"]]
+
+
 def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
                  data_docs: str | None = None) -> Report:
     """report.html and its charts; `data_docs`: where the run's GX Data Docs are kept
@@ -204,6 +219,7 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
                            per_restart=DOTS_PER_RESTART)
     requests = requests[requests["entry_id"].isin(entries["entry_id"])]
     compared = comparisons(con, run_id)
+    servers = arm_servers(con, run_id)
     charts, charts_section = _charts(entries, requests, delivered_vs_server(con, run_id),
                                      frontier(con, run_id))
     samples = workload_samples(con, run_id, SAMPLES_PER_WORKLOAD)
@@ -228,11 +244,12 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str,
         _energy_section(entries),
         _evidence_sections(published),
         _ruler_section(ruler(con, run_id)),
-        _provenance_section(run_provenance(con, run_id), arm_servers(con, run_id),
+        _provenance_section(run_provenance(con, run_id), servers,
                             raw_files(con, run_id), compared, data_docs),
         _entry_table(entries),
     ]
-    page = render("report_page.html", run_id=run_id, sections=[s for s in sections if s])
+    page = render("report_page.html", run_id=run_id, sections=[s for s in sections if s],
+                  simulated=simulated_arms(servers))
     return Report(page, charts)
 
 

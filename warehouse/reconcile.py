@@ -160,18 +160,22 @@ def reconcile_window(window: pd.Series, client: dict[str, float], metrics: pd.Da
     for quantity, counter in FAMILY_COUNTERS[family].items():
         server = _server_delta(metrics, counter) if scraped else None
         value = client[counter.client]
+        # a family not known has no counter names of its own: the details say so rather
+        # than name the default family's (vLLM's names for a llama.cpp server misled)
+        shown = counter.name if known else \
+            f"the {quantity.replace('_', '-')} counter (server family not known)"
         base = {"window_id": window["window_id"], "run_id": window["run_id"],
                 "counter": counter.name, "quantity": quantity, "client_value": value,
                 "server_delta": server, "tolerance": tolerance}
         if unreadable:
             rows.append({**base, "relative_error": None, "status": COUNTER_UNREADABLE,
-                         "detail": f"{counter.name}: not reconciled (its /metrics could not "
+                         "detail": f"{shown}: not reconciled (its /metrics could not "
                                    f"be read: {unreadable[1][:500]})"})
             continue
         unchecked = _why_unchecked(counter, server, scraped, known, client)
         if unchecked or server is None:  # (no counter is always a reason: never both)
             rows.append({**base, "relative_error": None, "status": NO_COUNTER,
-                         "detail": f"{counter.name}: not reconciled ({unchecked})"})
+                         "detail": f"{shown}: not reconciled ({unchecked})"})
             continue
         if clean:
             error = abs(server - value) / max(value, 1.0)

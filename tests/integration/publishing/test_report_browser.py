@@ -13,6 +13,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from benchledger.publishing.report import load_point
 from benchledger.publishing.report_cards import verdict_word
 from tests.browser import ARTIFACTS, WIDEST_ELEMENTS, chromium_binary, opened
 
@@ -59,6 +60,10 @@ def test_verdicts_and_headline_cards_are_on_the_first_screen(demo):
     with duckdb.connect(str(demo["warehouse"]), read_only=True) as con:
         ab = con.execute("SELECT * FROM comparisons WHERE role = 'ab' ORDER BY metric, "
                          "workload, a, b, comparison_id").df()
+        controls = con.execute("SELECT * FROM comparisons WHERE role = 'control' ORDER BY "
+                               "metric, workload, a, b, comparison_id").df()
+        simulated = sorted(a for a, in con.execute(
+            "SELECT DISTINCT arm FROM restarts WHERE server_kind = 'simulator'").fetchall())
         arms = {a for a, in con.execute("SELECT DISTINCT arm FROM published_entries "
                                         "WHERE evidence = 'rerun'").fetchall()}
     assert not ab.empty  # the demo compares spec-on with spec-off (and an A/A control)
@@ -66,14 +71,27 @@ def test_verdicts_and_headline_cards_are_on_the_first_screen(demo):
         boxes = seen.page.evaluate("""() => {
           const box = e => { const b = e.getBoundingClientRect();
                              return {top: b.top, bottom: b.bottom, text: e.textContent}; };
-          return {verdicts: box(document.getElementById('verdicts')),
+          return {simulated: box(document.getElementById('simulated')),
+                  verdicts: box(document.getElementById('verdicts')),
                   items: Array.from(document.querySelectorAll('#verdicts li.verdict'), box),
                   cards: Array.from(document.querySelectorAll('#headline .card'),
                                     c => ({...box(c), text: c.querySelector('h3').textContent}))};
         }""")
     assert boxes["verdicts"]["bottom"] <= HEIGHT
-    assert len(boxes["items"]) == len(ab)  # one line per A/B, its control inside it
-    for item, (_, row) in zip(boxes["items"], ab.iterrows(), strict=True):
+    # issue #43: the demo's GPUs are the simulator's, said before any number
+    assert simulated and boxes["simulated"]["bottom"] <= boxes["verdicts"]["top"]
+    assert boxes["simulated"]["text"].startswith("Simulated evidence.")
+    assert ", ".join(simulated) in boxes["simulated"]["text"]
+    # one line per A/B, its control inside it; then every control's own verdict, in one
+    # line, decidable or not (issue #43: the demo's prose control was NOT DECIDABLE out of
+    # sight, in a collapsed table)
+    assert len(boxes["items"]) == len(ab) + 1
+    said = boxes["items"][-1]["text"]
+    assert said.startswith("A/A controls"), said
+    for _, row in controls.iterrows():
+        assert (f"{row['b']} vs {row['a']}, {row['workload']}, {row['metric']} at "
+                f"{load_point(row)}: {str(row['verdict']).upper()}") in said, said
+    for item, (_, row) in zip(boxes["items"][:-1], ab.iterrows(), strict=True):
         assert item["text"].startswith(verdict_word(row)[0])
         assert f"{row['b']} vs {row['a']}, {row['workload']}, {row['metric']}" in item["text"]
         assert "A/A control" in item["text"]

@@ -67,3 +67,31 @@ def test_cards_take_speed_at_the_lowest_load_and_throughput_at_the_highest():
     text = "".join(cards_section(entries))
     assert "<span class='what'>energy per token</span>" not in text
     assert "[432, 528]" in text and "3 restarts · all_submitted · output_tokens · c=8" in text
+
+
+def test_simulated_arms_are_named_whether_started_as_simulator_or_by_command():
+    from benchledger.publishing.report_html import SIMULATOR_VERSION, simulated_arms
+    from benchledger.simulator.engine import VERSION
+
+    assert VERSION.startswith(SIMULATOR_VERSION)  # publishing does not import the simulator
+    servers = pd.DataFrame({
+        "arm": ["sim", "cmd-sim", "vllm", "unknown"],
+        "server_kind": ["simulator", "command", "command", None],
+        "server_version": [VERSION, VERSION, "vllm 0.32.0", None]})
+    assert simulated_arms(servers) == ["sim", "cmd-sim"]
+
+
+def control(verdict: str, metric: str) -> dict:
+    return {"role": "control", "a": "x", "b": "x-twin", "workload": "w", "metric": metric,
+            "load_point": "c1", "concurrency": 1, "verdict": verdict}
+
+
+def test_every_control_is_shown_with_its_own_verdict_in_one_line():
+    controls = pd.DataFrame([control("no finding", "decode_rate"),
+                             control("not decidable", "throughput")])
+    text = "".join(verdicts_section(controls, pd.DataFrame()))
+    items = text.count("<li class='verdict")
+    assert items == 1, text
+    assert "<li class='verdict undecidable'" in text  # one control cannot decide
+    assert "x-twin vs x, w, decode_rate at c=1: NO FINDING" in text
+    assert "x-twin vs x, w, throughput at c=1: NOT DECIDABLE" in text

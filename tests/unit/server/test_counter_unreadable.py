@@ -155,8 +155,11 @@ def test_an_unreadable_counter_blocks_where_the_family_exports_counters(warehous
     assert results[layout.window_id("slowvllm", 0, "code", 1)] == (
         False, expected, f"counter unreadable: {detail}; the server's family (vllm) exports "
                          "counters, so the window's token counts went unconfirmed")
+    # a family not known: no counter named as if it were vLLM's (issue #43)
+    unknown = ("the finished-requests counter (server family not known): not reconciled "
+               f"(its /metrics could not be read: {SLOW})")
     assert results[layout.window_id("slowunknown", 0, "code", 1)] == (
-        True, expected, f"counter unreadable, no known family: {detail}; the server recorded "
+        True, expected, f"counter unreadable, no known family: {unknown}; the server recorded "
                         "no family (arms.server_family), so nothing says it has counters: its "
                         "entries say counter_check 'counter unreadable'")
     assert results[layout.window_id("absent", 0, "code", 1)] == (
