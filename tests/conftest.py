@@ -28,31 +28,33 @@ settings.register_profile("benchledger", derandomize=True, deadline=None, max_ex
                           database=None)
 settings.load_profile("benchledger")
 
-# The files that take a minute or more, longest first (each file alone, one after the
-# other, on the 2-core machine: test_cluster.py 304 s down to test_readiness_progress.py
-# 64 s). They are collected before every other file, and `make test` keeps that order
+# The files that take most of a worker's time, longest first (the two real Airflow
+# clusters and the history's four runs start together; ci42's times beside them). They
+# are collected before every other file, and `make test` keeps that order
 # (--no-loadscope-reorder: xdist would otherwise queue files by how many tests they hold,
 # and a long file of few tests started last while the other worker had nothing left). Two
 # workers taking whole files in this order finish close together: the long files first, the
 # many short ones filling in. The demo regression test starts the session's demo run
 # (bundled_demo) early, so that test_report_browser.py, which reads the same run, later
 # finds it done instead of waiting on it. A file not listed keeps its place after them.
-SLOWEST_FIRST = (
-    "tests/integration/cluster/test_cluster_scheduler.py",
-    "tests/integration/cluster/test_cluster_postgres.py",
-    "tests/integration/warehouse/test_history.py",
-    "tests/integration/cluster/test_cluster.py",
-    "tests/integration/warehouse/test_slo_frontier.py",
-    "tests/integration/warehouse/test_sequential.py",
-    "tests/integration/local/test_demo_regression.py",
-    "tests/integration/cluster/test_multi_host.py",
-    "tests/integration/local/test_fault_suite.py",
-    "tests/integration/restart/test_multi_node.py",
-    "tests/integration/cluster/test_cluster_secrets.py",
-    "tests/integration/local/test_two_sweeps.py",
-    "tests/integration/local/test_interruptions.py",
-    "tests/integration/local/test_readiness_progress.py",
-    "tests/integration/warehouse/test_drift.py",
+SLOWEST_FIRST = (  # seconds of one worker in ci42 (3 workers on 2 cores)
+    "tests/integration/cluster/test_cluster_scheduler.py",  # 288
+    "tests/integration/cluster/test_cluster_postgres.py",  # 253
+    "tests/integration/warehouse/test_history.py",  # 282
+    "tests/integration/cluster/test_cluster.py",  # 176
+    "tests/integration/warehouse/test_slo_frontier.py",  # 177
+    "tests/integration/warehouse/test_sequential.py",  # 119
+    "tests/integration/local/test_demo_regression.py",  # 113
+    "tests/integration/cluster/test_multi_host.py",  # 137
+    "tests/integration/local/test_fault_suite.py",  # 122
+    "tests/integration/restart/test_multi_node.py",  # 114
+    "tests/integration/cluster/test_cluster_secrets.py",  # 108
+    "tests/integration/local/test_two_sweeps.py",  # 62
+    "tests/integration/local/test_interruptions.py",  # 61
+    "tests/integration/warehouse/test_drift.py",  # 71
+    "tests/unit/test_benchmarks.py",  # 53
+    "tests/integration/warehouse/test_equivalence_pipeline.py",  # 50
+    "tests/integration/local/test_pipeline.py",  # 50
 )
 
 
