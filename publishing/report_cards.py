@@ -90,15 +90,18 @@ def _comparison_item(row: pd.Series) -> Verdict:
 
 
 def _controls_item(controls: pd.DataFrame) -> Verdict:
-    """Every A/A control (an arm against its twin) with its own verdict, in one line: what
-    each A/B above is held to, and whether it could decide at all."""
+    """Every A/A control (an arm against its twin) with its own verdict, in one line, pair
+    by pair: what each A/B above is held to, and whether it could decide at all."""
     words = [str(row["verdict"]) for _, row in controls.iterrows()]  # the control's own
-    said = [f"{cell(row['b'])} vs {cell(row['a'])}, {cell(row['workload'])}, "
-            f"{cell(row['metric'])} at {load_point(row)}: {word.upper()}"
-            for word, (_, row) in zip(words, controls.iterrows(), strict=True)]
+    said: dict[tuple[str, str], list[str]] = {}  # (pair, verdict): what it was said of
+    for word, (_, row) in zip(words, controls.iterrows(), strict=True):
+        said.setdefault((f"{cell(row['b'])} vs {cell(row['a'])}", word.upper()), []).append(
+            f"{cell(row['workload'])} {cell(row['metric'])} {load_point(row)}")
+    text = "; ".join(f"{pair}: {word} on {', '.join(cells)}"
+                     for (pair, word), cells in said.items())
     css = "undecidable" if NOT_DECIDABLE in words else "nofinding"
     return Verdict(css, "A/A controls", "an arm against its twin: the noise each A/B above "
-                   "is held to", "", "", "", " · ".join(said), False)
+                   "is held to", "", "", "", text, False)
 
 
 def _design(row: pd.Series) -> str:

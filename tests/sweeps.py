@@ -95,10 +95,14 @@ def cluster_sweep(name: str, arms: Iterable[tuple[str, str]], *, step_ms: float 
                   sweep_keys: Mapping[str, Any] | None = None, **defaults_keys: Any) -> Doc:
     """The deployment tests' small sweep (tests/cluster_helpers.py): one speculative
     simulator arm per (arm name, node), `step_ms` per decode step; 15 requests, two
-    restarts unless `defaults_keys` say otherwise."""
+    restarts unless `defaults_keys` say otherwise. Its windows last under a second, so
+    the clock is sampled every 0.1 s (at the default 0.5 s a window could end before any
+    sample under load: clock_under_load then left the restart out, ci43, and a run of one
+    restart published nothing, which `run` now exits 1 on)."""
     return sweep(name, [simulator_arm(arm, {"speculative": True, "step_ms": step_ms},
                                       node=node) for arm, node in arms],
-                 defaults=defaults(**defaults_keys), workloads=workload_names,
+                 defaults=defaults(**{"clock_interval_s": 0.1, **defaults_keys}),
+                 workloads=workload_names,
                  sweep={"schedule": schedule, **(sweep_keys or {})})
 
 

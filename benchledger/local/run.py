@@ -437,16 +437,15 @@ def finish_run(outcome: SweepOutcome, warehouse: Path, verbose: bool = False) ->
     """The run's outcome for a person. A run that published: its summary (at most about
     40 lines; every table with `verbose`), then what was published and the DAG run's
     state, exit 0. A run that published nothing, or whose DAG run failed: those two lines
-    first, then why (each blocking rule, an example and its fix), then the tables behind
-    `verbose`, exit 1."""
+    first, then why (each blocking rule, an example and its fix), the tables behind
+    `verbose`, and the two lines again at the end, exit 1."""
     ok = outcome.state == "success" and not published_nothing(outcome)
     ending = [publication_line(outcome), _dag_run_line(outcome)]
-    if not ok:
+    if not ok:  # the outcome first, then why; and last, where a terminal's reader looks
         print("\n".join(ending), flush=True)
     if outcome.run_id and warehouse.exists():
         _print_run(warehouse, outcome.run_id, verbose=verbose, why_first=not ok)
-    if ok:
-        print("\n".join(ending), flush=True)
+    print("\n".join(ending), flush=True)
     return 0 if ok else 1
 
 

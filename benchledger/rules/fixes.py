@@ -68,9 +68,10 @@ FIXES: Mapping[str, str] = MappingProxyType({
                        "restart's server.log under the data dir, fix the server or its "
                        "command (ready_timeout_s for a slow start), and run again",
     CLOCK_UNDER_LOAD.name: "the GPUs ran below min_clock_ratio of their top clock (throttled "
-                        "or power-capped): fix the node and run again; a server with no "
-                        "GPU clock to read (a CPU server, a remote one) needs "
-                        "clock_source = \"none\" and require_clock_check = false",
+                        "or power-capped): fix the node and run again; a window shorter "
+                        "than clock_interval_s may end before any sample (lower it); a "
+                        "server with no GPU clock to read (a CPU server, a remote one) "
+                        "needs clock_source = \"none\" and require_clock_check = false",
     WINDOWS_PRESENT.name: "a planned window left no record (its restart ended first): see "
                        "the restart's status and server.log, then run again",
     ACCOUNTING_BALANCES.name: _DEFECT,

@@ -16,8 +16,12 @@ added to every explain text the results of energy_readable (all passing: the sim
 dcgm pages can be true; its joules normalised like every number) and of
 percentile_n_sufficient, which blocks the demo's 18 p99 entries (45 requests a cell, 100
 needed); those entries' publishable and blocked_by and the run's entry_blocks came from
-that run (spliced: every other line checked unchanged); everything else is still that
-first run's.
+that run (spliced: every other line checked unchanged). Issue #43 changed how explain
+shows the results, not the results: a check that judged nothing (rule not applicable, a
+clock unchecked, a counter not reconciled) is `[not run]`, and the count line says passed,
+not run and failed; the stored texts were rewritten by that classification alone
+(benchledger.publishing.explain.not_run) and checked equal to a fresh demo run's.
+Everything else is still that first run's.
 This test runs the demo the way `make demo` does (`benchledger run` on the bundled sweep,
 same seeds) and compares: every entry's labels, counts, publishability and blocks, every
 verdict, and the whole `benchledger explain` text of every entry must be the same; values

@@ -80,7 +80,7 @@ def test_verdicts_and_headline_cards_are_on_the_first_screen(demo):
     assert boxes["verdicts"]["bottom"] <= HEIGHT
     # issue #43: the demo's GPUs are the simulator's, said before any number
     assert simulated and boxes["simulated"]["bottom"] <= boxes["verdicts"]["top"]
-    assert boxes["simulated"]["text"].startswith("Simulated evidence.")
+    assert boxes["simulated"]["text"].startswith("Simulated evidence:")
     assert ", ".join(simulated) in boxes["simulated"]["text"]
     # one line per A/B, its control inside it; then every control's own verdict, in one
     # line, decidable or not (issue #43: the demo's prose control was NOT DECIDABLE out of
@@ -88,9 +88,11 @@ def test_verdicts_and_headline_cards_are_on_the_first_screen(demo):
     assert len(boxes["items"]) == len(ab) + 1
     said = boxes["items"][-1]["text"]
     assert said.startswith("A/A controls"), said
-    for _, row in controls.iterrows():
-        assert (f"{row['b']} vs {row['a']}, {row['workload']}, {row['metric']} at "
-                f"{load_point(row)}: {str(row['verdict']).upper()}") in said, said
+    for _, row in controls.iterrows():  # each named under its pair and its own verdict
+        pair = f"{row['b']} vs {row['a']}: {str(row['verdict']).upper()} on "
+        assert pair in said, said
+        cells = said[said.index(pair) + len(pair):].split(";")[0]
+        assert f"{row['workload']} {row['metric']} {load_point(row)}" in cells, said
     for item, (_, row) in zip(boxes["items"][:-1], ab.iterrows(), strict=True):
         assert item["text"].startswith(verdict_word(row)[0])
         assert f"{row['b']} vs {row['a']}, {row['workload']}, {row['metric']}" in item["text"]

@@ -93,5 +93,5 @@ def test_every_control_is_shown_with_its_own_verdict_in_one_line():
     items = text.count("<li class='verdict")
     assert items == 1, text
     assert "<li class='verdict undecidable'" in text  # one control cannot decide
-    assert "x-twin vs x, w, decode_rate at c=1: NO FINDING" in text
-    assert "x-twin vs x, w, throughput at c=1: NOT DECIDABLE" in text
+    assert ("x-twin vs x: NO FINDING on w decode_rate c=1; "
+            "x-twin vs x: NOT DECIDABLE on w throughput c=1") in text
