@@ -133,7 +133,7 @@ def format_blocked(blocks: pd.DataFrame, width: int = 150, *, advice: bool = Fal
 
 def _fix(rule: str) -> str:
     """The catalogue's advice for a rule, as a line under it ('' for a name it lacks)."""
-    from benchledger.rules.fixes import FIXES
+    from benchledger.rules import FIXES
 
     return f"\n      fix: {FIXES[rule]}" if rule in FIXES else ""
 

@@ -3,7 +3,7 @@ reads in one screen, the rest in the report and behind `run --verbose`.
 
 A run that published nothing starts with why (:func:`why_blocked`): each rule that blocked
 its entries or failed beneath them, with its count, one expected/found and what to do (the
-catalogue's advice, benchledger/rules/fixes.py). A run that published prints its headline
+catalogue's advice, benchledger.rules.FIXES). A run that published prints its headline
 entries (at most MAX_HEADLINE_ROWS), one line per blocking rule and one per comparison.
 """
 
@@ -62,9 +62,8 @@ def run_summary(con: duckdb.DuckDBPyConnection, run_id: str, *,
         if len(shown) > MAX_HEADLINE_ROWS:
             parts.append(f"  ... {len(shown) - MAX_HEADLINE_ROWS} more headline entries "
                          "(run --verbose, or the report)")
-    blocked = read.blocked_entries(con, run_id)
-    if with_blocked and len(blocked):
-        parts += [f"Blocked entries ({len(blocked)}), by rule (the report and "
+    if with_blocked and counts["blocked"]:
+        parts += [f"Blocked entries ({counts['blocked']}), by rule (the report and "
                   "`benchledger explain` say why):",
                   format_blocked(read.blocks(con, run_id), examples=False)]
     found = read.comparisons(con, run_id)

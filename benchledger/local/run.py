@@ -207,9 +207,11 @@ def _count_problem(sweep: Sweep, arm: Arm) -> str | None:
 
 
 def _check_external_servers(sweep: Sweep) -> None:
-    """Each external arm's server answers HTTP at its base_url from here, before Airflow
-    starts (benchledger.server.preflight): a wrong port, a stopped server, TLS against plain
-    HTTP are named with their fix in seconds, not after the readiness wait; then one request
+    """Each arm's clock can be read here (no nvidia-smi where the sweep reads it with
+    nvidia-smi), and each external arm's server answers HTTP at its base_url from here,
+    before Airflow starts (benchledger.server.preflight), every problem in one refusal: a
+    wrong port, a stopped server, TLS against plain HTTP are named with their fix in
+    seconds, not after the readiness wait; then one request
     shows that it serves the arm's model and that the arm's token_count counts its answer
     (a server that streams no usage: the advice to count from logprobs). Only for runs
     on this machine: a deployment's workers may reach servers this machine cannot. An
