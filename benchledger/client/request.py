@@ -32,9 +32,10 @@ ERROR_BODY_BYTES = 4096  # how much of a non-200 answer's body an error row keep
 REQUEST_ID_HEADER = "X-Request-Id"
 
 
-def request_headers(request_id: str) -> dict[str, str]:
-    """The headers a request carries beside the target's own (its API key)."""
-    return {REQUEST_ID_HEADER: request_id}
+def request_headers(target: Target, request_id: str) -> dict[str, str]:
+    """The headers a request carries beside the target's own (its API key): its id, unless
+    the arm says the server refuses it (request_id_header = false)."""
+    return {REQUEST_ID_HEADER: request_id} if target.request_id_header else {}
 
 
 def request_body(target: Target, record: RequestRecord, stream: bool = True
@@ -56,6 +57,18 @@ def request_body(target: Target, record: RequestRecord, stream: bool = True
     else:
         body |= target.endpoint.prompt_fields(record.prompt.text)
     return target.endpoint.path, body
+
+
+def _empty_body(status: int, headers: dict[str, str]) -> str:
+    """What an error answer with no body is said as: for a 400 to a request that carried
+    its id, that header, the likeliest thing refused (llama-cpp-python's server answers so
+    to any X-Request-Id that is not a UUID)."""
+    if status == 400 and REQUEST_ID_HEADER in headers:
+        return (f"(an empty body; the request carried {REQUEST_ID_HEADER}: "
+                f"{headers[REQUEST_ID_HEADER]}: a server that refuses it, as "
+                "llama-cpp-python's does any id that is not a UUID, needs the arm's "
+                "request_id_header = false)")
+    return "(an empty body)"
 
 
 async def _body_head(response: aiohttp.ClientResponse) -> str:
@@ -176,14 +189,16 @@ async def stream_one(http: aiohttp.ClientSession, target: Target, record: Reques
     path, body = request_body(target, record)
     url = target.base_url.rstrip("/") + path
     counted = target.token_count.event_reader(target.endpoint)
-    headers = request_headers(record.request_id)
+    headers = request_headers(target, record.request_id)
     record.t_submit_ns = time.perf_counter_ns()
     try:
         async with asyncio.timeout(request_timeout_s), \
                 http.post(url, json=body, headers=headers) as response:
             record.http_status = response.status
             if response.status != 200:
-                record.fail(f"HTTP {response.status}: {(await _body_head(response))[:500]}")
+                said = (await _body_head(response))[:500] or _empty_body(response.status,
+                                                                          headers)
+                record.fail(f"HTTP {response.status}: {said}")
             else:
                 await _read_stream(response, record, target.endpoint, counted)
     except aiohttp.ClientError as exc:  # before TimeoutError: a connect timeout is both

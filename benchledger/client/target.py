@@ -90,15 +90,23 @@ class Target:
     api_key: str | None = field(repr=False)
     token_count: TokenCounter  # usage | logprobs | server_tokenizer (the arm's key)
     tokenize_path: str  # server_tokenizer: the tokenizer endpoint
+    # Whether each request carries its request_id as X-Request-Id (the arm's
+    # request_id_header; llama-cpp-python's server refuses any value that is not a UUID).
+    request_id_header: bool
 
     def __init__(self, base_url: str, model: str, endpoint: EndpointName = "chat",
                  api_key: str | None = None, token_count: TokenCountName = "usage",
-                 tokenize_path: str = "/tokenize") -> None:
+                 tokenize_path: str = "/tokenize", request_id_header: bool = True) -> None:
         chosen = {"base_url": base_url, "model": model, "endpoint": ENDPOINTS[endpoint],
                   "api_key": api_key, "token_count": TOKEN_COUNTS[token_count],
-                  "tokenize_path": tokenize_path}
+                  "tokenize_path": tokenize_path, "request_id_header": request_id_header}
         for name, value in chosen.items():
             object.__setattr__(self, name, value)  # frozen: dataclasses set fields this way
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def without_request_id_header(self) -> Target:
+        """The same target, its requests sent without X-Request-Id."""
+        return Target(self.base_url, self.model, self.endpoint.name, self.api_key,
+                      self.token_count.name, self.tokenize_path, request_id_header=False)

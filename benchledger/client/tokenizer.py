@@ -127,7 +127,7 @@ async def _calibration_one(http: httpx.AsyncClient, target: Target, record: Requ
     try:
         async with asyncio.timeout(timeout_s):
             response = await http.post(target.base_url.rstrip("/") + path, json=body,
-                                       headers=request_headers(record.request_id))
+                                       headers=request_headers(target, record.request_id))
         payload = response.json() if response.status_code == 200 else None
     except (TimeoutError, httpx.HTTPError, ValueError) as exc:
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200] or 'no answer'}"

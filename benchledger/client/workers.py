@@ -58,7 +58,7 @@ def worker_count(requested: int | None, concurrency: int) -> int:
 def _target_args(target: Target) -> tuple[Any, ...]:
     """What rebuilds the Target in a worker (its strategies are chosen by name)."""
     return (target.base_url, target.model, target.endpoint.name, target.api_key,
-            target.token_count.name, target.tokenize_path)
+            target.token_count.name, target.tokenize_path, target.request_id_header)
 
 
 def serve(fd: int) -> None:

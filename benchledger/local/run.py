@@ -187,11 +187,12 @@ def _progress_interval_s() -> float | None:
         raise CliError(str(exc)) from exc
 
 
-def _count_problem(sweep: Sweep, arm: Arm) -> str | None:
+def _probe_problem(sweep: Sweep, arm: Arm) -> str | None:
     """One streamed request to an external server, read as a window reads it: None when it
-    completes and the arm's token_count counts it; else what the window's warm-up would
-    have said, before anything runs (benchledger.client.probe)."""
-    from benchledger.client.probe import count_problem
+    completes and the arm's token_count counts it (and, where the arm's load points keep
+    more than one request in flight, two requests sent together both complete); else what
+    the window would have said, before anything runs (benchledger.client.probe)."""
+    from benchledger.client.probe import count_problem, overlap_problem
     from benchledger.client.target import Target
     from benchledger.server.lifecycle import ApiKeyMissing, resolve_api_key
 
@@ -200,10 +201,17 @@ def _count_problem(sweep: Sweep, arm: Arm) -> str | None:
     except ApiKeyMissing as exc:
         return str(exc)
     assert arm.base_url is not None  # an external arm's is required
-    target = Target(base_url=arm.base_url, model=arm.model, endpoint=sweep.plan(arm).endpoint,
+    plan = sweep.plan(arm)
+    target = Target(base_url=arm.base_url, model=arm.model, endpoint=plan.endpoint,
                     api_key=api_key, token_count=arm.token_count,
-                    tokenize_path=arm.tokenize_path)
-    return count_problem(target)
+                    tokenize_path=arm.tokenize_path, request_id_header=arm.request_id_header)
+    problem = count_problem(target)
+    if problem is None and max(plan.concurrency) > 1 and (cut := overlap_problem(target)):
+        return (f"concurrency reaches {max(plan.concurrency)}, but {cut}: every window of "
+                "more than one request in flight would be cut streams. Measure it at "
+                "concurrency = [1], or start it so that it serves requests together "
+                "(llama-cpp-python: --interrupt_requests False)")
+    return problem
 
 
 def _check_external_servers(sweep: Sweep) -> None:
@@ -213,7 +221,8 @@ def _check_external_servers(sweep: Sweep) -> None:
     wrong port, a stopped server, TLS against plain HTTP are named with their fix in
     seconds, not after the readiness wait; then one request
     shows that it serves the arm's model and that the arm's token_count counts its answer
-    (a server that streams no usage: the advice to count from logprobs). Only for runs
+    (a server that streams no usage: the advice to count from logprobs), and that it
+    serves two requests together where the arm's load points need it. Only for runs
     on this machine: a deployment's workers may reach servers this machine cannot. An
     external arm is measured once whatever [defaults] restarts says: said here."""
     from benchledger.server.preflight import unreadable_clock, why_not_answering
@@ -230,7 +239,7 @@ def _check_external_servers(sweep: Sweep) -> None:
             print(f"arm {arm.name!r} is external: measured once, as one server instance "
                   f"([defaults] restarts = {sweep.defaults.restarts} applies to the servers "
                   "benchledger starts)", flush=True)
-        why = why_not_answering(arm.base_url, arm.health_path) or _count_problem(sweep, arm)
+        why = why_not_answering(arm.base_url, arm.health_path) or _probe_problem(sweep, arm)
         if why is not None:
             problems.append(f"arm {arm.name!r} (base_url {arm.base_url}): {why}")
     if problems:

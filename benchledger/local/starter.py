@@ -30,8 +30,9 @@ from urllib.parse import urlsplit
 import jinja2
 from pydantic import TypeAdapter, ValidationError
 
-from benchledger.client.probe import count_problem
-from benchledger.client.target import Target
+from benchledger.client.endpoint import EndpointName
+from benchledger.client.probe import HEADER_REFUSED, count_problem, overlap_problem
+from benchledger.client.target import Target, TokenCountName
 from benchledger.server.lifecycle import probe_readiness
 from benchledger.server.observe import bounded_get, detect_family, error_text
 from benchledger.server.preflight import why_not_answering
@@ -60,9 +61,12 @@ class Findings:
 
     base_url: str
     model: str = ""
-    endpoint: str = "chat"
-    token_count: str = "usage"
+    endpoint: EndpointName = "chat"
+    token_count: TokenCountName = "usage"
     health_path: str | None = None  # None: /health answers (the default)
+    request_id_header: bool = True  # False: the server refuses X-Request-Id (llama-cpp-python)
+    concurrency: list[int] = field(default_factory=lambda: [1, 4])
+    concurrency_why: str = ""  # why the load points are not the default's, when they are not
     clock_source: str = "none"
     clock_why: str = ""
     lines: list[str] = field(default_factory=list)
@@ -98,6 +102,7 @@ def examine(url: str, model: str | None = None, api_key: str | None = None) -> F
     found.lines.append(f"/metrics: {family} counters ({how})" if family else
                        f"/metrics: no counters to reconcile with ({how}): entries say so")
     _token_count(found, api_key)
+    _overlap(found, api_key)
     found.clock_source, found.clock_why = _clock()
     found.lines.append(f"GPU clock: {found.clock_why}")
     return found
@@ -141,11 +146,18 @@ def _token_count(found: Findings, api_key: str | None) -> None:
     """The first token count one probe request confirms, on the chat endpoint or else
     on completions; StarterError naming what each said when none does."""
     said = []
-    for endpoint in ("chat", "completions"):
-        for count in ("usage", "logprobs"):
-            target = Target(base_url=found.base_url, model=found.model, endpoint=endpoint,
-                            api_key=api_key, token_count=count)
+    endpoints: tuple[EndpointName, ...] = ("chat", "completions")
+    counts: tuple[TokenCountName, ...] = ("usage", "logprobs")
+    for endpoint in endpoints:
+        for count in counts:
+            target = _target(found, api_key, endpoint, count)
             problem = count_problem(target)
+            if problem is not None and problem.startswith(HEADER_REFUSED):
+                found.request_id_header = False
+                found.lines.append(f"request ids: {problem.split(' (', 1)[0]}; requests "
+                                   "are sent without it (request_id_header = false)")
+                target = target.without_request_id_header()
+                problem = count_problem(target)
             if problem is None:
                 found.endpoint, found.token_count = endpoint, count
                 found.lines.append(f"token count: {count} ({_COUNT_WHY[count]}; one probe "
@@ -155,6 +167,27 @@ def _token_count(found: Findings, api_key: str | None) -> None:
             if "HTTP 404" in problem and "model" not in problem.lower():
                 break  # no such endpoint: the other count will not find one either
     raise StarterError("no token count works on this server: " + "; ".join(said))
+
+
+def _target(found: Findings, api_key: str | None, endpoint: EndpointName,
+            count: TokenCountName) -> Target:
+    return Target(base_url=found.base_url, model=found.model, endpoint=endpoint,
+                  api_key=api_key, token_count=count, request_id_header=found.request_id_header)
+
+
+def _overlap(found: Findings, api_key: str | None) -> None:
+    """Load points of one request at a time where two requests sent together do not both
+    complete (a server that cuts the stream in progress for the next), said why."""
+    problem = overlap_problem(_target(found, api_key, found.endpoint, found.token_count))
+    if problem is None:
+        found.lines.append("two requests sent together both complete: concurrency [1, 4]")
+        return
+    found.concurrency = [1]
+    found.concurrency_why = (f"{problem}. A server that cuts the stream in progress when "
+                             "the next request arrives (llama-cpp-python's default) is "
+                             "measured one request at a time; started with "
+                             "--interrupt_requests False it can be measured at [1, 4]")
+    found.lines.append(f"concurrency: [1] only ({problem})")
 
 
 def _clock() -> tuple[str, str]:
@@ -197,7 +230,9 @@ def sweep_text(found: Findings, file_name: str, name: str | None = None,
         "clock_source": found.clock_source, "clock_why": _comment(found.clock_why),
         "arm": name_from(found.model), "model": found.model, "endpoint": found.endpoint,
         "token_count": found.token_count, "token_count_why": _COUNT_WHY[found.token_count],
-        "health_path": found.health_path, "api_key_env": api_key_env}
+        "health_path": found.health_path, "api_key_env": api_key_env,
+        "request_id_header": found.request_id_header, "concurrency": found.concurrency,
+        "concurrency_why": _comment(found.concurrency_why)}
     text = environment.get_template(TEMPLATE).render(values)
     try:
         parse_sweep(text, file_name)

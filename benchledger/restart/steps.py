@@ -217,7 +217,8 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     api_key = _api_key(record, plan.arm)
     target = Target(base_url=server.base_url, model=plan.arm.model, endpoint=plan.endpoint,
                     api_key=api_key, token_count=plan.arm.token_count,
-                    tokenize_path=plan.arm.tokenize_path)
+                    tokenize_path=plan.arm.tokenize_path,
+                    request_id_header=plan.arm.request_id_header)
     items = window_items(layout, sweep, workload_name)  # checked against its sha256
 
     def measure(point: LoadPoint) -> dict[str, Any]:

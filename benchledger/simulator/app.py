@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 import traceback
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -83,11 +84,21 @@ def create_app(config: SimConfig, engine: Engine | None = None, hostname: str | 
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"invalid JSON body: {exc}") from exc
 
+    streaming: list[asyncio.Event] = []  # --interrupt-requests: the stream to cut next
+
     async def completions(request: Request) -> Response:
+        request_id = request.headers.get(REQUEST_ID)
+        if config.uuid_request_ids and request_id is not None and not _is_uuid(request_id):
+            return Response(status_code=400)  # llama-cpp-python says nothing more
         body = await ready_json_body(request)
         chat = request.url.path.endswith("/chat/completions")
         parse = protocol.parse_chat if chat else protocol.parse_completion
-        return await _serve(engine, parse(body, config), request.headers.get(REQUEST_ID))
+        cut = None
+        if config.interrupt_requests:
+            for earlier in streaming:
+                earlier.set()
+            streaming[:] = [cut := asyncio.Event()]
+        return await _serve(engine, parse(body, config), request_id, cut)
 
     async def tokenize(request: Request) -> Response:
         """vLLM's and llama.cpp's /tokenize, llama-cpp-python's /extras/tokenize."""
@@ -172,7 +183,16 @@ def _reasoning(config: SimConfig, parsed: ParsedRequest) -> int:
     return config.reasoning_tokens if parsed.chat else 0
 
 
-async def _serve(engine: Engine, parsed: ParsedRequest, request_id: str | None) -> Response:
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+async def _serve(engine: Engine, parsed: ParsedRequest, request_id: str | None,
+                 cut: asyncio.Event | None = None) -> Response:
     config = engine.config
     request = engine.submit(parsed.prompt, parsed.max_tokens, parsed.temperature,
                             ignore_eos=parsed.ignore_eos, tokens=parsed.tokens,
@@ -184,7 +204,7 @@ async def _serve(engine: Engine, parsed: ParsedRequest, request_id: str | None) 
                                  f"{parsed.prompt_tokens}, max_tokens={parsed.max_tokens}, "
                                  f"temperature={parsed.temperature}")
     if parsed.stream:
-        events = _stream_events(engine, request, parsed, builder)
+        events = _stream_events(engine, request, parsed, builder, cut)
         return StreamingResponse(events, media_type="text/event-stream")
     try:
         chunks = [chunk async for chunk in request.chunks()]
@@ -205,17 +225,23 @@ async def _serve(engine: Engine, parsed: ParsedRequest, request_id: str | None) 
 
 
 async def _stream_events(engine: Engine, request: SimRequest, parsed: ParsedRequest,
-                         builder: ResponseBuilder) -> AsyncIterator[bytes]:
+                         builder: ResponseBuilder, cut: asyncio.Event | None = None
+                         ) -> AsyncIterator[bytes]:
     """One SSE event per engine step, sent as soon as the step ends. Like vLLM, the chat
     role event goes out together with the first output; a disconnect aborts the request.
     An aborted request (shutdown) ends the stream without finish_reason, usage or [DONE].
     A reasoning request's reasoning tokens go out in reasoning events; a step that crosses
-    into the content sends its reasoning event and its content event in one write."""
+    into the content sends its reasoning event and its content event in one write. A
+    stream `cut` (--interrupt-requests: another request arrived) ends at once with [DONE]
+    and no finish_reason, as llama-cpp-python's does."""
     config = engine.config
     reasoning = _reasoning(config, parsed) > 0
     try:
         first = True
         async for chunk in request.chunks():
+            if cut is not None and cut.is_set():
+                yield sse("[DONE]")
+                return
             if first and parsed.chat:
                 yield sse(builder.role_event())
             first = False

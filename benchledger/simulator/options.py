@@ -213,6 +213,14 @@ class SimConfig:
              "also drawn from the prompt (1 to 32); the speed and the token counts stay "
              "the same. 0: lossless",
         ge=0, le=1, sweep=True)
+    uuid_request_ids: bool = setting(
+        False, "refuse a request whose X-Request-Id is not a UUID with HTTP 400 and an "
+               "empty body, as llama-cpp-python's server does (its starlette-context "
+               "request-id plugin)")
+    interrupt_requests: bool = setting(
+        False, "serve one streamed request at a time by cutting the stream in progress "
+               "when another request arrives: it ends with [DONE] and no finish_reason, as "
+               "llama-cpp-python's server does by default (its --interrupt_requests)")
 
     def __post_init__(self) -> None:
         # Checks between settings; each field's own range comes from its Setting.

@@ -141,6 +141,11 @@ class ArmBase(_PerArmKeys):
     # token_count = "server_tokenizer": non-streamed requests per window whose usage checks
     # the tokenizer's counts (their disagreement blocks the window beyond reconcile_tolerance).
     calibration_requests: int = Field(5, ge=1, le=1000)
+    # Whether each request carries its row's request_id as `X-Request-Id` (vLLM and SGLang
+    # log it, and vLLM answers with it): false for a server that refuses the header's
+    # value, as llama-cpp-python's does any id that is not a UUID (HTTP 400, an empty
+    # body). The run's preflight and `init` find that out with one request.
+    request_id_header: bool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -21,8 +21,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def llama_like():
-    """No /health, no usage in streams (llama-cpp-python 0.3's server)."""
+    """No /health, no usage in streams, an X-Request-Id refused unless a UUID, the stream in
+    progress cut when another request arrives (llama-cpp-python 0.3's server)."""
     proc, base = start_simulator("--no-health", "--no-stream-usage", "--step-ms", "2",
+                                 "--uuid-request-ids", "--interrupt-requests",
                                  "--model", "tiny-q4", ready_path="/v1/models")
     yield base
     stop_process_group(proc)
@@ -49,7 +51,11 @@ def test_init_then_run_publishes_on_the_first_try(tmp_path, llama_like, capsys):
     written = tomllib.loads(sweep.read_text())
     arm, = written["arms"]
     assert arm == {"name": "tiny-q4", "server": "external", "base_url": llama_like,
-                   "model": "tiny-q4", "token_count": "logprobs", "health_path": "/v1/models"}
+                   "model": "tiny-q4", "token_count": "logprobs", "health_path": "/v1/models",
+                   "request_id_header": False}
+    assert written["defaults"]["concurrency"] == [1]  # it serves one request at a time
+    assert "request ids: the server refuses the X-Request-Id header" in out, out
+    assert "concurrency: [1] only (two requests sent together did not both complete" in out
     assert written["defaults"]["clock_source"] == "none"
     assert written["defaults"]["require_clock_check"] is False
     assert [w["name"] for w in written["workloads"]] == ["code", "prose"]
@@ -76,6 +82,7 @@ def test_a_server_that_streams_usage_is_counted_from_it(tmp_path, with_usage, ca
     arm, = written["arms"]
     assert arm["name"] == "model-7b" and arm["model"] == "org/Model-7B"
     assert arm["token_count"] == "usage" and "health_path" not in arm
+    assert "request_id_header" not in arm and written["defaults"]["concurrency"] == [1, 4]
     assert "/metrics: vllm counters" in out and "readiness: /health answers 200" in out, out
 
 

@@ -261,6 +261,50 @@ def test_a_model_the_server_does_not_serve_is_named(tmp_path, no_stream_usage):
             and "llama-3-typo" in str(refused.value)), refused.value
 
 
+@pytest.fixture(scope="module")
+def llama_like():
+    """A server that answers HTTP 400 with an empty body to an X-Request-Id that is not a
+    UUID and cuts the stream in progress when another request arrives, as
+    llama-cpp-python 0.3's does (the simulator's modes of both)."""
+    from tests.conftest import start_simulator, stop_process_group
+
+    proc, base = start_simulator("--no-stream-usage", "--step-ms", "2", "--uuid-request-ids",
+                                 "--interrupt-requests")
+    yield base
+    stop_process_group(proc)
+
+
+def test_a_server_that_refuses_the_request_id_header_is_named_with_the_key(
+        tmp_path, llama_like, capsys):
+    started = time.monotonic()
+    code = main(["run", str(_probed(tmp_path, llama_like, token_count="logprobs")),
+                 "--warehouse", str(tmp_path / "wh.duckdb")])
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and elapsed < SAID_WITHIN_S, (code, elapsed, err)
+    assert ("arm 'mine' (base_url " in err and "the server refuses the X-Request-Id header "
+            "(X-Request-Id: preflight/p0000 was answered HTTP 400) and answers the same " in err
+            and "set request_id_header = false for this arm" in err), err
+    _check_external_servers(load_sweep(_probed(tmp_path, llama_like, token_count="logprobs",
+                                               request_id_header=False)))
+
+
+def test_a_server_that_cuts_the_stream_in_progress_is_refused_above_one_in_flight(
+        tmp_path, llama_like):
+    def probed(concurrency: list[int]) -> Path:
+        return write_sweep(tmp_path / "c.toml", sweep("probed", [external_arm(
+            "mine", llama_like, token_count="logprobs", request_id_header=False,
+            **NO_CLOCK)], defaults=defaults(restarts=1, concurrency=concurrency)))
+
+    with pytest.raises(CliError) as refused:
+        _check_external_servers(load_sweep(probed([1, 4])))
+    said = str(refused.value)
+    assert "concurrency reaches 4, but two requests sent together did not both complete (" \
+        in said and "[DONE] arrived without a finish_reason" in said, said
+    assert "concurrency = [1]" in said and "--interrupt_requests False" in said, said
+    _check_external_servers(load_sweep(probed([1])))
+
+
 def test_an_external_arm_is_said_to_run_once_when_defaults_ask_for_restarts(
         tmp_path, no_stream_usage, capsys):
     for restarts in (3, 1):
@@ -320,3 +364,20 @@ def test_what_the_server_answers_is_shown_not_obeyed_and_never_shows_the_key(
     said = str(refused.value)
     assert "HTTP 500: refused \\x1b[2J\\x1b[31m for key" in said, said
     assert "\x1b" not in said and "sk-very-secret-value" not in said, said
+
+
+def test_a_request_refused_for_its_id_says_which_header_it_carried(llama_like):
+    """A window's row, not only the preflight: an empty HTTP 400 names the header sent."""
+    from benchledger.client.probe import _probe_one
+    from benchledger.client.target import Target
+    from tests.sweeps import SIM_MODEL
+
+    refused = _probe_one(Target(llama_like, SIM_MODEL, token_count="logprobs"), 10.0)
+    assert refused.status == "failed" and refused.http_status == 400, refused.error
+    assert refused.error == (
+        "HTTP 400: (an empty body; the request carried X-Request-Id: preflight/p0000: a "
+        "server that refuses it, as llama-cpp-python's does any id that is not a UUID, "
+        "needs the arm's request_id_header = false)")
+    answered = _probe_one(Target(llama_like, SIM_MODEL, token_count="logprobs",
+                                 request_id_header=False), 10.0)
+    assert answered.status == "completed" and answered.finish_reason, answered.error
