@@ -214,6 +214,35 @@ def _probe_problem(sweep: Sweep, arm: Arm) -> str | None:
     return problem
 
 
+def _family_problem(arm: Arm) -> str | None:
+    """Whose counters the server's /metrics carries, said in one line (what its windows
+    are reconciled against, or that nothing is); a problem where the arm declares a
+    server_family and /metrics carries another family's counters (every window would be
+    reconciled against counters the server does not export)."""
+    from benchledger.server.lifecycle import ApiKeyMissing, resolve_api_key
+    from benchledger.server.observe import detect_family
+
+    assert arm.base_url is not None  # an external arm's is required
+    try:
+        api_key = resolve_api_key(arm)
+    except ApiKeyMissing as exc:
+        return str(exc)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    found, how = detect_family(arm.base_url.rstrip("/") + arm.metrics_path, headers,
+                               arm.metrics_timeout_s)
+    if arm.server_family != "auto" and found not in (None, arm.server_family):
+        return (f"server_family = {arm.server_family!r}, but {arm.metrics_path} carries "
+                f"{found} counters ({how}): set server_family = {found!r} or \"auto\"")
+    if found:
+        said = f"{found} counters ({how}): each window is reconciled against them"
+    elif arm.server_family != "auto":
+        said = f"{arm.server_family} counters as arms.server_family says (not seen: {how})"
+    else:
+        said = f"no counters to reconcile with ({how}): its entries say so"
+    print(f"arm {arm.name!r}: {said}", flush=True)
+    return None
+
+
 def _check_external_servers(sweep: Sweep) -> None:
     """Each arm's clock can be read here (no nvidia-smi where the sweep reads it with
     nvidia-smi), and each external arm's server answers HTTP at its base_url from here,
@@ -239,7 +268,8 @@ def _check_external_servers(sweep: Sweep) -> None:
             print(f"arm {arm.name!r} is external: measured once, as one server instance "
                   f"([defaults] restarts = {sweep.defaults.restarts} applies to the servers "
                   "benchledger starts)", flush=True)
-        why = why_not_answering(arm.base_url, arm.health_path) or _probe_problem(sweep, arm)
+        why = (why_not_answering(arm.base_url, arm.health_path) or _probe_problem(sweep, arm)
+               or _family_problem(arm))
         if why is not None:
             problems.append(f"arm {arm.name!r} (base_url {arm.base_url}): {why}")
     if problems:

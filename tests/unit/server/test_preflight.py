@@ -249,7 +249,28 @@ def test_an_arm_counting_usage_on_a_server_without_it_is_refused_with_the_advice
 def test_the_same_server_counted_from_logprobs_passes(tmp_path, no_stream_usage, capsys):
     _check_external_servers(load_sweep(_probed(tmp_path, no_stream_usage,
                                                token_count="logprobs")))
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == _RECONCILED.format(no_stream_usage)
+
+
+# What the preflight says of the simulator's /metrics (vLLM's names).
+_RECONCILED = ("arm 'mine': vllm counters ({}/metrics: vllm:* metric names): each window is "
+               "reconciled against them\n")
+
+
+def test_the_server_family_is_said_and_a_declared_family_it_does_not_carry_refused(
+        tmp_path, no_stream_usage, capsys):
+    with pytest.raises(CliError) as refused:
+        _check_external_servers(load_sweep(_probed(tmp_path, no_stream_usage,
+                                                   token_count="logprobs",
+                                                   server_family="sglang")))
+    assert ("server_family = 'sglang', but /metrics carries vllm counters "
+            f"({no_stream_usage}/metrics: vllm:* metric names): set server_family = 'vllm' "
+            'or "auto"') in str(refused.value), refused.value
+    _check_external_servers(load_sweep(_probed(tmp_path, no_stream_usage,
+                                               token_count="logprobs", metrics_path="/none")))
+    assert capsys.readouterr().out == (
+        f"arm 'mine': no counters to reconcile with ({no_stream_usage}/none: no endpoint: "
+        "HTTP 404): its entries say so\n")
 
 
 def test_a_model_the_server_does_not_serve_is_named(tmp_path, no_stream_usage):
@@ -311,7 +332,9 @@ def test_an_external_arm_is_said_to_run_once_when_defaults_ask_for_restarts(
         _check_external_servers(load_sweep(write_sweep(tmp_path / "r.toml", sweep(
             "probed", [external_arm("mine", no_stream_usage, token_count="logprobs",
                                     **NO_CLOCK)], defaults=defaults(restarts=restarts)))))
-        assert capsys.readouterr().out == ("" if restarts == 1 else (
+        said, family = capsys.readouterr().out, _RECONCILED.format(no_stream_usage)
+        assert said.endswith(family), said
+        assert said.removesuffix(family) == ("" if restarts == 1 else (
             "arm 'mine' is external: measured once, as one server instance ([defaults] "
             "restarts = 3 applies to the servers benchledger starts)\n"))
 
