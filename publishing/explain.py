@@ -7,6 +7,7 @@ import re
 
 import duckdb
 
+from benchledger.publishing.formatting import missing, person_unit, person_value, text_number
 from benchledger.rules.frame import NOT_APPLICABLE
 from benchledger.warehouse.db import query_frame
 
@@ -28,6 +29,12 @@ def explain(con: duckdb.DuckDBPyConnection, entry_id: str, limit: int = 20) -> s
     validations = query_frame(con, "explain_validations", entry_id=entry_id)
     lines = ["Entry:"]
     lines += [f"  {k}: {v}" for k, v in entry.iloc[0].items()]
+    row = entry.iloc[0]
+    if person_unit(row.unit) != row.unit:  # a latency: as the report and the tables say it
+        said = [text_number(person_value(v, row.unit))
+                for v in (row.value, row.ci95_low, row.ci95_high)]
+        lines.append(f"  read as: {said[0]} {person_unit(row.unit)}"
+                     + ("" if missing(row.ci95_low) else f" [{said[1]}, {said[2]}]"))
     # where an energy entry's joules came from (T18); other entries have none to say
     source = con.execute("SELECT energy_source FROM entries WHERE entry_id = ?",
                          [entry_id]).fetchone()

@@ -264,7 +264,8 @@ def _check_external_servers(sweep: Sweep) -> None:
             problems.append(f"arm {arm.name!r}: {unreadable}")
         if arm.starts_processes or arm.base_url is None:
             continue
-        if sweep.defaults.restarts > 1:
+        # said where the file asks for restarts, not of the default a newcomer never wrote
+        if sweep.defaults.restarts > 1 and "restarts" in sweep.defaults.model_fields_set:
             print(f"arm {arm.name!r} is external: measured once, as one server instance "
                   f"([defaults] restarts = {sweep.defaults.restarts} applies to the servers "
                   "benchledger starts)", flush=True)

@@ -328,13 +328,13 @@ def test_a_server_that_cuts_the_stream_in_progress_is_refused_above_one_in_fligh
 
 def test_an_external_arm_is_said_to_run_once_when_defaults_ask_for_restarts(
         tmp_path, no_stream_usage, capsys):
-    for restarts in (3, 1):
+    for restarts in (3, 1, None):  # None: the file leaves it to the default (2), unsaid
         _check_external_servers(load_sweep(write_sweep(tmp_path / "r.toml", sweep(
             "probed", [external_arm("mine", no_stream_usage, token_count="logprobs",
                                     **NO_CLOCK)], defaults=defaults(restarts=restarts)))))
         said, family = capsys.readouterr().out, _RECONCILED.format(no_stream_usage)
         assert said.endswith(family), said
-        assert said.removesuffix(family) == ("" if restarts == 1 else (
+        assert said.removesuffix(family) == ("" if restarts in (1, None) else (
             "arm 'mine' is external: measured once, as one server instance ([defaults] "
             "restarts = 3 applies to the servers benchledger starts)\n"))
 
