@@ -215,7 +215,10 @@ FIXES: Mapping[str, str] = MappingProxyType({
     LOGPROBS_MATCH_USAGE.name: "the streamed logprobs and the usage disagree: count with "
                             "usage (token_count = \"usage\") and report the server's bug",
     ENTRY_HAS_VALIDATED_VALUE.name: "no window behind the entry passed every rule: the rules "
-                                 "beneath it (listed with it) say what to fix",
+                                 "beneath it (listed with it) say what to fix; or, for a "
+                                 "rate of prompt tokens, no request's prompt tokens are "
+                                 "known (a server that streams no usage: nothing to fix, "
+                                 "that rate cannot be had from it)",
     INCOMPLETE_RATE_LABELLED.name: _DEFECT,
     LATENCY_POPULATION_LABELLED.name: _DEFECT,
     RATE_NUMERATOR_LABELLED.name: _DEFECT,

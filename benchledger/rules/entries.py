@@ -85,9 +85,31 @@ def _observe_label(label: str) -> Observer:
     return observe
 
 
+# Rates whose numerator counts prompt tokens: without any request's prompt tokens (a
+# server that streams no usage, counted from logprobs, which list the answer's tokens
+# only) such an entry has no value whatever its windows passed, and is said so.
+_PROMPT_NUMERATORS = ("prompt_tokens", "input_plus_output_tokens")
+
+
+def _prompts_unknown(frame: Frame, row: object) -> bool:
+    import pandas as pd
+
+    return (not {"numerator", "mean_prompt_tokens"} - set(frame.columns)
+            and frame.at[row, "numerator"] in _PROMPT_NUMERATORS
+            and bool(pd.isna(frame.at[row, "mean_prompt_tokens"])))
+
+
 def _observe_value(kw: Kw, frame: Frame, rows: Rows, bad: Rows) -> tuple[str, str]:
-    found = "no value: no window behind it passed every rule" if len(bad) else join(
-        frame.loc[rows, "value"])
+    if not len(bad):
+        found = join(frame.loc[rows, "value"])
+    elif all(_prompts_unknown(frame, row) for row in bad):
+        sources = join(frame.loc[bad, "token_source"]) if "token_source" in frame.columns \
+            else "unknown"
+        found = ("no value: no request's prompt tokens are known (token_source "
+                 f"{sources}; only a server's usage reports them), so a rate of prompt "
+                 "tokens cannot be computed")
+    else:
+        found = "no value: no window behind it passed every rule"
     return "a value from windows that passed every rule", found
 
 

@@ -403,6 +403,24 @@ def test_an_entry_without_a_validated_value_is_blocked():
     assert verdict["e2"].found == "no value: no window behind it passed every rule"
 
 
+def test_a_rate_of_prompt_tokens_without_them_says_so_not_that_windows_failed():
+    """llama-cpp-python streams no usage: counted from logprobs, a request's prompt tokens
+    are unknown, so its input_plus_output throughput has no value though every window
+    passed (that was said as "no window behind it passed every rule")."""
+    blind = dict(value=None, numerator="input_plus_output_tokens", mean_prompt_tokens=None,
+                 token_source="logprobs")
+    results = run_entry_gate(pd.DataFrame([
+        entry(entry_id="e1", **blind),
+        entry(entry_id="e2", **{**blind, "mean_prompt_tokens": 180.0}),
+        entry(entry_id="e3", **{**blind, "numerator": "output_tokens"})]))
+    found = {r.subject: r.found for r in results
+             if r.expectation == "entry_has_validated_value"}
+    assert found["e1"] == ("no value: no request's prompt tokens are known (token_source "
+                           "'logprobs'; only a server's usage reports them), so a rate of "
+                           "prompt tokens cannot be computed")
+    assert found["e2"] == found["e3"] == "no value: no window behind it passed every rule"
+
+
 def comparison(**overrides) -> dict:
     values = dict(comparison_id="c1", a="base", b="fast", a_config="aaa", b_config="bbb",
                   a_restarts=2, b_restarts=2, difference=3.0, control_difference=0.5,
