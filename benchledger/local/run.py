@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -318,6 +319,9 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
     warehouse = warehouse.resolve()
     _check_warehouse(warehouse)  # and here on a damaged warehouse
     data_dir = (data_dir or warehouse.parent / f"{warehouse.stem}-data").resolve()
+    _check_writable(warehouse.parent, "the warehouse's folder", "--warehouse")
+    _check_writable(data_dir, "the data dir", "--data-dir (default: <warehouse>-data "
+                                              "beside the warehouse)")
     with sweep_lock(data_dir, name) as lock_fd:
         _load_earlier_runs(data_dir, warehouse, name)
         airflow_home = sweep_airflow_home(data_dir, name)
@@ -353,6 +357,23 @@ def execute_sweep(sweep_path: Path, warehouse: Path, data_dir: Path | None,
             _publish(outcome, result.then, log_file, warehouse, data_dir)
     return outcome
 
+
+
+def _check_writable(folder: Path, what: str, option: str) -> None:
+    """Refuse, in one line naming the folder and the option that chose it, a folder the
+    run could not write its raw files, Airflow state or warehouse into (a path that is a
+    file, a read-only file system, no permission), before any server starts: it was an
+    OSError's bare text ("[Errno 20] Not a directory: '.../locks'")."""
+    if folder.exists() and not folder.is_dir():
+        raise CliError(f"{what} {folder} is a file, not a folder: choose another with "
+                       f"{option}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise CliError(f"{what} {folder} cannot be written ({exc.strerror or exc}): "
+                       f"choose another with {option}") from exc
 
 
 def _check_warehouse(warehouse: Path) -> None:

@@ -114,6 +114,27 @@ def test_run_refuses_a_truncated_warehouse_before_any_server_starts(truncated, t
     assert tagged_processes() == []
 
 
+def test_run_refuses_a_data_dir_or_warehouse_folder_it_cannot_write(tmp_path):
+    """Named with the option that chose it, before any server starts (it was the bare
+    OSError: "[Errno 20] Not a directory: '.../locks'")."""
+    sweep = tmp_path / "checked.toml"
+    write_sweep(sweep, SWEEP)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    done = cli("run", str(sweep), "--warehouse", str(tmp_path / "wh.duckdb"),
+               "--data-dir", str(a_file))
+    assert done.returncode == 2, done
+    assert done.stderr == (f"benchledger run: the data dir {a_file} is a file, not a folder: "
+                           "choose another with --data-dir (default: <warehouse>-data beside "
+                           "the warehouse)\n"), done.stderr
+    done = cli("run", str(sweep), "--warehouse", str(a_file / "wh.duckdb"))
+    assert done.returncode == 2, done
+    assert done.stderr.startswith(f"benchledger run: the warehouse's folder {a_file} is a "
+                                  "file, not a folder: choose another with --warehouse"), \
+        done.stderr
+    assert "running sweep" not in done.stdout and tagged_processes() == []
+
+
 def test_import_refuses_a_truncated_warehouse_in_one_line(truncated):
     done = cli("import", "report", str(REPORT), "--warehouse", str(truncated))
     one_line(done, "import", truncated)
