@@ -28,7 +28,9 @@ PROBE_PROMPT = Prompt("preflight", "Count from one to ten.")
 PROBE_TIMEOUT_S = 60.0
 PROBE_ERROR_CHARS = 300  # of the server's answer, in the one line that refuses the run
 OVERLAP_MAX_TOKENS = 32  # two answers this long overlap on any server worth measuring
-PROBE_REQUEST_ID = "preflight/p0000"  # what the server's log shows for it (X-Request-Id)
+# What the server's log shows for the first probe (X-Request-Id); the two sent together
+# to see whether it serves them at once are p0001 and p0002.
+PROBE_REQUEST_ID = "preflight/p0000"
 # What the server said goes to a terminal: its control characters (an escape sequence)
 # are shown, not obeyed.
 _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(32), 127)}
@@ -47,7 +49,8 @@ async def _probe(target: Target, records: list[RequestRecord], timeout_s: float)
 
 def _record(target: Target, seq: int = 0, max_tokens: int = PROBE_MAX_TOKENS
             ) -> RequestRecord:
-    return RequestRecord(request_id=f"preflight/p{seq:04d}", window_id="preflight", seq=seq,
+    return RequestRecord(request_id=PROBE_REQUEST_ID.replace("0000", f"{seq:04d}"),
+                         window_id="preflight", seq=seq,
                          is_warmup=True, prompt=PROBE_PROMPT, max_tokens=max_tokens,
                          temperature=0.0, tally=target.token_count.new_tally())
 
