@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import httpx
 
@@ -77,6 +77,20 @@ class TokenCounter(Variant, ABC):
 TOKEN_COUNTS: Registry[TokenCounter] = Registry("token count")
 
 
+class ArmKeys(Protocol):
+    """The keys of a sweep's arm a Target takes (benchledger.sweep.arms.ArmBase has them):
+    said as a protocol, since the client imports nothing that reaches the simulator."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def token_count(self) -> TokenCountName: ...
+    @property
+    def tokenize_path(self) -> str: ...
+    @property
+    def request_id_header(self) -> bool: ...
+
+
 @dataclass(frozen=True, init=False)
 class Target:
     """Where and what to measure. The arm's endpoint and token_count are given by name (the
@@ -102,6 +116,15 @@ class Target:
                   "tokenize_path": tokenize_path, "request_id_header": request_id_header}
         for name, value in chosen.items():
             object.__setattr__(self, name, value)  # frozen: dataclasses set fields this way
+
+    @classmethod
+    def for_arm(cls, arm: ArmKeys, base_url: str, endpoint: EndpointName,
+                api_key: str | None) -> Target:
+        """What the arm measures at `base_url` (its server's, which a server benchledger
+        starts has only once started), with the arm's own keys for the rest."""
+        return cls(base_url=base_url, model=arm.model, endpoint=endpoint, api_key=api_key,
+                   token_count=arm.token_count, tokenize_path=arm.tokenize_path,
+                   request_id_header=arm.request_id_header)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

@@ -32,6 +32,7 @@ from benchledger.settings import settings
 from benchledger.sweep.spec import Sweep, load_sweep
 
 if TYPE_CHECKING:
+    from benchledger.client.target import Target
     from benchledger.local.runner import RunResult
     from benchledger.sweep.arms import Arm
 
@@ -188,12 +189,10 @@ def _progress_interval_s() -> float | None:
         raise CliError(str(exc)) from exc
 
 
-def _probe_problem(sweep: Sweep, arm: Arm) -> str | None:
-    """One streamed request to an external server, read as a window reads it: None when it
-    completes and the arm's token_count counts it (and, where the arm's load points keep
-    more than one request in flight, two requests sent together both complete); else what
-    the window would have said, before anything runs (benchledger.client.probe)."""
-    from benchledger.client.probe import count_problem, overlap_problem
+def _server_problem(sweep: Sweep, arm: Arm) -> str | None:
+    """What an external server answers that its arm cannot be measured by, asked with the
+    arm's own Target (key, token count, request-id header) before anything runs: its
+    probe requests (_probe_problem), then its /metrics (_family_problem)."""
     from benchledger.client.target import Target
     from benchledger.server.lifecycle import ApiKeyMissing, resolve_api_key
 
@@ -203,34 +202,35 @@ def _probe_problem(sweep: Sweep, arm: Arm) -> str | None:
         return str(exc)
     assert arm.base_url is not None  # an external arm's is required
     plan = sweep.plan(arm)
-    target = Target(base_url=arm.base_url, model=arm.model, endpoint=plan.endpoint,
-                    api_key=api_key, token_count=arm.token_count,
-                    tokenize_path=arm.tokenize_path, request_id_header=arm.request_id_header)
+    target = Target.for_arm(arm, arm.base_url, plan.endpoint, api_key)
+    return _probe_problem(target, max(plan.concurrency)) or _family_problem(arm, target)
+
+
+def _probe_problem(target: Target, in_flight: int) -> str | None:
+    """One streamed request to an external server, read as a window reads it: None when it
+    completes and the arm's token_count counts it (and, where the arm's load points keep
+    more than one request in flight, two requests sent together both complete); else what
+    the window would have said (benchledger.client.probe)."""
+    from benchledger.client.probe import count_problem, overlap_problem
+
     problem = count_problem(target)
-    if problem is None and max(plan.concurrency) > 1 and (cut := overlap_problem(target)):
-        return (f"concurrency reaches {max(plan.concurrency)}, but {cut}: every window of "
+    if problem is None and in_flight > 1 and (cut := overlap_problem(target)):
+        return (f"concurrency reaches {in_flight}, but {cut}: every window of "
                 "more than one request in flight would be cut streams. Measure it at "
                 "concurrency = [1], or start it so that it serves requests together "
                 "(llama-cpp-python: --interrupt_requests False)")
     return problem
 
 
-def _family_problem(arm: Arm) -> str | None:
+def _family_problem(arm: Arm, target: Target) -> str | None:
     """Whose counters the server's /metrics carries, said in one line (what its windows
     are reconciled against, or that nothing is); a problem where the arm declares a
     server_family and /metrics carries another family's counters (every window would be
     reconciled against counters the server does not export)."""
-    from benchledger.server.lifecycle import ApiKeyMissing, resolve_api_key
     from benchledger.server.observe import detect_family
 
-    assert arm.base_url is not None  # an external arm's is required
-    try:
-        api_key = resolve_api_key(arm)
-    except ApiKeyMissing as exc:
-        return str(exc)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    found, how = detect_family(arm.base_url.rstrip("/") + arm.metrics_path, headers,
-                               arm.metrics_timeout_s)
+    found, how = detect_family(target.base_url.rstrip("/") + arm.metrics_path,
+                               target.headers() or None, arm.metrics_timeout_s)
     if arm.server_family != "auto" and found not in (None, arm.server_family):
         return (f"server_family = {arm.server_family!r}, but {arm.metrics_path} carries "
                 f"{found} counters ({how}): set server_family = {found!r} or \"auto\"")
@@ -270,8 +270,7 @@ def _check_external_servers(sweep: Sweep) -> None:
             print(f"arm {arm.name!r} is external: measured once, as one server instance "
                   f"([defaults] restarts = {sweep.defaults.restarts} applies to the servers "
                   "benchledger starts)", flush=True)
-        why = (why_not_answering(arm.base_url, arm.health_path) or _probe_problem(sweep, arm)
-               or _family_problem(arm))
+        why = why_not_answering(arm.base_url, arm.health_path) or _server_problem(sweep, arm)
         if why is not None:
             problems.append(f"arm {arm.name!r} (base_url {arm.base_url}): {why}")
     if problems:

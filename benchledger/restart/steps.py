@@ -215,10 +215,7 @@ def measure_restart_workload(layout: RunLayout, sweep: Sweep, arm_name: str, k: 
     workload = sweep.workload(workload_name)
     server = lifecycle.ServerHandle.from_dict(handle)
     api_key = _api_key(record, plan.arm)
-    target = Target(base_url=server.base_url, model=plan.arm.model, endpoint=plan.endpoint,
-                    api_key=api_key, token_count=plan.arm.token_count,
-                    tokenize_path=plan.arm.tokenize_path,
-                    request_id_header=plan.arm.request_id_header)
+    target = Target.for_arm(plan.arm, server.base_url, plan.endpoint, api_key)
     items = window_items(layout, sweep, workload_name)  # checked against its sha256
 
     def measure(point: LoadPoint) -> dict[str, Any]:
