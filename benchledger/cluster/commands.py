@@ -155,7 +155,7 @@ def _programs(home: Path, api_url: str, nodes: list[str],
     for node, worker in all_workers(nodes, workers_per_node):
         programs.append(supervisor.Program(
             supervisor.worker_program(worker),
-            [*_airflow(), "edge", "worker", "--edge-hostname", worker,
+            [sys.executable, "-m", "benchledger.cluster.edge_worker", "--edge-hostname", worker,
              "--queues", worker_queues(node, nodes),
              "--pid", str(home / "run" / f"edge-worker-{worker}.pid"), "--concurrency", "4"],
             False, supervisor.WORKER_STARTSECS))
