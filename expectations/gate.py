@@ -27,6 +27,7 @@ under docs_dir/.gx/, so later calls with the same docs_dir add to the same index
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,12 +180,28 @@ def _unique_column(column: pd.Series) -> list[Any]:
 # --- GX -------------------------------------------------------------------------------
 
 
+# GX logs at INFO while it imports: a line for each function its docs decorator skips and
+# each metric declared twice, which Airflow's logging writes into the task log (214 of the
+# 758 lines of an 8-restart sweep's run log). Quieted to warnings before the first import.
+_GX_IMPORT_LOGGERS = ("great_expectations._docs_decorators",
+                      "great_expectations.expectations.registry")
+
+
+def import_gx() -> Any:
+    """`import great_expectations`, without its import-time INFO lines."""
+    for name in _GX_IMPORT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    import great_expectations
+
+    return great_expectations
+
+
 _DOCS_SITE = "gate"
 _DOCS_STORES = ".gx"  # inside docs_dir: the suites and results the site is rendered from
 
 
 def _ephemeral_context(docs_dir: Path | None = None) -> Any:
-    import great_expectations as gx
+    gx = import_gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     if docs_dir is None:

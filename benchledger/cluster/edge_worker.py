@@ -36,7 +36,6 @@ PRELOADED = (
     "benchledger.warehouse.interim",
     "benchledger.publishing.export",
     "benchledger.expectations.gate",
-    "great_expectations",  # imported by the gate's functions, not at its top
 )
 
 
@@ -44,6 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     for name in PRELOADED:
         importlib.import_module(name)
     from airflow.__main__ import main as airflow_main
+
+    from benchledger.expectations.gate import import_gx
+
+    import_gx()  # the gate imports GX inside its functions, not at its top
 
     # The forks' cyclic collections would traverse all of it again in every task process;
     # frozen, they skip it (as Airflow's LocalExecutor freezes before it forks workers).
