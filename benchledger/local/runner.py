@@ -313,7 +313,7 @@ def _spare_the_collector() -> None:
     collector's permanent generation (gc.freeze, as Airflow's own executors do before they
     fork) and collect less often. The run's cyclic collections otherwise traverse the
     whole loaded graph (Airflow, SQLAlchemy, pandas, Great Expectations) again and again:
-    a sweep of 8 restarts took 27-29 s of CPU without this and 21-22 s with it
+    a sweep of 8 restarts took 27-31 s of user CPU without this and 21-26 s with it
     (docs/runner.md, "CPU"). Frozen objects are never collected, even those that become
     garbage later; the runner lives for one run (two with `Then`) and what it loaded
     before it (modules, the parsed DAGs) is used to its end."""
