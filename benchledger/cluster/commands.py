@@ -137,6 +137,14 @@ def _airflow() -> list[str]:
     return [sys.executable, "-m", "airflow"]
 
 
+def edge_worker_command(home: Path, worker: str, queues: str) -> list[str]:
+    """One Edge worker's command (`up`'s workers and `join`'s): Airflow's `edge worker`
+    through benchledger.cluster.edge_worker, which loads what the tasks import first."""
+    return [sys.executable, "-m", "benchledger.cluster.edge_worker", "--edge-hostname", worker,
+            "--queues", queues, "--pid", str(home / "run" / f"edge-worker-{worker}.pid"),
+            "--concurrency", "4"]
+
+
 def _programs(home: Path, api_url: str, nodes: list[str],
               workers_per_node: int = 1) -> list[supervisor.Program]:
     """Every process of the deployment, in start order. The workers are started by `up`
@@ -155,9 +163,7 @@ def _programs(home: Path, api_url: str, nodes: list[str],
     for node, worker in all_workers(nodes, workers_per_node):
         programs.append(supervisor.Program(
             supervisor.worker_program(worker),
-            [sys.executable, "-m", "benchledger.cluster.edge_worker", "--edge-hostname", worker,
-             "--queues", worker_queues(node, nodes),
-             "--pid", str(home / "run" / f"edge-worker-{worker}.pid"), "--concurrency", "4"],
+            edge_worker_command(home, worker, worker_queues(node, nodes)),
             False, supervisor.WORKER_STARTSECS))
     return programs
 

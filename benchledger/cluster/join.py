@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import configparser
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,9 +76,7 @@ def join(home: Path, join_file: Path, node: str, address: str | None = None,
     _write_worker_config(home, data, dags_folder)
     name = supervisor.worker_program(node)
     supervisor.write_conf(home, [supervisor.Program(
-        name, [sys.executable, "-m", "benchledger.cluster.edge_worker", "--edge-hostname", node,
-               "--queues", node, "--pid", str(home / "run" / f"edge-worker-{node}.pid"),
-               "--concurrency", "4"], True, supervisor.WORKER_STARTSECS)])
+        name, cluster.edge_worker_command(home, node, node), True, supervisor.WORKER_STARTSECS)])
     state = cluster.Cluster(home=home, api_url=api_url, nodes=[node], supervisor=None)
     state.supervisor = cluster._start_supervisord(
         home, {NODE_ADDRESS_ENV: address} if address else None)
