@@ -74,7 +74,15 @@ class ApiClient:
             if response.status_code >= 400:
                 raise ClusterError(f"{method} {path}: HTTP {response.status_code} "
                                    f"{response.text[:300]}")
-            return response.json() if response.content else {}
+            if not response.content:
+                return {}
+            try:
+                return response.json()
+            except ValueError as exc:  # e.g. the UI's page: that API is not served there
+                raise ClusterError(
+                    f"{method} {path}: the Airflow API at {self.api_url} answered HTTP "
+                    f"{response.status_code} with {response.headers.get('content-type')!r}, "
+                    f"not JSON: {response.text[:200]!r}") from exc
 
     def edge_workers(self) -> list[dict]:
         return self.request("GET", "/edge_worker/ui/worker")["workers"]

@@ -226,7 +226,18 @@ def write_config(home: Path, port: int | None = None,
         for key, value in values.items():
             cfg.setdefault(section, {})
             cfg[section].setdefault(key, value)
-    for section, values in {**_ENFORCED, **(settings or {})}.items():
+    refused = [f"{section}.{key}={value}" for section, values in (settings or {}).items()
+               for key, value in values.items()
+               if _ENFORCED.get(section, {}).get(key, value) != value]
+    if refused:
+        raise ClusterError(f"--config {', '.join(refused)}: the local deployment needs "
+                           + ", ".join(f"{s}.{k}={v}" for s, vs in _ENFORCED.items()
+                                       for k, v in vs.items())
+                           + " (benchledger sets them whatever airflow.cfg says)")
+    # Key by key: a setting of one section (--config edge.job_poll_interval=2) adds to
+    # what that section enforces, it does not replace the section (which left the Edge
+    # API off and `cluster up` failing on the page the API server answered instead).
+    for section, values in [*(settings or {}).items(), *_ENFORCED.items()]:
         cfg.setdefault(section, {})
         cfg[section].update(values)
     if port is None:

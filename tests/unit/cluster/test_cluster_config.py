@@ -60,6 +60,23 @@ def test_config_is_complete_keeps_secrets_and_user_edits(tmp_path):
     assert again["openlineage"]["namespace"] == "bench"
 
 
+def test_a_setting_of_an_enforced_section_adds_to_it_and_cannot_undo_it(tmp_path):
+    """`--config edge.job_poll_interval=2` sets that key and keeps the section's enforced
+    keys (it once replaced the whole section: the Edge API was off and `up` failed); a
+    setting that contradicts an enforced key is refused, naming it."""
+    path, _ = cluster_config.write_config(
+        tmp_path, port=8123, settings={"edge": {"job_poll_interval": "2"},
+                                       "core": {"parallelism": "4"}})
+    cfg = _cfg(path)
+    assert cfg["edge"]["job_poll_interval"] == "2"
+    assert cfg["edge"]["api_enabled"] == "True"
+    assert cfg["core"]["parallelism"] == "4"
+    assert cfg["core"]["executor"].endswith("EdgeExecutor")
+    with pytest.raises(cluster.ClusterError, match=r"core\.executor=LocalExecutor.*needs"):
+        cluster_config.write_config(tmp_path, settings={"core": {"executor": "LocalExecutor"}})
+    assert _cfg(path)["core"]["executor"].endswith("EdgeExecutor")  # nothing written
+
+
 def test_a_task_outlives_a_stalled_api_server_and_heartbeats_soon_after(tmp_path):
     """The retry settings, checked against the 60 s stall docs/cluster.md promises (and
     test_cluster.py makes): a task's execution-API calls keep trying for longer than the
@@ -271,6 +288,22 @@ def test_the_api_client_asks_again_after_a_server_error_and_never_after_a_refusa
     assert seen == ["/api/v2/dags/x"]  # once: a refusal is not asked again
     with pytest.raises(cluster.ClusterError, match="HTTP 500"):  # bounded
         _api([busy] * 3, [], retry_s=0).request("GET", "/api/v2/dags/x")
+
+
+def test_an_answer_that_is_not_json_is_an_error_naming_the_path():
+    """The API server answers a route it does not serve with its UI's page (HTTP 200)."""
+    import httpx
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": "t"})
+        return httpx.Response(200, text="<!doctype html><html>",
+                              headers={"content-type": "text/html"})
+
+    api = cluster.ApiClient("http://api", "u", "p", transport=httpx.MockTransport(handle))
+    with pytest.raises(cluster.ClusterError,
+                       match=r"GET /edge_worker/ui/worker: .* 'text/html', not JSON"):
+        api.edge_workers()
 
 
 def test_an_expired_token_is_renewed_once_and_a_refused_fresh_one_ends_the_call():
