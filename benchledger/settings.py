@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -161,6 +161,14 @@ class Settings(BaseSettings):
         accepts="a number of seconds from 0 to 86400",
         about="how long a reader (`sql`, `publish`, `explain`) waits for another process's "
               "lock; unset, `benchledger run`'s own reads wait as long as its writers")
+
+    # How an embedded run's runner starts (benchledger/local/warm.py).
+    runner_start: Literal["warm", "fresh"] = _setting(
+        "warm", accepts="`warm` or `fresh`",
+        about="`warm`: each embedded run's runner is forked from a server process that "
+              "imported the heavy libraries once (a process running many sweeps pays their "
+              "imports once); `fresh`: a new interpreter per run (`python -m "
+              "benchledger.local.runner`)")
 
     # The auditor's door, `benchledger sql` (its flags win).
     sql_timeout_s: float = _setting(

@@ -173,7 +173,12 @@ def run_in_subprocess(
         cmd += ["--then", then.to_json(), "--then-result-file", str(then_file)]
     # No pipes on purpose: servers spawned by tasks could inherit them and then a
     # communicate() would block until those servers exit.
-    rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode
+    if settings().runner_start == "warm":
+        from benchledger.local import warm
+
+        rc = warm.run(cmd[3:], child_env, keep_fds)
+    else:
+        rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode
     failures = read_failures(failures_file)
     if rc in EXIT_CODES.values() and result_file.exists():
         return _result(result_file, failures,

@@ -100,9 +100,19 @@ def children(pid: int) -> list[int]:
 
 
 def runner_of(cli_pid: int) -> int:
-    (runner,) = [p for p in children(cli_pid)
+    """The CLI's runner: a child, or a child of the CLI's fork server (a warm start,
+    benchledger/local/warm.py, shows the runner's command line as `python -m` would)."""
+    (runner,) = [p for p in descendants(cli_pid)
                  if b"benchledger.local.runner" in Path(f"/proc/{p}/cmdline").read_bytes()]
     return runner
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], children(pid)
+    while todo:
+        found.append(todo.pop())
+        todo += children(found[-1])
+    return found
 
 
 def wait_gone(pids: list[int], bound_s: float) -> list[int]:

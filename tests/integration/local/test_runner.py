@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 DAG_SRC = textwrap.dedent(
     """
     import json
+    import os
     from pathlib import Path
 
     from airflow.sdk import dag, get_current_context, setup, task, teardown
@@ -45,7 +46,8 @@ DAG_SRC = textwrap.dedent(
         @task
         def stop(info):
             ctx = get_current_context()
-            Path(info["marker"]).write_text(json.dumps({"run_id": ctx["run_id"]}))
+            Path(info["marker"]).write_text(json.dumps({"run_id": ctx["run_id"],
+                                                        "runner_parent": os.getppid()}))
 
         started = launch()
         started >> middle() >> stop(started)
@@ -92,7 +94,12 @@ def test_failing_task_fails_run_but_teardown_runs(airflow_home, dag_file, tmp_pa
         ("middle", "RuntimeError: planned failure", result.run_id)]
 
 
-def test_passing_dag_succeeds(airflow_home, dag_file, tmp_path, runner_env):
+@pytest.mark.parametrize("start", ["warm", "fresh"])
+def test_passing_dag_succeeds(airflow_home, dag_file, tmp_path, runner_env, start,
+                              monkeypatch):
+    """Either way of starting the runner (benchledger/local/warm.py): forked from the
+    fork server (its parent is not this process) or a fresh interpreter (it is)."""
+    monkeypatch.setenv("BENCHLEDGER_RUNNER_START", start)
     marker, log = tmp_path / "teardown.json", tmp_path / "run.log"
     db_existed = (airflow_home / "airflow.db").exists()
 
@@ -102,7 +109,9 @@ def test_passing_dag_succeeds(airflow_home, dag_file, tmp_path, runner_env):
     assert result.state == "success" and result.run_id.startswith("manual__")
     assert result.tasks == {"launch": "success", "middle": "success", "stop": "success"}
     assert result.failures == []
-    assert json.loads(marker.read_text())["run_id"] == result.run_id
+    left = json.loads(marker.read_text())
+    assert left["run_id"] == result.run_id
+    assert (left["runner_parent"] == os.getpid()) is (start == "fresh")
     # a fresh home gets a metadata DB; a home that has its metadata DB already is never
     # migrated again (whichever order the two tests run in, one of the two is checked here)
     assert ("[runner] metadata DB" in log.read_text()) is not db_existed
@@ -178,6 +187,13 @@ HANGING_DAG = textwrap.dedent(
 )
 
 
+def runner_of(pid: int) -> int:
+    """The runner pid started: its child, or its fork server's (warm.py)."""
+    from tests.integration.local.test_interruptions import runner_of as found
+
+    return found(pid)
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -208,8 +224,7 @@ def test_a_runner_whose_parent_is_killed_stops_its_children_and_exits(airflow_ho
         assert parent.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     child = int(marker.read_text())
-    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text()
-    runner = int(children.split()[0])
+    runner = runner_of(parent.pid)
     assert alive(child) and alive(runner)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()

@@ -1,0 +1,28 @@
+"""The warm runner's fork server (benchledger/local/warm.py) preloads libraries by name."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+from benchledger.local import warm
+
+
+def test_every_preloaded_module_exists():
+    # the fork server skips a name it cannot import: a renamed one would only make every
+    # run slower, unnoticed
+    missing = [name for name in warm.PRELOAD if importlib.util.find_spec(name) is None]
+    assert missing == []
+
+
+def test_no_preloaded_module_imports_airflow_or_the_project():
+    """What the fork server imports must not read a run's configuration: Airflow reads
+    AIRFLOW_HOME at import, and the project's modules may read settings."""
+    code = ("import sys\n"
+            f"for name in {warm.PRELOAD!r}: __import__(name)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'airflow', 'benchledger', 'operators', 'expectations', 'warehouse'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"
