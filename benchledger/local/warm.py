@@ -18,9 +18,10 @@ server runs no Python thread (forking one that does is unsafe). The imports of n
 (OpenBLAS), pandas and GX start three native threads, which a forked child does not
 have; those libraries are made to be forked so (OpenBLAS registers a fork handler), as
 Airflow's forking executors and the Edge worker (benchledger/cluster/edge_worker.py),
-which fork after the same imports, rely on. It is started on first use, and exits when the process that started it does; a runner's parent is then the fork
-server, so the runner watches that process (runner.py `_die_with_parent`), and the fork
-server's end follows its starter's.
+which fork after the same imports, rely on. It is started on first use, and exits when
+the process that started it does; a runner's parent is then the fork server, so the
+runner watches that process (runner.py `_die_with_parent`), and the fork server's end
+follows its starter's.
 
 The runner's standard streams and the descriptors it must hold (`keep_fds`: the run's
 lock) are passed as descriptors, so it writes where a subprocess would. The caller's main
@@ -32,8 +33,8 @@ its task runner.
 from __future__ import annotations
 
 import atexit
-import gc
 import os
+import runpy
 import sys
 import threading
 from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn
@@ -84,9 +85,9 @@ class _Popen(popen_forkserver.Popen):
             data.pop("init_main_from_path", None)
             return data
 
-        spawn.get_preparation_data = without_main  # type: ignore[assignment]
+        spawn.get_preparation_data = without_main
         try:
-            super()._launch(process_obj)
+            super()._launch(process_obj)  # type: ignore[misc]  # not in typeshed
         finally:
             spawn.get_preparation_data = real
 
@@ -136,14 +137,16 @@ def _runner(argv: list[str], env: dict[str, str], stdio: list[_Received],
         if entry and entry not in sys.path:
             sys.path.insert(0, entry)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 (fd 0, the caller's)
-    from benchledger.local.runner import main
-
-    code = main(argv)
+    # What `python -m` does: runner.py run as __main__ (its main(), then its gc.freeze(),
+    # which skips collecting Airflow's object graph, then sys.exit).
+    try:
+        runpy.run_module("benchledger.local.runner", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     # What an interpreter's exit does, in its order: wait for non-daemon threads, then
-    # atexit (Airflow's DB dispose, log flush); gc.freeze() as runner.py's __main__ does,
-    # which skips collecting Airflow's object graph. multiprocessing's own end would run
-    # no atexit handler.
-    gc.freeze()
+    # atexit (Airflow's DB dispose, log flush). multiprocessing's own end would run no
+    # atexit handler.
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     sys.stdout.flush()
