@@ -27,6 +27,7 @@ and group find them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
@@ -157,15 +158,25 @@ class Leftovers:
         self.seen: dict[int, ServerProcess] = {}
         self.why: dict[int, str] = {}
         self.signalled: dict[int, str] = {}
+        self.handles: dict[int, psutil.Process] = {}  # identity: pid and start time
 
     def scan(self, leader_alive: bool) -> list[ServerProcess]:
         """Look again; the live ones. Ones not seen before that left the group (or that
-        outlived a server which had ended) get SIGTERM now."""
+        outlived a server which had ended) get SIGTERM now. One signalled on its own
+        stays followed until it has ended, even where nothing finds it any more (a child
+        that cleared its environment is known by its parent only while the server lives):
+        the stop then waited for it, not only for those it could still find (under load
+        it ended while that child was still dying, and recorded it alive)."""
         live = server_processes(self.leader if leader_alive else None, self.mark)
+        found = {process.pid for process in live}
+        live += [self.seen[pid] for pid in self.why
+                 if pid not in found and self._still_runs(pid)]
         for process in live:
             if process.pid in self.seen:
                 continue
             self.seen[process.pid] = process
+            with contextlib.suppress(psutil.Error):
+                self.handles[process.pid] = psutil.Process(process.pid)
             if self.leader_ended:
                 self.why[process.pid] = "outlived the server, which had ended before its stop"
             elif process.pgid != self.leader:
@@ -174,6 +185,15 @@ class Leftovers:
                 continue  # the group's own SIGTERM reached it
             self._signal(process.pid, signal.SIGTERM)
         return live
+
+    def _still_runs(self, pid: int) -> bool:
+        """Whether the very process seen (not another that got its pid) still runs."""
+        handle = self.handles.get(pid)
+        try:
+            return handle is not None and handle.is_running() and \
+                handle.status() not in ENDED
+        except psutil.Error:
+            return False
 
     def kill(self, live: list[ServerProcess], grace_s: float) -> None:
         """SIGKILL whatever is still running when the grace period is over."""

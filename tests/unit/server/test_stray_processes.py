@@ -74,6 +74,29 @@ def test_a_process_that_left_the_group_is_stopped_and_named(tmp_path, tag, how):
     assert f"pid {stray}" in str(outcome) and tag in str(outcome)
 
 
+def test_a_stray_that_takes_a_while_to_end_is_waited_for_after_the_server_ended(tmp_path,
+                                                                              tag):
+    """A child that cleared its environment is found through its parent, the server, only
+    while the server lives; it ends a second after its SIGTERM. The stop waits for it (it
+    once stopped looking when the server ended, and recorded the child alive: seen under
+    load in CI), and names it ended by SIGTERM."""
+    slow = ("import signal, sys, time; "
+            "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(0))); "
+            "time.sleep(120)")
+    sleeper = f"{shlex.quote(sys.executable)} -c {shlex.quote(slow)} {tag}"
+    script = f"setsid env -i {sleeper} & exec sleep 120"
+    arm = CommandArm(name="a", server="command", model="m", command=f"sh -c {shlex.quote(script)}")
+    handle = lifecycle.launch(arm, tmp_path / "server.log", seed=1)
+    assert wait_until(lambda: len(pids_tagged(tag)) == 1), "the daemon did not start"
+    time.sleep(0.5)  # its handler installed
+    stray, = pids_tagged(tag)
+    outcome = lifecycle.stop(handle, grace_s=5)
+    record, = outcome.strays
+    assert record["pid"] == stray
+    assert record["signal"] == "SIGTERM" and record["alive"] is False, record
+    assert not pids_tagged(tag)
+
+
 def test_a_server_without_strays_stops_as_before(tmp_path):
     handle = lifecycle.launch(CommandArm(name="a", server="command", model="m", command="sleep 60"),
                               tmp_path / "server.log", seed=1)
