@@ -23,7 +23,7 @@ _NAME = re.compile(r"\bBENCHLEDGER_[A-Z0-9_]+")
 # process or the Airflow this one imports, the server environment recorded beside its
 # command, and the API key an arm names by a variable of the sweep's choosing.
 _ENVIRON_USE = re.compile(r"\{\*\*os\.environ\b|os\.environ\.(items|copy)\(\)|"
-                          r"os\.environ\.update\(|dict\(os\.environ\)|"
+                          r"os\.environ\.(update\(|clear\(\))|dict\(os\.environ\)|"
                           r"os\.environ\.get\(((arm\.)?api_key_env|\"AIRFLOW_HOME\")")
 _ENVIRON = re.compile(r"\bos\.environ\b|\bgetenv\(")
 
