@@ -173,9 +173,9 @@ def run_in_subprocess(
         cmd += ["--then", then.to_json(), "--then-result-file", str(then_file)]
     # No pipes on purpose: servers spawned by tasks could inherit them and then a
     # communicate() would block until those servers exit.
-    if settings().runner_start == "warm":
-        from benchledger.local import warm
+    from benchledger.local import warm
 
+    if settings().runner_start == "warm" and warm.cold_because(child_env) is None:
         rc = warm.run(cmd[3:], child_env, keep_fds)
     else:
         rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode

@@ -26,3 +26,17 @@ def test_no_preloaded_module_imports_airflow_or_the_project():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert out.strip() == "[]"
+
+
+def test_a_run_whose_interpreter_start_would_differ_is_not_forked(tmp_path, monkeypatch):
+    """A fork skips an interpreter's start: a run whose PYTHON* variables differ from the
+    fork server's, or whose PYTHONPATH holds a sitecustomize, is started fresh."""
+    monkeypatch.setattr(warm, "_started_with", (None, {}))  # no fork server yet
+    env = dict(warm.os.environ)
+    assert warm.cold_because(env) is None
+    assert "PYTHONHASHSEED" in warm.cold_because({**env, "PYTHONHASHSEED": "7"})
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    assert warm.cold_because({**env, "PYTHONPATH": str(hook)}) is None
+    (hook / "sitecustomize.py").write_text("")
+    assert f"{hook} holds sitecustomize" in warm.cold_because({**env, "PYTHONPATH": str(hook)})
