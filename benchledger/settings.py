@@ -163,12 +163,14 @@ class Settings(BaseSettings):
               "lock; unset, `benchledger run`'s own reads wait as long as its writers")
 
     # How an embedded run's runner starts (benchledger/local/warm.py).
-    runner_start: Literal["warm", "fresh"] = _setting(
-        "warm", accepts="`warm` or `fresh`",
+    runner_start: Literal["auto", "warm", "fresh"] = _setting(
+        "auto", accepts="`auto`, `warm` or `fresh`",
         about="`warm`: each embedded run's runner is forked from a server process that "
               "imported the heavy libraries once (a process running many sweeps pays their "
               "imports once); `fresh`: a new interpreter per run (`python -m "
-              "benchledger.local.runner`)")
+              "benchledger.local.runner`); `auto`: fresh for a process's first run "
+              "(`benchledger run` has one: a fork server would cost it about 2.5 s of "
+              "CPU), warm from its second on")
 
     # The auditor's door, `benchledger sql` (its flags win).
     sql_timeout_s: float = _setting(

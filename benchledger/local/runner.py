@@ -175,7 +175,7 @@ def run_in_subprocess(
     # communicate() would block until those servers exit.
     from benchledger.local import warm
 
-    if settings().runner_start == "warm" and warm.cold_because(child_env) is None:
+    if warm.forks(settings().runner_start, child_env):
         rc = warm.run(cmd[3:], child_env, keep_fds)
     else:
         rc = subprocess.run(cmd, env=child_env, check=False, pass_fds=keep_fds).returncode

@@ -187,6 +187,21 @@ def cold_because(env: Mapping[str, str]) -> str | None:
     return None
 
 
+_runs = 0  # runs this process has started (auto: its first starts fresh)
+
+
+def forks(mode: str, env: Mapping[str, str]) -> bool:
+    """Whether this run's runner is forked (settings' runner_start: `warm`, `fresh`, or
+    `auto`, warm from this process's second run on: a process that runs one sweep, as
+    `benchledger run` does, would pay the fork server's preload and gain nothing, about
+    2.5 s of CPU more than a fresh runner, measured), and a fork would be the interpreter
+    the run asks for (`cold_because`). Counts the run."""
+    global _runs
+    _runs += 1
+    wanted = mode == "warm" or (mode == "auto" and _runs > 1)
+    return wanted and cold_because(env) is None
+
+
 def run(argv: list[str], env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> int:
     """Run `python -m benchledger.local.runner ARGV` forked from the fork server, with
     `env` as its whole environment and `keep_fds` held open; its exit code, or minus the

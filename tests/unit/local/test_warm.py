@@ -40,3 +40,13 @@ def test_a_run_whose_interpreter_start_would_differ_is_not_forked(tmp_path, monk
     assert warm.cold_because({**env, "PYTHONPATH": str(hook)}) is None
     (hook / "sitecustomize.py").write_text("")
     assert f"{hook} holds sitecustomize" in warm.cold_because({**env, "PYTHONPATH": str(hook)})
+
+
+def test_auto_forks_from_a_process_second_run_on(monkeypatch):
+    monkeypatch.setattr(warm, "_started_with", (None, {}))
+    env = dict(warm.os.environ)
+    monkeypatch.setattr(warm, "_runs", 0)
+    assert [warm.forks("auto", env) for _ in range(3)] == [False, True, True]
+    monkeypatch.setattr(warm, "_runs", 0)
+    assert warm.forks("warm", env) and not warm.forks("fresh", env)
+    assert not warm.forks("warm", {**env, "PYTHONHASHSEED": "7"})
