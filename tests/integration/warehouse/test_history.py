@@ -3,7 +3,7 @@ of one sweep through Airflow (the simulator as the server).
 
 Runs 1 and 2 are alike. Run 3 is the same sweep file and the same configuration on a
 slower machine: the simulator's decode step comes from an environment variable that is not
-part of the recorded configuration (as a throttled GPU is not), 20 ms -> 40 ms for the arms
+part of the recorded configuration (as a throttled GPU is not), 40 ms -> 80 ms for the arms
 `base` and `base-twin` (the sweep's A/A control); `other` keeps its fixed step. Run 4 changes
 a server setting of `base` and `base-twin` (a flag that does not change their speed at
 concurrency 1) and is fast again: its line must be broken and labelled, not read as an
@@ -65,15 +65,15 @@ def history_sweep(*extra: str) -> dict:
     return sweep(SWEEP_NAME,
                  [_arm("base", measured), _arm("base-twin", measured),
                   # two restarts: `other` is only ever asserted unflagged, which a wider
-                  # interval makes no likelier to fail. Its step is base's 20 ms, not 16:
+                  # interval makes no likelier to fail. Its step is base's, not shorter:
                   # a loaded machine's per-token delay is a larger share of a shorter
                   # step, and in ci44 the suite's first minutes slowed `other` at 16 ms by
                   # 14% in run 1 (52.8 against 60.2 tok/s in run 2: an "improvement" of
                   # identical runs), where base and base-twin at 20 ms moved 5%
-                  {**_arm("other", _command("20")), "restarts": 2}],
+                  {**_arm("other", _command("40")), "restarts": 2}],
                  sweep={"retries": 0, "regression_gate": ["decode_rate", "throughput"],
                         "regression_min_change": 0.1},
-                 defaults=defaults(requests=8, max_tokens=24, clock=None, concurrency=[1],
+                 defaults=defaults(requests=8, max_tokens=12, clock=None, concurrency=[1],
                                    restarts=3),
                  comparisons=[{"a": "base", "b": "other", "metric": "decode_rate",
                                "control": ["base", "base-twin"]}])
@@ -86,15 +86,19 @@ def runs(tmp_path_factory):
     # Three restarts per arm, not two: the gate's interval over two restarts has one degree
     # of freedom (t = 12.7), and one restart slowed by a loaded machine (43.5 and 48.6 tok/s
     # for one arm of run 2 in CI) made run 3's 65% drop "no change" for the A/A twin.
-    # Steps of 20 ms over 24 tokens, not 3 or 10 ms over 48: a busy machine (the suite's
-    # other workers) delays each token by about the same few ms, which at 3 ms made two
-    # identical runs differ beyond their A/A control (a false "regression" of run 2 in CI)
-    # and at 10 ms slowed the unchanged arm `other` by more than the sweep's 10% in one
-    # run on a loaded machine; at 20 ms that delay is small beside the step (the window
-    # takes as long), and run 3's 40 ms stays a clear regression (its decode rate halves:
-    # five times the 10% the sweep names).
-    plan = [("20", history_sweep()), ("20", history_sweep()), ("40", history_sweep()),
-            ("20", history_sweep("--max-num-seqs", "32"))]
+    # Steps of 40 ms over 12 tokens, not 3 or 10 ms over 48, nor 20 ms over 24: a busy
+    # machine (the suite's other workers) delays each token by about the same few ms,
+    # which at 3 ms made two identical runs differ beyond their A/A control (a false
+    # "regression" of run 2 in CI), at 10 ms slowed the unchanged arm `other` by more than
+    # the sweep's 10% in one run on a loaded machine, and at 20 ms still made run 1, which
+    # measured while two other workers started their Airflow deployments, 8-12% slower
+    # than run 2 (`other`'s throughput an "improvement" in run 2, ci56: 41.6 then 46.6
+    # tok/s against 50 ideal). At 40 ms that delay is half as large a share of the step,
+    # the window takes as long (half the tokens, each twice as long) for half the events'
+    # CPU, and run 3's 80 ms stays a clear regression (its decode rate halves: five times
+    # the 10% the sweep names).
+    plan = [("40", history_sweep()), ("40", history_sweep()), ("80", history_sweep()),
+            ("40", history_sweep("--max-num-seqs", "32"))]
     done = []
     with pytest.MonkeyPatch.context() as patch:
         for step, text in plan:
