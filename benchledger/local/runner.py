@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchledger.local import warm
 from benchledger.operators import FAILURES_ENV
 from benchledger.settings import settings
 from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
@@ -173,8 +174,6 @@ def run_in_subprocess(
         cmd += ["--then", then.to_json(), "--then-result-file", str(then_file)]
     # No pipes on purpose: servers spawned by tasks could inherit them and then a
     # communicate() would block until those servers exit.
-    from benchledger.local import warm
-
     if warm.forks(settings().runner_start, child_env):
         rc = warm.run(cmd[3:], child_env, keep_fds)
     else:

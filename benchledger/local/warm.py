@@ -157,14 +157,27 @@ def _runner(argv: list[str], env: dict[str, str], stdio: list[_Received],
     os._exit(code)
 
 
-# What the fork server's interpreter started with (the PYTHON* variables of this process
-# when it started the fork server), and the fork server's pid then.
-_started_with: tuple[int | None, dict[str, str]] = (None, {})
 HOOKS = ("sitecustomize", "usercustomize")  # what `site` imports at an interpreter's start
 
 
 def _python_vars(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
+
+
+def _server_python_vars() -> dict[str, str]:
+    """The PYTHON* variables the fork server's interpreter started with: its environment
+    as /proc shows it (what it started with) where it runs, else this process's, which a
+    fork server started now gets."""
+    pid = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    if pid is not None:
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone (the next run starts another) or no /proc
+            pass
+        else:
+            return _python_vars(dict(item.split("=", 1) for item in
+                                     os.fsdecode(raw).split("\0") if "=" in item))
+    return _python_vars(dict(os.environ))
 
 
 def cold_because(env: Mapping[str, str]) -> str | None:
@@ -173,10 +186,7 @@ def cold_because(env: Mapping[str, str]) -> str | None:
     (PYTHONHASHSEED, PYTHONWARNINGS, PYTHONMALLOC, ...) are the fork server's, and a
     sitecustomize or usercustomize on the run's PYTHONPATH is never imported (a test hook
     that starved the client's event loop that way was silently not run)."""
-    server_pid, server_vars = _started_with
-    started = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    expected = server_vars if server_pid is not None and server_pid == started \
-        else _python_vars(dict(os.environ))  # a fork server started now gets this process's
+    expected = _server_python_vars()
     if _python_vars(env) != expected:
         changed = sorted(set(_python_vars(env).items()) ^ set(expected.items()))
         return f"the run's Python variables differ from the fork server's: {changed}"
@@ -205,17 +215,12 @@ def forks(mode: str, env: Mapping[str, str]) -> bool:
 def run(argv: list[str], env: dict[str, str], keep_fds: tuple[int, ...] = ()) -> int:
     """Run `python -m benchledger.local.runner ARGV` forked from the fork server, with
     `env` as its whole environment and `keep_fds` held open; its exit code, or minus the
-    signal that ended it (as subprocess reports). The caller checks `cold_because` first."""
-    global _started_with
+    signal that ended it (as subprocess reports). The caller asks `forks` first."""
     _preload()
     process = _Process(target=_runner, name=PROCESS_NAME,
                        args=(argv, env, [_Fd(0), _Fd(1), _Fd(2)],
                              [_Fd(fd) for fd in keep_fds]))
-    before = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     process.start()
-    started = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    if started != before or _started_with[0] is None:  # (re)started by this call
-        _started_with = (started, _python_vars(dict(os.environ)))
     process.join()
     code = process.exitcode
     return code if code is not None else 1

@@ -189,11 +189,7 @@ class Leftovers:
     def _still_runs(self, pid: int) -> bool:
         """Whether the very process seen (not another that got its pid) still runs."""
         handle = self.handles.get(pid)
-        try:
-            return handle is not None and handle.is_running() and \
-                handle.status() not in ENDED
-        except psutil.Error:
-            return False
+        return handle is not None and handle.is_running() and alive(pid)
 
     def kill(self, live: list[ServerProcess], grace_s: float) -> None:
         """SIGKILL whatever is still running when the grace period is over."""

@@ -31,7 +31,8 @@ def test_no_preloaded_module_imports_airflow_or_the_project():
 def test_a_run_whose_interpreter_start_would_differ_is_not_forked(tmp_path, monkeypatch):
     """A fork skips an interpreter's start: a run whose PYTHON* variables differ from the
     fork server's, or whose PYTHONPATH holds a sitecustomize, is started fresh."""
-    monkeypatch.setattr(warm, "_started_with", (None, {}))  # no fork server yet
+    # no fork server yet: it would start with this process's environment
+    monkeypatch.setattr(warm.forkserver._forkserver, "_forkserver_pid", None)
     env = dict(warm.os.environ)
     assert warm.cold_because(env) is None
     assert "PYTHONHASHSEED" in warm.cold_because({**env, "PYTHONHASHSEED": "7"})
@@ -43,10 +44,27 @@ def test_a_run_whose_interpreter_start_would_differ_is_not_forked(tmp_path, monk
 
 
 def test_auto_forks_from_a_process_second_run_on(monkeypatch):
-    monkeypatch.setattr(warm, "_started_with", (None, {}))
+    monkeypatch.setattr(warm.forkserver._forkserver, "_forkserver_pid", None)
     env = dict(warm.os.environ)
     monkeypatch.setattr(warm, "_runs", 0)
     assert [warm.forks("auto", env) for _ in range(3)] == [False, True, True]
     monkeypatch.setattr(warm, "_runs", 0)
     assert warm.forks("warm", env) and not warm.forks("fresh", env)
     assert not warm.forks("warm", {**env, "PYTHONHASHSEED": "7"})
+
+
+def test_the_fork_servers_variables_are_those_it_started_with(monkeypatch):
+    """Read from its /proc environ, not from this process's environment now (a process
+    stands in for the fork server here: a real one takes seconds to preload)."""
+    stand_in = subprocess.Popen(["sleep", "30"], env={"PYTHONHASHSEED": "3", "PATH": "/bin"})
+    try:
+        monkeypatch.setattr(warm.forkserver._forkserver, "_forkserver_pid", stand_in.pid)
+        monkeypatch.setenv("PYTHONHASHSEED", "4")
+        assert warm._server_python_vars() == {"PYTHONHASHSEED": "3"}
+        assert "PYTHONHASHSEED" in warm.cold_because({"PYTHONHASHSEED": "4"})
+        assert warm.cold_because({"PYTHONHASHSEED": "3"}) is None
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    # gone: a fork server started now gets this process's environment
+    assert warm._server_python_vars()["PYTHONHASHSEED"] == "4"
