@@ -110,3 +110,31 @@ def test_the_rulers_labels_are_the_machines_and_bursts_are_counts():
     assert text == normalise("expected client lag p99 <= 0.7 ms (a tenth of the median "
                              "TTFT, 7 ms), found client lag p99 0.0213 ms (p50 0.0144 ms, "
                              "CPU share 0.07, 0% of events bunched)")
+
+
+def test_an_aa_control_is_judged_by_the_interval_it_found():
+    """ci59: under the suite's load the demo's A/A interval excluded 0; its verdict follows
+    from that interval (timing), so the rule's answer to it is right, any other wrong."""
+    fixture = read_fixture()
+    at = next(i for i, c in enumerate(fixture["comparisons"])
+              if c["role"] == "control" and c["metric"] == "decode_rate")
+    assert fixture["comparisons"][at]["verdict"] == "no finding"
+    found = copy.deepcopy(fixture)
+    control = found["comparisons"][at]
+    control.update(ci95_low=12.0, ci95_high=80.0, verdict="not decidable",
+                   reason="the A/A control itself differs (interval excludes 0): instances "
+                          "vary more than the restarts average out; add restarts")
+    assert differences(fixture, found) == []
+    control["verdict"] = "no finding"  # an interval excluding 0 called noise: wrong
+    assert any("verdict 'no finding'" in line for line in differences(fixture, found))
+    control.update(verdict="not decidable", reason="same-vs-same: the interval includes 0")
+    assert differences(fixture, found)
+    # an interval on the fixture's side of 0 keeps the fixture's verdict exactly
+    found = copy.deepcopy(fixture)
+    found["comparisons"][at]["verdict"] = "not decidable"
+    assert any("verdict was" in line for line in differences(fixture, found))
+    # an A/B's verdict is never judged anew
+    ab = next(i for i, c in enumerate(fixture["comparisons"]) if c["role"] == "ab")
+    found = copy.deepcopy(fixture)
+    found["comparisons"][ab].update(ci95_low=-5.0, verdict="not decidable")
+    assert any("verdict was" in line for line in differences(fixture, found))

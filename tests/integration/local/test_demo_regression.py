@@ -27,7 +27,8 @@ interval where the entry has one) and checked equal to a fresh demo run's.
 Everything else is still that first run's.
 This test runs the demo the way `make demo` does (`benchledger run` on the bundled sweep,
 same seeds) and compares: every entry's labels, counts, publishability and blocks, every
-verdict, and the whole `benchledger explain` text of every entry must be the same; values
+verdict (an A/A control's as its rule judges the interval found: that interval is timing),
+and the whole `benchledger explain` text of every entry must be the same; values
 that come from the machine's timing must be within their usual spread
 (tests/demo_snapshot.py says which and how).
 
