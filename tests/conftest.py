@@ -28,33 +28,37 @@ settings.register_profile("benchledger", derandomize=True, deadline=None, max_ex
                           database=None)
 settings.load_profile("benchledger")
 
-# The files that take most of a worker's time, longest first (the two real Airflow
-# clusters and the history's four runs start together; ci42's times beside them). They
-# are collected before every other file, and `make test` keeps that order
-# (--no-loadscope-reorder: xdist would otherwise queue files by how many tests they hold,
-# and a long file of few tests started last while the other worker had nothing left). Two
-# workers taking whole files in this order finish close together: the long files first, the
-# many short ones filling in. The demo regression test starts the session's demo run
+# The files that take most of a worker's time, collected before every other file; `make
+# test` keeps that order (--no-loadscope-reorder: xdist would otherwise queue files by how
+# many tests they hold, and a long file of few tests started last while the other workers
+# had nothing left). The long files go first, the many short ones fill in at the end.
+# Among them, files that mostly wait (on Airflow's scheduler, a stalled API server, the
+# simulator's paced answers: S below) alternate with files that keep a core busy (C): ci62
+# recorded /proc/stat every 5 s beside which file each worker ran, and with the three
+# waiting files PostgreSQL cluster, scheduler cluster and history started together the
+# machine sat 17-39% idle for their first five minutes (191 of 415 idle core-seconds of
+# the whole suite). test_history, the most timing-sensitive of them, is not started beside
+# a busy file's first minutes. The demo regression test starts the session's demo run
 # (bundled_demo) early, so that test_report_browser.py, which reads the same run, later
 # finds it done instead of waiting on it. A file not listed keeps its place after them.
-SLOWEST_FIRST = (  # seconds of one worker in ci42 (3 workers on 2 cores)
-    "tests/integration/cluster/test_cluster_scheduler.py",  # 288
-    "tests/integration/cluster/test_cluster_postgres.py",  # 253
-    "tests/integration/warehouse/test_history.py",  # 282
-    "tests/integration/cluster/test_cluster.py",  # 176
-    "tests/integration/warehouse/test_slo_frontier.py",  # 177
-    "tests/integration/warehouse/test_sequential.py",  # 119
-    "tests/integration/local/test_demo_regression.py",  # 113
-    "tests/integration/cluster/test_multi_host.py",  # 137
-    "tests/integration/local/test_fault_suite.py",  # 122
-    "tests/integration/restart/test_multi_node.py",  # 114
-    "tests/integration/cluster/test_cluster_secrets.py",  # 108
-    "tests/integration/local/test_two_sweeps.py",  # 62
-    "tests/integration/local/test_interruptions.py",  # 61
-    "tests/integration/warehouse/test_drift.py",  # 71
-    "tests/unit/test_benchmarks.py",  # 53
-    "tests/integration/warehouse/test_equivalence_pipeline.py",  # 50
-    "tests/integration/local/test_pipeline.py",  # 50
+SLOWEST_FIRST = (  # seconds of one worker in ci62 (3 workers on 2 cores); S waits, C busy
+    "tests/integration/cluster/test_cluster_postgres.py",  # 287 S
+    "tests/integration/cluster/test_cluster_scheduler.py",  # 282 S
+    "tests/integration/restart/test_multi_node.py",  # 139 C
+    "tests/integration/warehouse/test_history.py",  # 345 S
+    "tests/integration/local/test_demo_regression.py",  # 123 C
+    "tests/integration/cluster/test_cluster.py",  # 159 S
+    "tests/integration/warehouse/test_slo_frontier.py",  # 180 S
+    "tests/integration/local/test_fault_suite.py",  # 120 C
+    "tests/integration/warehouse/test_sequential.py",  # 126 S
+    "tests/integration/cluster/test_multi_host.py",  # 143 S
+    "tests/integration/local/test_two_sweeps.py",  # 74 C
+    "tests/integration/cluster/test_cluster_secrets.py",  # 139 S
+    "tests/integration/local/test_interruptions.py",  # 63
+    "tests/integration/warehouse/test_drift.py",  # 79
+    "tests/unit/test_benchmarks.py",  # 66 C
+    "tests/integration/warehouse/test_equivalence_pipeline.py",  # 63 C
+    "tests/integration/local/test_pipeline.py",  # 46
 )
 
 
