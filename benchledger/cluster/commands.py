@@ -64,20 +64,31 @@ from benchledger.cluster.config import (  # the folder's files
 from benchledger.warehouse import POOL_DESCRIPTION, WAREHOUSE_POOL, WAREHOUSE_POOL_SLOTS
 
 
+def _after_boot(proc: psutil.Process) -> float:
+    """When `proc` started, in seconds after the machine booted: fixed for its life, where
+    psutil's create_time() (boot time + that) moves whenever the wall clock is stepped
+    (NTP, a VM's clock sync): ci63 saw two running deployments taken for exited, their
+    supervisord's create_time no longer matching the one `up` recorded."""
+    return proc.create_time() - psutil.boot_time()
+
+
 @dataclass
 class ClusterProcess:
     name: str  # supervisord
     pid: int
-    create_time: float  # psutil's; a reused pid never matches it
+    create_time: float  # psutil's, at start (kept for records written before after_boot_s)
     command: list[str]
     log: str
+    after_boot_s: float | None = None  # _after_boot(): a reused pid never matches it
 
     def process(self) -> psutil.Process | None:
         """The process this record started, if it still runs (never a pid's new owner)."""
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) < 0.01 and proc.is_running() \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
+            same = (abs(_after_boot(proc) - self.after_boot_s) < 0.01
+                    if self.after_boot_s is not None
+                    else abs(proc.create_time() - self.create_time) < 0.01)
+            if same and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
                 return proc
         except psutil.Error:
             pass
@@ -180,9 +191,9 @@ def _start_supervisord(home: Path, env: dict[str, str] | None = None) -> Cluster
         proc = subprocess.Popen(command, env={**airflow_env(home), **(env or {})}, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=home, start_new_session=True, umask=PROCESS_UMASK)
-    return ClusterProcess(name="supervisord", pid=proc.pid,
-                          create_time=psutil.Process(proc.pid).create_time(),
-                          command=command, log=str(log))
+    started = psutil.Process(proc.pid)
+    return ClusterProcess(name="supervisord", pid=proc.pid, create_time=started.create_time(),
+                          command=command, log=str(log), after_boot_s=_after_boot(started))
 
 
 def _migrate(home: Path) -> None:
