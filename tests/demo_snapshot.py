@@ -238,9 +238,9 @@ def _control_judged_anew(want: dict, got: dict) -> list[str] | None:
             or excludes == _excludes_zero(want)):
         return None
     verdict, reason = got.get("verdict"), str(got.get("reason"))
-    right = ((verdict, reason.startswith("the A/A control itself differs")) if excludes
-             else (verdict, reason.startswith("same-vs-same")))
-    if right == ((NOT_DECIDABLE if excludes else NO_FINDING), True):
+    rule_says, because = ((NOT_DECIDABLE, "the A/A control itself differs") if excludes
+                          else (NO_FINDING, "same-vs-same"))
+    if verdict == rule_says and reason.startswith(because):
         return []
     return [f"comparison {want.get('a')} -> {want.get('b')} {want.get('workload')}: "
             f"interval [{got.get('ci95_low')!r}, {got.get('ci95_high')!r}] but verdict "

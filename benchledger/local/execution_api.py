@@ -39,10 +39,12 @@ def serve_only_the_sdk_version() -> bool:
     try:
         bundle, head = app.versions, app._latest_version_router
         newest = bundle.versions[0].value
-        if (str(newest) != API_VERSION or bundle.head_version.changes
-                or app._cadwyn_initialized):
-            log.info("in-process Execution API left whole: the SDK speaks %s, the newest "
-                     "version is %s", API_VERSION, newest)
+        why = (f"the SDK speaks {API_VERSION}, the newest version is {newest}"
+               if str(newest) != API_VERSION else
+               "Airflow declares changes on its head version" if bundle.head_version.changes
+               else "it already answered a request" if app._cadwyn_initialized else None)
+        if why is not None:
+            log.info("in-process Execution API left whole: %s", why)
             return False
     except AttributeError as error:  # another Cadwyn: leave the app as Airflow built it
         log.info("in-process Execution API left whole: %s", error)
